@@ -1,0 +1,165 @@
+"""The ``mlharness`` command. Thin: parses, calls the library, prints."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from mlharness import __version__
+from mlharness.errors import MLHarnessError
+from mlharness.manifest.schema import SCENARIOS
+
+out = Console()
+err = Console(stderr=True)
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--manifest", default=None, help="model manifest: a path or a built-in name (default: the demo)")
+    p.add_argument("--dataset", default=None, help="dataset manifest (path or built-in name), overriding the model's")
+    p.add_argument("--dataset-path", default=None, help="folder of the dataset files")
+    # choices are checked by the library, so a typo gets a 'did you mean' instead of argparse's list
+    p.add_argument("--scenario", required=True, help=f"one of {', '.join(SCENARIOS)}")
+    p.add_argument("--mode", default="accuracy", help="accuracy or performance (default: accuracy)")
+    p.add_argument("--output", type=Path, default=None, help="run directory (default: results/<system>/<benchmark>/"
+                   "<scenario>/accuracy or .../performance/run_1)")
+    p.add_argument("--results-root", type=Path, default=Path("results"))
+    p.add_argument("--system", default=os.environ.get("MLHARNESS_SYSTEM", "default"), help="system name in the "
+                   "results tree")
+    p.add_argument("--user-conf", type=Path, default=None, help="user.conf (default: user_conf/<model>.conf or "
+                   "user_conf/default.conf)")
+    p.add_argument("--audit-config", type=Path, default=None, help="compliance audit config (TEST01, TEST04)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    dev = p.add_argument_group("development overrides (make a run non-submittable)")
+    dev.add_argument("--count", type=int, default=None, help="use only the first N dataset samples")
+    dev.add_argument("--min-duration-ms", type=int, default=None)
+    dev.add_argument("--min-query-count", type=int, default=None)
+    dev.add_argument("--max-query-count", type=int, default=None)
+    dev.add_argument("--target-qps", type=float, default=None, help="Offline expected / Server target QPS")
+    dev.add_argument("--target-latency-ms", type=float, default=None, help="SingleStream/MultiStream expected or "
+                     "Server target latency")
+    dev.add_argument("--samples-per-query", type=int, default=None, help="MultiStream samples per query")
+    dev.add_argument("--performance-sample-count", type=int, default=None)
+    tune = p.add_argument_group("execution")
+    tune.add_argument("--max-batchsize", type=int, default=None, help="override the manifest's batch size")
+    tune.add_argument("--server-max-wait-ms", type=float, default=None, help="Server dynamic batching wait")
+    tune.add_argument("--threads", type=int, default=None, help="framework intra-op threads")
+    tune.add_argument("--workers", type=int, default=1, help="SUT worker threads")
+    tune.add_argument("--load-workers", type=int, default=1, help="threads pre-processing samples at load time")
+    tune.add_argument("--trace", action="store_true", help="write LoadGen's mlperf_log_trace.json")
+    tune.add_argument("--ignore-framework-version", action="store_true")
+    tune.add_argument("--no-progress", action="store_true")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mlharness", description="Benchmark any ML model under the MLPerf "
+                                     "Inference rules with the official LoadGen.")
+    parser.add_argument("--version", action="version", version=f"mlharness {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_run_args(sub.add_parser("run", help="run one LoadGen test (accuracy or performance)"))
+    man = sub.add_parser("manifest", help="list, validate or start manifests").add_subparsers(dest="action",
+                                                                                               required=True)
+    man.add_parser("list", help="built-in manifests (runs no hook)").add_argument(
+        "paths", nargs="*", type=Path, help="also list the manifests in these folders")
+    v = man.add_parser("validate", help="schema, hook compilation, model and dataset paths (runs no hook)")
+    v.add_argument("path")
+    v.add_argument("--dataset-path", default=None)
+    i = man.add_parser("init", help="write a commented manifest skeleton")
+    i.add_argument("name")
+    i.add_argument("--output", type=Path, default=None)
+    sub.add_parser("sysinfo", help="facts about this host")
+    return parser
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from mlharness.loadgen import settings as lgs
+    from mlharness.loadgen.runner import DEFAULT_MANIFEST, RunOptions, run
+    from mlharness.progress import RunProgress
+
+    overrides = lgs.Overrides(
+        min_duration_ms=args.min_duration_ms, min_query_count=args.min_query_count,
+        max_query_count=args.max_query_count, target_qps=args.target_qps,
+        target_latency_ms=args.target_latency_ms, samples_per_query=args.samples_per_query,
+        performance_sample_count=args.performance_sample_count,
+    )
+
+    def stuck(e: BaseException, outdir: Path) -> None:
+        # LoadGen has no way to stop a test early; after a failure it would keep issuing until min_duration.
+        err.print(f"[bold red]error:[/] {escape(str(e))}\nThe run failed and LoadGen was still issuing queries, so "
+                  f"mlharness stopped it. Partial output: {escape(str(outdir))}", highlight=False, soft_wrap=True)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(3)
+
+    opts = RunOptions(
+        scenario=args.scenario, mode=args.mode, manifest=args.manifest or DEFAULT_MANIFEST, dataset=args.dataset,
+        dataset_path=args.dataset_path, output=args.output, results_root=args.results_root, system=args.system,
+        user_conf=args.user_conf, audit_config=args.audit_config, count=args.count, overrides=overrides,
+        max_batchsize=args.max_batchsize, server_max_wait_ms=args.server_max_wait_ms, threads=args.threads,
+        workers=args.workers, load_workers=args.load_workers, device=args.device, trace=args.trace,
+        ignore_framework_version=args.ignore_framework_version, on_stuck_failure=stuck,
+        progress=None if args.no_progress else RunProgress(err),
+    )
+    result = run(opts)
+    s = result.summary
+    table = Table(show_header=False, box=None)
+    md = result.metadata
+    table.add_row("benchmark", f"{md['benchmark']} ({md['manifest']['name']})")
+    table.add_row("scenario / mode", f"{s.scenario} / {md['mode']}")
+    if md["mode"] == "performance":
+        value = "n/a" if s.metric_value is None else f"{s.metric_value:,.2f} {s.metric_unit}"
+        table.add_row(s.metric_name, value)
+        table.add_row("result", "[green]VALID[/]" if s.valid else "[red]INVALID[/]")
+    else:
+        table.add_row("result", "n/a in accuracy mode (LoadGen judges validity in performance mode)")
+    if result.accuracy is not None:
+        table.add_row("accuracy", result.accuracy.text.strip())
+    table.add_row("output", str(result.output))
+    if not md["submittable"]:
+        table.add_row("submittable", "no: " + "; ".join(md["not_submittable_reasons"]))
+    out.print(table)
+    return 0
+
+
+def cmd_manifest(args: argparse.Namespace) -> int:
+    from mlharness.manifest import commands
+
+    if args.action == "list":
+        return commands.list_manifests(out, args.paths)
+    if args.action == "validate":
+        return commands.validate(out, args.path, args.dataset_path)
+    return commands.init(out, args.name, args.output)
+
+
+def cmd_sysinfo(args: argparse.Namespace) -> int:
+    import json
+
+    from mlharness.telemetry.sysinfo import host_facts
+
+    out.print_json(json.dumps(host_facts()))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
+    handlers = {"run": cmd_run, "manifest": cmd_manifest, "sysinfo": cmd_sysinfo}
+    try:
+        return handlers[args.command](args)
+    except MLHarnessError as e:
+        err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        return e.exit_code
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""Query sample library: samples are pre-processed when LoadGen loads them (untimed, per the MLPerf rules) and
+kept in RAM as one contiguous array per model input, so forming a batch in the timed path is one gather."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from mlharness.errors import DatasetError, HookError
+from mlharness.manifest.hooks import HookSet
+
+log = logging.getLogger(__name__)
+
+
+class SampleStore:
+    """Pre-processed samples of the loaded set. ``gather(indices)`` returns one batch array per model input."""
+
+    def __init__(self, total: int, n_inputs: int):
+        self.total = total
+        self.n_inputs = n_inputs
+        self._rows = np.full(total, -1, dtype=np.int64)
+        self._arrays: list[np.ndarray] | None = None  # contiguous, when every sample has the same shapes
+        self._ragged: dict[int, tuple[np.ndarray, ...]] = {}
+        self._lock = threading.Lock()
+
+    def put_all(self, samples: dict[int, tuple[np.ndarray, ...]]) -> None:
+        with self._lock:
+            merged = dict(self._ragged)
+            if self._arrays is not None:
+                for index in np.nonzero(self._rows >= 0)[0]:
+                    row = self._rows[index]
+                    merged[int(index)] = tuple(a[row] for a in self._arrays)
+            merged.update(samples)
+            self._pack(merged)
+
+    def drop(self, indices: list[int]) -> None:
+        with self._lock:
+            keep: dict[int, tuple[np.ndarray, ...]] = {}
+            drop = set(indices)
+            for index in np.nonzero(self._rows >= 0)[0]:
+                if int(index) not in drop and self._arrays is not None:
+                    keep[int(index)] = tuple(a[self._rows[index]] for a in self._arrays)
+            for index, value in self._ragged.items():
+                if index not in drop:
+                    keep[index] = value
+            self._pack(keep)
+
+    def _pack(self, samples: dict[int, tuple[np.ndarray, ...]]) -> None:
+        self._rows[:] = -1
+        self._arrays = None
+        self._ragged = {}
+        if not samples:
+            return
+        order = sorted(samples)
+        first = samples[order[0]]
+        uniform = all(
+            len(samples[i]) == len(first)
+            and all(x.shape == f.shape and x.dtype == f.dtype for x, f in zip(samples[i], first, strict=True))
+            for i in order
+        )
+        if uniform:
+            self._arrays = [np.stack([samples[i][k] for i in order]) for k in range(len(first))]
+            self._rows[order] = np.arange(len(order))
+        else:
+            self._ragged = samples
+            self._rows[order] = 0
+
+    def loaded_count(self) -> int:
+        return int((self._rows >= 0).sum())
+
+    def gather(self, indices: np.ndarray) -> list[np.ndarray]:
+        rows = self._rows[indices]
+        if (rows < 0).any():
+            missing = indices[rows < 0][:5].tolist()
+            raise DatasetError(f"samples {missing} were issued but not loaded by the QSL")
+        if self._arrays is not None:
+            if len(indices) == 1:
+                r = int(rows[0])
+                return [a[r : r + 1] for a in self._arrays]
+            return [a[rows] for a in self._arrays]
+        per_sample = [self._ragged[int(i)] for i in indices]
+        try:
+            return [np.stack([s[k] for s in per_sample]) for k in range(len(per_sample[0]))]
+        except ValueError as e:
+            raise DatasetError(
+                f"samples {indices.tolist()} have different shapes and cannot be batched; use max_batchsize 1"
+            ) from e
+
+
+class SampleLoader:
+    """LoadGen's load/unload callbacks: the dataset's ``load``/``unload`` hooks, then ``preprocess`` per sample."""
+
+    def __init__(
+        self,
+        hooks: HookSet,
+        ctx: dict[str, Any],
+        store: SampleStore,
+        workers: int = 1,
+        on_progress: Callable[[int, int], None] | None = None,
+    ):
+        self.hooks = hooks
+        self.ctx = ctx
+        self.store = store
+        self.workers = max(1, workers)
+        self.on_progress = on_progress
+        self.error: BaseException | None = None
+
+    def _one(self, index: int) -> tuple[np.ndarray, ...]:
+        if "preprocess" in self.hooks:
+            out = self.hooks.call("preprocess", self.ctx, index)
+        else:
+            raise HookError("preprocess", self.hooks.manifest, "the manifest defines no preprocess hook")
+        arrays = tuple(out) if isinstance(out, tuple | list) else (out,)
+        if len(arrays) != self.store.n_inputs:
+            raise HookError(
+                "preprocess",
+                self.hooks.manifest,
+                f"returned {len(arrays)} array(s) for sample {index}; the model has {self.store.n_inputs} input(s)",
+            )
+        result = []
+        for k, a in enumerate(arrays):
+            if not isinstance(a, np.ndarray):
+                try:
+                    a = np.asarray(a)
+                except Exception as e:
+                    raise HookError("preprocess", self.hooks.manifest, f"input {k} is not array-like: {e}") from e
+            result.append(a)
+        return tuple(result)
+
+    def load(self, indices: list[int]) -> None:
+        if "load" in self.hooks:
+            self.hooks.call("load", list(indices))
+        samples: dict[int, tuple[np.ndarray, ...]] = {}
+        done = 0
+        if self.workers == 1 or len(indices) < 2:
+            for index in indices:
+                samples[index] = self._one(index)
+                done += 1
+                if self.on_progress and done % 16 == 0:
+                    self.on_progress(done, len(indices))
+        else:
+            with ThreadPoolExecutor(self.workers, thread_name_prefix="mlharness-load") as pool:
+                for index, arrays in zip(indices, pool.map(self._one, indices), strict=True):
+                    samples[index] = arrays
+                    done += 1
+                    if self.on_progress and done % 16 == 0:
+                        self.on_progress(done, len(indices))
+        if self.on_progress:
+            self.on_progress(len(indices), len(indices))
+        self.store.put_all(samples)
+
+    def unload(self, indices: list[int]) -> None:
+        self.store.drop(list(indices))
+        if "unload" in self.hooks:
+            self.hooks.call("unload", list(indices))

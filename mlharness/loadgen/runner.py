@@ -1,0 +1,345 @@
+"""One run: manifest → predictor → QSL → SUT for the scenario → LoadGen → accuracy → run directory."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import json
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlharness import __version__
+from mlharness.errors import DatasetError, ManifestError, MLHarnessError, PredictorError, SettingsError
+from mlharness.loadgen import settings as lgs
+from mlharness.loadgen.qsl import SampleLoader, SampleStore
+from mlharness.loadgen.rundir import StagedDir, Summary, default_output, detail_values, parse_summary
+from mlharness.loadgen.sut import Pipeline, Strategy, SystemUnderTest
+from mlharness.manifest.assets import cache_dir, resolve_asset
+from mlharness.manifest.hooks import HookSet
+from mlharness.manifest.loader import LoadedManifest, is_bare_version, load_manifest
+from mlharness.manifest.schema import numpy_dtype
+from mlharness.predictors import FRAMEWORK_PACKAGES, PREDICTORS
+from mlharness.predictors.base import Predictor, PredictorConfig
+from mlharness.tasks import METRICS
+from mlharness.tasks.base import AccuracyContext, AccuracyResult
+from mlharness.telemetry.sysinfo import host_facts
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MANIFEST = "demo"
+METADATA_FILE = "mlharness_run.json"
+
+
+@dataclass
+class RunOptions:
+    scenario: str
+    mode: str = "accuracy"
+    manifest: str | Path = DEFAULT_MANIFEST
+    dataset: str | Path | None = None
+    dataset_path: str | Path | None = None
+    output: Path | None = None
+    results_root: Path = Path("results")
+    system: str = "default"
+    user_conf: Path | None = None
+    audit_config: Path | None = None
+    count: int | None = None
+    overrides: lgs.Overrides = field(default_factory=lgs.Overrides)
+    max_batchsize: int | None = None
+    server_max_wait_ms: float | None = None
+    threads: int | None = None  # framework intra-op threads
+    workers: int = 1  # SUT worker threads
+    load_workers: int = 1
+    device: str = "cpu"
+    trace: bool = False
+    ignore_framework_version: bool = False
+    # Called (from a watchdog thread) when the timed path failed and LoadGen is still running after
+    # ``abort_grace_s``; the CLI uses it to end the process instead of waiting out a long min_duration.
+    on_stuck_failure: Callable[[BaseException, Path], None] | None = None
+    abort_grace_s: float = 5.0
+    progress: Any = None  # an object with load(done, total) / attach(sut) / close(), or None
+
+
+@dataclass
+class RunResult:
+    output: Path
+    summary: Summary
+    accuracy: AccuracyResult | None
+    metadata: dict[str, Any]
+
+
+def build_context(loaded: LoadedManifest, opts: RunOptions, batch_size: int) -> dict[str, Any]:
+    m = loaded.model
+    ds_path = opts.dataset_path
+    if ds_path is None and loaded.dataset is not None and loaded.dataset.path:
+        ds_path = loaded.dataset_directory / Path(loaded.dataset.path).expanduser()
+    return {
+        "name": m.name,
+        "version": m.version,
+        "inputs": [i.model_dump() for i in m.inputs],
+        "outputs": [o.model_dump() for o in m.outputs],
+        "attributes": dict(m.attributes),
+        "dataset_attributes": dict(loaded.dataset.attributes) if loaded.dataset else {},
+        "batch_size": batch_size,
+        "scenario": opts.scenario,
+        "mode": opts.mode,
+        "device": opts.device,
+        "dataset_path": str(ds_path) if ds_path is not None else None,
+        "manifest_dir": str(loaded.directory),
+        "count": opts.count,
+    }
+
+
+def resolve_model_file(loaded: LoadedManifest) -> Path | None:
+    asset = loaded.model.model
+    if asset.generator:
+        module, _, fn = asset.generator.partition(":")
+        try:
+            generate = getattr(importlib.import_module(module), fn)
+        except (ImportError, AttributeError) as e:
+            raise ManifestError(loaded.path, "model.generator", f"cannot import '{asset.generator}': {e}") from e
+        target = cache_dir() / "generated" / loaded.model.name / Path(asset.graph_path).name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return Path(generate(target))
+    path = resolve_asset(asset.graph_path, asset.base_url, asset.graph_checksum, asset.is_archive,
+                         manifest_dir=loaded.directory, progress=True)
+    if asset.is_archive:
+        if not asset.model_file:
+            raise ManifestError(loaded.path, "model.model_file", "an archive needs the model's path inside it")
+        path = path / asset.model_file
+        if not path.exists():
+            raise ManifestError(loaded.path, "model.model_file", f"{asset.model_file} is not in the archive")
+    return path
+
+
+def check_framework_version(loaded: LoadedManifest, ignore: bool) -> str:
+    from packaging.specifiers import SpecifierSet
+
+    fw = loaded.model.framework
+    package = FRAMEWORK_PACKAGES.get(fw.name, fw.name)
+    try:
+        installed = importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        raise PredictorError(f"framework '{fw.name}' needs the Python package '{package}', which is not "
+                             f"installed (try: pip install 'mlharness[all]')") from None
+    spec = fw.version.strip()
+    if spec in ("", "*", "latest"):
+        return installed
+    if is_bare_version(spec):
+        if spec != installed:
+            log.warning("%s was made with %s %s; running on %s", loaded.path, package, spec, installed)
+        return installed
+    if installed not in SpecifierSet(spec, prereleases=True) and not ignore:
+        raise PredictorError(f"{loaded.path}: framework.version requires {package}{spec}, but {installed} is "
+                             f"installed (--ignore-framework-version to run anyway)")
+    return installed
+
+
+def make_predictor(loaded: LoadedManifest, opts: RunOptions, model_file: Path | None, batch: int) -> Predictor:
+    m = loaded.model
+    config = PredictorConfig(
+        model_path=str(model_file) if model_file else None,
+        input_names=[i.name for i in m.inputs],
+        output_names=[o.name for o in m.outputs],
+        device=opts.device,
+        threads=opts.threads,
+        options=dict(m.framework.options),
+        max_batchsize=batch,
+    )
+    predictor = PREDICTORS.get(m.framework.name)(config)
+    predictor.load()
+    return predictor
+
+
+def run(opts: RunOptions) -> RunResult:
+    """The whole run. Raises an MLHarnessError subclass on any failure; a failed run leaves earlier results."""
+    lgs.check_scenario(opts.scenario)
+    if opts.mode not in ("accuracy", "performance"):
+        raise SettingsError(f"unknown mode '{opts.mode}'; expected accuracy or performance")
+    loaded = load_manifest(opts.manifest, opts.dataset)
+    m = loaded.model
+    official = m.mlperf.model is not None
+    conf_model = m.mlperf.model or m.name
+    if official:
+        lgs.check_model_name(conf_model)
+    benchmark = m.mlperf.benchmark or conf_model
+    batch = opts.max_batchsize or m.batching.for_scenario(opts.scenario)
+    ctx = build_context(loaded, opts, batch)
+    hooks = HookSet(loaded, ctx)
+
+    total = _sample_count(hooks, opts, ctx)
+    framework_version = check_framework_version(loaded, opts.ignore_framework_version)
+    predictor = make_predictor(loaded, opts, resolve_model_file(loaded), batch)
+    try:
+        if "before_postprocess" in hooks:
+            hooks.call("before_postprocess", ctx)
+        plan = lgs.SettingsPlan(
+            model=conf_model, official=official, scenario=opts.scenario, mode=opts.mode,
+            user_conf=opts.user_conf if opts.user_conf is not None else lgs.default_user_conf(conf_model),
+            overrides=opts.overrides, audit_config=opts.audit_config or Path("/nonexistent"),
+        )
+        settings = lgs.build_test_settings(plan)
+        perf_count = _performance_count(settings, total, plan)
+        output = opts.output or default_output(opts.results_root, opts.system, benchmark, opts.scenario, opts.mode)
+        staged = StagedDir(Path(output))
+        try:
+            summary, accuracy, metadata = _run_loadgen(
+                loaded, opts, hooks, ctx, predictor, settings, plan, staged.path, total, perf_count, batch,
+                benchmark, framework_version,
+            )
+        except BaseException:
+            failed = staged.abandon()
+            log.error("run failed; its partial output is in %s", failed)
+            raise
+        final = staged.commit()
+        return RunResult(final, summary, accuracy, metadata)
+    finally:
+        predictor.close()
+
+
+def _sample_count(hooks: HookSet, opts: RunOptions, ctx: dict[str, Any]) -> int:
+    count = opts.count
+    if "before_preprocess" in hooks:
+        from_hook = hooks.call("before_preprocess", ctx)
+        if isinstance(from_hook, int) and not isinstance(from_hook, bool) and from_hook > 0:
+            count = min(count, from_hook) if count else from_hook
+    if "init" in hooks:
+        total = hooks.call("init", count)
+        if not isinstance(total, int) or isinstance(total, bool) or total < 1:
+            raise DatasetError(f"the dataset's init({count}) must return the dataset size (an int >= 1), "
+                               f"got {total!r}")
+        if count:
+            total = min(total, count)
+    elif count:
+        total = count
+    else:
+        raise DatasetError("no dataset size: the manifest has no dataset init() hook; pass --count")
+    ctx["count"] = total
+    return total
+
+
+def _performance_count(settings: Any, total: int, plan: lgs.SettingsPlan) -> int:
+    wanted = int(settings.performance_sample_count_override)
+    if wanted == 0 or wanted > total:
+        if wanted > total:
+            plan.not_submittable.append(
+                f"performance_sample_count {wanted} from mlperf.conf exceeds the {total} samples available")
+            settings.performance_sample_count_override = total
+        return total
+    return wanted
+
+
+def _run_loadgen(loaded, opts, hooks, ctx, predictor, settings, plan, outdir, total, perf_count, batch,
+                 benchmark, framework_version):  # noqa: ANN001 - internal step of run()
+    import mlperf_loadgen as lg
+
+    log_settings = lg.LogSettings()
+    log_settings.log_output.outdir = str(outdir)
+    log_settings.log_output.copy_summary_to_stdout = False
+    log_settings.enable_trace = opts.trace
+    if opts.audit_config is not None:
+        if not Path(opts.audit_config).is_file():
+            raise SettingsError(f"audit config {opts.audit_config} does not exist")
+        audit = str(Path(opts.audit_config).resolve())
+    else:
+        audit = str(outdir / "no-audit.config")  # explicit and absent: a stray audit.config in the CWD is ignored
+
+    store = SampleStore(total, len(loaded.model.inputs))
+    loader = SampleLoader(hooks, ctx, store, opts.load_workers,
+                          on_progress=opts.progress.load if opts.progress else None)
+    pipeline = Pipeline(predictor, hooks, ctx, store, numpy_dtype(loaded.model.response.element_type))
+    strategy = Strategy.for_scenario(
+        opts.scenario, batch,
+        opts.server_max_wait_ms if opts.server_max_wait_ms is not None else loaded.model.batching.server_max_wait_ms,
+    )
+    finished = threading.Event()
+
+    def on_failure(err: BaseException) -> None:
+        if opts.on_stuck_failure is None:
+            return
+
+        def watchdog() -> None:
+            if not finished.wait(opts.abort_grace_s):
+                opts.on_stuck_failure(err, outdir)
+
+        threading.Thread(target=watchdog, name="mlharness-watchdog", daemon=True).start()
+
+    sut = SystemUnderTest(pipeline, strategy, opts.workers, on_failure=on_failure)
+    if opts.progress:
+        opts.progress.attach(sut, total if opts.mode == "accuracy" else None)
+    try:
+        sut.run_test(loader, total, perf_count, settings, log_settings, audit)
+    finally:
+        finished.set()
+        if opts.progress:
+            opts.progress.close()
+    for name in ("after_preprocess", "after_postprocess"):
+        if name in hooks:
+            hooks.call(name, ctx)
+
+    trace = outdir / "mlperf_log_trace.json"
+    if not opts.trace and trace.is_file() and trace.stat().st_size == 0:
+        trace.unlink()  # LoadGen creates it even with tracing off
+    summary = parse_summary(outdir / "mlperf_log_summary.txt", opts.scenario)
+    detail = detail_values(outdir / "mlperf_log_detail.txt")
+    accuracy = None
+    if opts.mode == "accuracy" and loaded.model.accuracy is not None:
+        metric = METRICS.get(loaded.model.accuracy.metric)()
+        actx = AccuracyContext(
+            dataset_path=Path(ctx["dataset_path"]) if ctx.get("dataset_path") else None,
+            count=total, options=dict(loaded.model.accuracy.options),
+        )
+        accuracy = metric.score(outdir / "mlperf_log_accuracy.json", actx)
+        (outdir / "accuracy.txt").write_text(accuracy.text)
+
+    given = plan.overrides.given()
+    reasons = list(plan.not_submittable)
+    if given:
+        reasons.append(f"development overrides: {', '.join(f'{k}={v}' for k, v in given.items())}")
+    if opts.count:
+        reasons.append(f"--count {opts.count} limits the dataset")
+    if not plan.official:
+        reasons.append("the manifest names no MLPerf benchmark (mlperf.model): not an official benchmark")
+    if detail["errors"]:
+        reasons.append(f"LoadGen logged errors: {[e['key'] for e in detail['errors']]}")
+    metadata = {
+        "mlharness_version": __version__,
+        "manifest": {"name": loaded.model.name, "version": loaded.model.version, "path": str(loaded.path),
+                     "sha256": loaded.source.sha256},
+        "dataset_manifest": (
+            {"name": loaded.dataset.name, "sha256": (loaded.dataset_source or loaded.source).sha256}
+            if loaded.dataset else None),
+        "benchmark": benchmark,
+        "conf_model": plan.model,
+        "official_benchmark": plan.official,
+        "scenario": opts.scenario,
+        "mode": opts.mode,
+        "submittable": not reasons,
+        "not_submittable_reasons": reasons,
+        "framework": {"name": loaded.model.framework.name, "version": framework_version},
+        "predictor": predictor.describe(),
+        "loadgen_version": importlib.metadata.version("mlcommons-loadgen"),
+        "loadgen_seeds": {k: detail.get(f"effective_{k}") for k in ("qsl_rng_seed", "sample_index_rng_seed",
+                                                                     "schedule_rng_seed")},
+        "user_conf": str(plan.user_conf) if plan.user_conf else None,
+        "audit_config": str(opts.audit_config) if opts.audit_config else None,
+        "overrides": given,
+        "settings": lgs.describe_settings(settings),
+        "batching": {"strategy": strategy.name, "max_batchsize": batch,
+                     "coalesce_wait_s": strategy.coalesce_wait_s, "workers": opts.workers},
+        "samples": {"total": total, "performance_sample_count": perf_count, "issued": sut.issued,
+                    "completed": sut.completed, "batches": sut.batches},
+        "result": {**asdict(summary), "fields": None},
+        "accuracy": ({"name": accuracy.name, "value": accuracy.value, "text": accuracy.text}
+                     if accuracy else None),
+        "loadgen_errors": detail["errors"],
+        "host": host_facts(),
+    }
+    (outdir / METADATA_FILE).write_text(json.dumps(metadata, indent=2, default=str) + "\n")
+    return summary, accuracy, metadata
+
+
+__all__ = ["RunOptions", "RunResult", "run", "MLHarnessError"]

@@ -1,0 +1,218 @@
+"""TestSettings assembly with loud validation.
+
+LoadGen silently ignores a model or scenario name it does not know and any unknown key; it also refuses a
+second ``FromConfig(..., conf_type=1)`` in the same process ("Multiple conf files are used"). This module
+reads the mlperf.conf compiled into the installed LoadGen (so the names checked are the ones that LoadGen will
+use), checks user.conf lines before LoadGen sees them, and loads the configuration as embedded conf
+(``conf_type=0``) followed by the user conf (``conf_type=2``), which never trips the multiple-conf error.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlharness.errors import SettingsError, suggest
+from mlharness.manifest.loader import PACKAGE_ROOT
+from mlharness.manifest.schema import SCENARIOS
+
+# Keys LoadGen's TestSettings::FromConfig reads (loadgen/test_settings_internal.cc, 6.0.x).
+LOADGEN_CONF_KEYS = frozenset(
+    {
+        "qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed",
+        "accuracy_log_rng_seed", "accuracy_log_probability", "accuracy_log_sampling_target",
+        "test05", "test05_qsl_rng_seed", "test05_sample_index_rng_seed", "test05_schedule_rng_seed",
+        "sample_concatenate_permutation", "target_duration", "min_duration", "max_duration",
+        "min_query_count", "max_query_count", "mode",
+        "performance_issue_unique", "performance_issue_same", "performance_issue_same_index",
+        "performance_sample_count_override", "accuracy_sample_count_override",
+        "target_latency", "target_latency_percentile", "target_qps", "samples_per_query",
+        "max_async_queries", "coalesce_queries", "print_timestamps",
+        "use_token_latencies", "ttft_latency", "tpot_latency", "infer_token_latencies",
+        "token_latency_scaling_factor", "server_num_issue_query_threads",
+    }
+)  # fmt: skip
+# A user.conf cannot change these: LoadGen takes them from the embedded conf only.
+SEED_KEYS = frozenset(
+    {"qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed", "test05_qsl_rng_seed",
+     "test05_sample_index_rng_seed", "test05_schedule_rng_seed", "accuracy_log_probability"}
+)  # fmt: skip
+_CONF_LINE = re.compile(r"^\s*([^.\s=#]+)\.([^.\s=#]+)\.([^.\s=#]+)\s*=\s*(\S+)\s*$")
+
+
+@functools.lru_cache(maxsize=1)
+def embedded_mlperf_conf() -> str:
+    """The mlperf.conf text compiled into the installed LoadGen extension."""
+    import mlperf_loadgen
+
+    blob = Path(mlperf_loadgen.__file__).read_bytes()
+    marker = b"# The format of this config file is 'key = value'."
+    start = blob.find(marker)
+    if start < 0:
+        raise SettingsError(f"cannot find the embedded mlperf.conf in {mlperf_loadgen.__file__}")
+    end = blob.find(b"\0", start)
+    return blob[start:end].decode("utf-8", errors="replace")
+
+
+def parse_conf(text: str, origin: str) -> list[tuple[int, str, str, str, str]]:
+    """(line number, model, scenario, key, value) for each setting line; other non-comment lines are errors."""
+    out = []
+    for no, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        m = _CONF_LINE.match(line)
+        if not m:
+            raise SettingsError(f"{origin}, line {no}: expected 'model.scenario.key = value', found '{raw.strip()}'")
+        out.append((no, *m.groups()))
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def known_models() -> frozenset[str]:
+    return frozenset(m for _, m, _, _, _ in parse_conf(embedded_mlperf_conf(), "mlperf.conf") if m != "*")
+
+
+@functools.lru_cache(maxsize=1)
+def embedded_seeds() -> dict[str, int]:
+    return {
+        k: int(v) for _, m, s, k, v in parse_conf(embedded_mlperf_conf(), "mlperf.conf")
+        if m == "*" and s == "*" and k.endswith("rng_seed")
+    }  # fmt: skip
+
+
+def check_scenario(scenario: str) -> str:
+    if scenario not in SCENARIOS:
+        raise SettingsError(f"unknown scenario '{scenario}'.{suggest(scenario, SCENARIOS)}")
+    return scenario
+
+
+def check_model_name(model: str) -> None:
+    if model not in known_models():
+        raise SettingsError(
+            f"MLPerf model '{model}' is not in the mlperf.conf of the installed LoadGen, which would silently run "
+            f"with default settings.{suggest(model, known_models())}"
+        )
+
+
+def validate_user_conf(path: Path, model: str) -> list[tuple[int, str, str, str, str]]:
+    """Refuse what LoadGen would silently ignore: foreign model names, unknown scenarios and keys, seeds."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise SettingsError(f"cannot read user.conf {path}: {e.strerror or e}") from e
+    lines = parse_conf(text, str(path))
+    for no, m, s, k, _v in lines:
+        where = f"{path}, line {no}"
+        if m not in (model, "*"):
+            raise SettingsError(
+                f"{where}: model '{m}' is neither this run's model '{model}' nor '*'; LoadGen would ignore the line"
+            )
+        if s not in SCENARIOS and s != "*":
+            raise SettingsError(f"{where}: unknown scenario '{s}'.{suggest(s, SCENARIOS)}")
+        if k not in LOADGEN_CONF_KEYS:
+            raise SettingsError(f"{where}: '{k}' is not a LoadGen setting.{suggest(k, LOADGEN_CONF_KEYS)}")
+        if k in SEED_KEYS:
+            raise SettingsError(f"{where}: '{k}' is fixed by the embedded mlperf.conf and cannot be set in user.conf")
+    return lines
+
+
+def default_user_conf(benchmark_model: str) -> Path | None:
+    """``user_conf/<model>.conf`` if it exists, else ``user_conf/default.conf``."""
+    root = PACKAGE_ROOT / "user_conf"
+    for name in (f"{benchmark_model}.conf", "default.conf"):
+        if (root / name).is_file():
+            return root / name
+    return None
+
+
+@dataclass
+class Overrides:
+    """Development overrides from the command line; any of them makes a run non-submittable."""
+
+    min_duration_ms: int | None = None
+    min_query_count: int | None = None
+    max_query_count: int | None = None
+    target_qps: float | None = None
+    target_latency_ms: float | None = None
+    samples_per_query: int | None = None
+    performance_sample_count: int | None = None
+
+    def given(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass
+class SettingsPlan:
+    model: str  # name used for conf lookups
+    official: bool
+    scenario: str
+    mode: str
+    user_conf: Path | None
+    overrides: Overrides
+    audit_config: Path
+    not_submittable: list[str] = field(default_factory=list)
+
+
+def build_test_settings(plan: SettingsPlan) -> Any:
+    """The LoadGen TestSettings for a plan; raises SettingsError if LoadGen rejects the configuration."""
+    import mlperf_loadgen as lg
+
+    check_scenario(plan.scenario)
+    settings = lg.TestSettings()
+    settings.scenario = getattr(lg.TestScenario, plan.scenario)
+    rc = settings.FromConfig("", plan.model, plan.scenario, 0)
+    if rc != 0:
+        raise SettingsError(f"LoadGen could not read its embedded mlperf.conf (rc={rc})")
+    if plan.user_conf is not None:
+        validate_user_conf(plan.user_conf, plan.model)
+        rc = settings.FromConfig(str(plan.user_conf), plan.model, plan.scenario, 2)
+        if rc != 0:
+            raise SettingsError(f"LoadGen rejected user.conf {plan.user_conf} (rc={rc})")
+    settings.mode = lg.TestMode.AccuracyOnly if plan.mode == "accuracy" else lg.TestMode.PerformanceOnly
+    o = plan.overrides
+    if o.min_duration_ms is not None:
+        settings.min_duration_ms = o.min_duration_ms
+    if o.min_query_count is not None:
+        settings.min_query_count = o.min_query_count
+    if o.max_query_count is not None:
+        settings.max_query_count = o.max_query_count
+    if o.performance_sample_count is not None:
+        settings.performance_sample_count_override = o.performance_sample_count
+    if o.target_qps is not None:
+        if plan.scenario == "Offline":
+            settings.offline_expected_qps = o.target_qps
+        elif plan.scenario == "Server":
+            settings.server_target_qps = o.target_qps
+        else:
+            raise SettingsError(f"--target-qps applies to Offline and Server, not {plan.scenario}")
+    if o.target_latency_ms is not None:
+        ns = int(o.target_latency_ms * 1e6)
+        {
+            "SingleStream": lambda: setattr(settings, "single_stream_expected_latency_ns", ns),
+            "MultiStream": lambda: setattr(settings, "multi_stream_expected_latency_ns", ns),
+            "Server": lambda: setattr(settings, "server_target_latency_ns", ns),
+            "Offline": lambda: (_ for _ in ()).throw(SettingsError("--target-latency-ms does not apply to Offline")),
+        }[plan.scenario]()
+    if o.samples_per_query is not None:
+        if plan.scenario != "MultiStream":
+            raise SettingsError("--samples-per-query applies to MultiStream only")
+        settings.multi_stream_samples_per_query = o.samples_per_query
+    return settings
+
+
+def describe_settings(settings: Any) -> dict[str, Any]:
+    """The requested TestSettings as plain values, for the run metadata."""
+    out: dict[str, Any] = {}
+    for name in dir(settings):
+        if name.startswith("_") or name == "FromConfig":
+            continue
+        value = getattr(settings, name)
+        if isinstance(value, bool | int | float | str):
+            out[name] = value
+        else:
+            out[name] = str(value).rsplit(".", 1)[-1]
+    return out

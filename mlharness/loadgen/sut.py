@@ -1,0 +1,287 @@
+"""The system under test, and the only module that touches LoadGen's SUT/QSL handles.
+
+``issue_cb`` only enqueues the query and returns (it runs on LoadGen's issue thread; any work there would
+distort the Server schedule). Worker threads take queries off the queue, form batches as the scenario's
+strategy says, run predict + postprocess (the timed path), encode each response in the declared dtype and
+complete the whole batch with one ``QuerySamplesComplete`` while its buffer is alive.
+
+Every issued sample is completed exactly once. When anything in the timed path raises, the SUT records the
+first error, completes the failing batch with empty responses, and from then on completes every sample at
+once without running the model, so LoadGen reaches its end; the runner then fails the run loudly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mlharness.errors import HookError, MLHarnessError, RunFailed
+from mlharness.loadgen.qsl import SampleLoader, SampleStore
+from mlharness.manifest.hooks import HookSet
+from mlharness.predictors.base import Predictor
+
+log = logging.getLogger(__name__)
+
+_STOP = object()
+
+
+@dataclass
+class Strategy:
+    """How workers form batches. ``coalesce_wait_s`` None: a batch never spans queries (SingleStream,
+    MultiStream, Offline); a number: Server-style dynamic batching across queries for at most that long."""
+
+    name: str
+    max_batchsize: int
+    coalesce_wait_s: float | None = None
+
+    @classmethod
+    def for_scenario(cls, scenario: str, max_batchsize: int, server_max_wait_ms: float = 0.0) -> Strategy:
+        if scenario == "Server":
+            return cls("ServerStrategy", max_batchsize, server_max_wait_ms / 1000.0)
+        return cls(f"{scenario}Strategy", max_batchsize, None)
+
+
+class Pipeline:
+    """predict + postprocess + encoding for one batch: written once for every backend and scenario."""
+
+    def __init__(self, predictor: Predictor, hooks: HookSet, ctx: dict[str, Any], store: SampleStore,
+                 response_dtype: np.dtype):
+        self.predictor = predictor
+        self.hooks = hooks
+        self.ctx = ctx
+        self.store = store
+        self.dtype = response_dtype
+        self._post = hooks.get("postprocess")
+
+    def run(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Returns (buffer uint8, byte offsets of each response [n+1])."""
+        batch = self.store.gather(indices)
+        outputs = self.predictor.predict(batch)
+        if self._post is None:
+            responses: Any = outputs[0]
+        else:
+            try:
+                responses = self._post(self.ctx, outputs)
+            except Exception as e:
+                raise self.hooks._runtime_error("postprocess", e) from e
+        return self.encode(responses, len(indices))
+
+    def encode(self, responses: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+        if isinstance(responses, np.ndarray) and responses.ndim >= 1 and responses.shape[0] == n:
+            arr = np.ascontiguousarray(responses, dtype=self.dtype)
+            size = arr.nbytes // n if n else 0
+            return arr.reshape(-1).view(np.uint8), np.arange(n + 1, dtype=np.int64) * size
+        if not isinstance(responses, list | tuple):
+            raise HookError(
+                "postprocess", self.hooks.manifest,
+                f"must return one response per sample ({n}): a list, a tuple or an array with a batch axis; "
+                f"got {type(responses).__name__}"
+                + (f" of shape {responses.shape}" if isinstance(responses, np.ndarray) else ""),
+            )
+        if len(responses) != n:
+            raise HookError("postprocess", self.hooks.manifest,
+                            f"returned {len(responses)} responses for a batch of {n} samples")
+        parts = [self._one(r, i) for i, r in enumerate(responses)]
+        sizes = np.fromiter((len(p) for p in parts), dtype=np.int64, count=n)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        return np.frombuffer(b"".join(parts), dtype=np.uint8), offsets
+
+    def _one(self, r: Any, i: int) -> bytes:
+        if isinstance(r, bytes | bytearray | memoryview):
+            return bytes(r)
+        if isinstance(r, str):  # MLHarness manifests return JSON text per sample
+            try:
+                r = json.loads(r)
+            except json.JSONDecodeError as e:
+                raise HookError("postprocess", self.hooks.manifest,
+                                f"response {i} is a string but not JSON: {e}") from e
+        try:
+            return np.asarray(r, dtype=self.dtype).tobytes()
+        except (TypeError, ValueError) as e:
+            raise HookError("postprocess", self.hooks.manifest,
+                            f"response {i} cannot be encoded as {self.dtype}: {e}") from e
+
+
+class SystemUnderTest:
+    """Worker threads + queue; hands LoadGen its callbacks. Use :meth:`run_test` to run one LoadGen test."""
+
+    def __init__(self, pipeline: Pipeline, strategy: Strategy, workers: int = 1,
+                 on_failure: Callable[[BaseException], None] | None = None):
+        self.pipeline = pipeline
+        self.strategy = strategy
+        self.n_workers = max(1, workers)
+        self.on_failure = on_failure
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._flushed = threading.Event()
+        self._count_lock = threading.Lock()
+        self.issued = 0
+        self.completed = 0
+        self.batches = 0
+        self.error: BaseException | None = None
+        self._lg: Any = None
+
+    # -- LoadGen callbacks ---------------------------------------------------------------------------------
+    def issue(self, query_samples: Any) -> None:
+        self._queue.put(query_samples)
+
+    def flush(self) -> None:
+        self._flushed.set()
+
+    # -- workers -----------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        import mlperf_loadgen as lg
+
+        self._lg = lg
+        for i in range(self.n_workers):
+            t = threading.Thread(target=self._worker, name=f"mlharness-sut-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        for _ in self._threads:
+            self._queue.put(_STOP)
+        for t in self._threads:
+            t.join(timeout=30)
+        self._threads.clear()
+
+    def _split(self, item: Any) -> tuple[np.ndarray, np.ndarray] | None:
+        """Turn a queued item into (ids, indices); re-queue what exceeds the batch size for other workers."""
+        if isinstance(item, tuple):
+            ids, idx = item
+        else:
+            n = len(item)
+            ids = np.fromiter((s.id for s in item), dtype=np.uint64, count=n)
+            idx = np.fromiter((s.index for s in item), dtype=np.int64, count=n)
+            with self._count_lock:
+                self.issued += n
+        mb = self.strategy.max_batchsize
+        if len(ids) > mb:
+            for start in range(mb, len(ids), mb):
+                self._queue.put((ids[start:start + mb], idx[start:start + mb]))
+            ids, idx = ids[:mb], idx[:mb]
+        return ids, idx
+
+    def _worker(self) -> None:
+        wait = self.strategy.coalesce_wait_s
+        mb = self.strategy.max_batchsize
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            ids, idx = self._split(item)
+            if wait is not None and len(ids) < mb:
+                ids, idx, stop = self._coalesce(ids, idx, wait)
+                self._process(ids, idx)
+                if stop:
+                    return
+                continue
+            self._process(ids, idx)
+
+    def _coalesce(self, ids: np.ndarray, idx: np.ndarray, wait: float) -> tuple[np.ndarray, np.ndarray, bool]:
+        """Server dynamic batching: add queued samples until the batch is full or ``wait`` has passed."""
+        ids_parts, idx_parts, n = [ids], [idx], len(ids)
+        mb = self.strategy.max_batchsize
+        deadline = time.perf_counter() + wait
+        stop = False
+        while n < mb:
+            remaining = deadline - time.perf_counter()
+            try:
+                if remaining <= 0 or self._flushed.is_set():
+                    item = self._queue.get_nowait()
+                else:
+                    item = self._queue.get(timeout=remaining)
+            except queue.Empty:
+                break
+            if item is _STOP:
+                stop = True
+                break
+            more_ids, more_idx = self._split(item)
+            room = mb - n
+            if len(more_ids) > room:
+                self._queue.put((more_ids[room:], more_idx[room:]))
+                more_ids, more_idx = more_ids[:room], more_idx[:room]
+            ids_parts.append(more_ids)
+            idx_parts.append(more_idx)
+            n += len(more_ids)
+        if len(ids_parts) == 1:
+            return ids, idx, stop
+        return np.concatenate(ids_parts), np.concatenate(idx_parts), stop
+
+    def _process(self, ids: np.ndarray, idx: np.ndarray) -> None:
+        lg = self._lg
+        if self.error is None:
+            try:
+                buf, offsets = self.pipeline.run(idx)
+                base = buf.ctypes.data
+                responses = [
+                    lg.QuerySampleResponse(int(ids[i]), base + int(offsets[i]), int(offsets[i + 1] - offsets[i]))
+                    for i in range(len(ids))
+                ]
+                lg.QuerySamplesComplete(responses)  # buf stays referenced until this returns
+                self._count(len(ids))
+                return
+            except BaseException as e:  # noqa: BLE001 - every failure must still complete the samples
+                self._fail(e)
+        # failed run: complete at once with empty responses so LoadGen can finish
+        lg.QuerySamplesComplete([lg.QuerySampleResponse(int(i), 0, 0) for i in ids])
+        self._count(len(ids))
+
+    def _count(self, n: int) -> None:
+        with self._count_lock:
+            self.completed += n
+            self.batches += 1
+
+    def _fail(self, e: BaseException) -> None:
+        with self._count_lock:
+            first = self.error is None
+            if first:
+                self.error = e
+        if first:
+            log.error("the timed path failed: %s", e)
+            if self.on_failure is not None:
+                self.on_failure(e)
+
+    # -- one LoadGen test ----------------------------------------------------------------------------------
+    def run_test(self, loader: SampleLoader, total_count: int, performance_count: int, settings: Any,
+                 log_settings: Any, audit_config: str) -> None:
+        import mlperf_loadgen as lg
+
+        def load(indices: list[int]) -> None:
+            try:
+                loader.load(indices)
+            except BaseException as e:  # noqa: BLE001 - LoadGen cannot see Python exceptions
+                loader.error = loader.error or e
+                self._fail(e)
+
+        def unload(indices: list[int]) -> None:
+            try:
+                loader.unload(indices)
+            except BaseException as e:  # noqa: BLE001
+                loader.error = loader.error or e
+
+        qsl = lg.ConstructQSL(total_count, performance_count, load, unload)
+        sut = lg.ConstructSUT(self.issue, self.flush)
+        self.start()
+        try:
+            lg.StartTestWithLogSettings(sut, qsl, settings, log_settings, audit_config)
+        finally:
+            self.stop()
+            lg.DestroySUT(sut)
+            lg.DestroyQSL(qsl)
+        if self.issued != self.completed:
+            raise RunFailed(f"internal error: {self.issued} samples issued but {self.completed} completed")
+        if self.error is not None:
+            err = self.error
+            if isinstance(err, MLHarnessError):
+                raise RunFailed(f"the run failed: {err}") from err
+            raise RunFailed(f"the run failed: {type(err).__name__}: {err}") from err

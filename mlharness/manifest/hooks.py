@@ -1,0 +1,164 @@
+"""Compile a manifest's hooks ONCE into one namespace shared by the dataset and model hooks.
+
+MLHarness manifests rely on that sharing: the dataset's ``load`` fills a global that ``preprocess`` reads.
+Every hook is compiled under a file name that names the manifest and the hook and is registered with
+``linecache``, so a traceback inside a hook shows its source, and errors report the hook's line.
+"""
+
+from __future__ import annotations
+
+import linecache
+import logging
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mlharness.errors import HookError, ManifestError
+from mlharness.manifest.loader import LoadedManifest, SourceInfo
+from mlharness.manifest.schema import DATASET_HOOK_KEYS, HOOK_KEYS, HookRef
+
+log = logging.getLogger(__name__)
+
+
+class HookSet:
+    """The compiled hooks of one run. Build it once; call hooks through :meth:`call` or the attributes."""
+
+    def __init__(self, loaded: LoadedManifest, ctx: dict[str, Any] | None = None):
+        self.loaded = loaded
+        self.manifest = str(loaded.path)
+        self.namespace: dict[str, Any] = {
+            "__name__": f"mlharness_hooks_{loaded.model.name.replace('-', '_')}",
+            "__builtins__": __builtins__,
+            # dataset hooks (init/load/unload) take no ctx argument; they read the run's facts from this global
+            "ctx": ctx if ctx is not None else {},
+        }
+        self.functions: dict[str, Callable[..., Any]] = {}
+        self._filenames: dict[str, tuple[str, int]] = {}  # compiled file name -> (hook, first file line)
+        self._files_loaded: dict[Path, None] = {}
+        if loaded.dataset is not None:
+            ds_source = loaded.dataset_source or loaded.source
+            prefix = "" if loaded.dataset_source else "dataset."
+            for key in DATASET_HOOK_KEYS:
+                self._add(key, getattr(loaded.dataset, key), ds_source, prefix)
+        for key in HOOK_KEYS:
+            self._add(key, getattr(loaded.model, key), loaded.source, "")
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.functions
+
+    # -- compilation -------------------------------------------------------------------------------------------
+    def _add(self, key: str, hook: str | HookRef | None, source: SourceInfo, prefix: str) -> None:
+        if hook is None:
+            return
+        if isinstance(hook, HookRef):
+            self.functions[key] = self._from_file(key, hook, source)
+            return
+        if not hook.strip():
+            return
+        first_line = source.hook_lines.get(prefix + key, 1)
+        filename = f"{source.path}::{key}"
+        self._filenames[filename] = (key, first_line)
+        linecache.cache[filename] = (len(hook), None, hook.splitlines(keepends=True), filename)
+        code = self._compile(key, hook, filename, str(source.path), first_line)
+        self._exec(key, code, str(source.path))
+        fn = self.namespace.get(key)
+        if not callable(fn):
+            raise ManifestError(
+                source.path, prefix + key, f"the hook's source must define a function named '{key}'"
+            )
+        self.functions[key] = fn
+
+    def _compile(self, key: str, text: str, filename: str, manifest: str, first_line: int) -> Any:
+        try:
+            return compile(text, filename, "exec")
+        except SyntaxError as e:
+            line = e.lineno or 0
+            raise HookError(
+                key, manifest, f"{e.msg} (hook line {line}, file line {first_line + line - 1})", line=line
+            ) from None
+
+    def _exec(self, key: str, code: Any, manifest: str) -> None:
+        try:
+            exec(code, self.namespace)  # noqa: S102 - running the manifest's hooks is the point
+        except Exception as e:
+            raise self._runtime_error(key, e, when="while defining the hook") from e
+
+    def _from_file(self, key: str, ref: HookRef, source: SourceInfo) -> Callable[..., Any]:
+        path = (source.path.parent / ref.file).resolve()
+        if not path.is_file():
+            raise ManifestError(source.path, f"{key}.file", f"hook file {path} does not exist")
+        if path not in self._files_loaded:
+            text = path.read_text()
+            filename = str(path)
+            self._filenames[filename] = (key, 1)
+            code = self._compile(key, text, filename, str(path), 1)
+            self._exec(key, code, str(path))
+            self._files_loaded[path] = None
+        name = ref.function or key
+        fn = self.namespace.get(name)
+        if not callable(fn):
+            raise ManifestError(source.path, f"{key}.function", f"{path} defines no function '{name}'")
+        return fn
+
+    # -- invocation --------------------------------------------------------------------------------------------
+    def get(self, name: str) -> Callable[..., Any] | None:
+        return self.functions.get(name)
+
+    def call(self, name: str, *args: Any) -> Any:
+        fn = self.functions[name]
+        try:
+            return fn(*args)
+        except Exception as e:
+            raise self._runtime_error(name, e) from e
+
+    def _runtime_error(self, name: str, exc: BaseException, when: str = "") -> HookError:
+        """Name the hook and the line inside it where the exception was raised."""
+        line = None
+        hook = name
+        for frame, lineno in traceback.walk_tb(exc.__traceback__):
+            info = self._filenames.get(frame.f_code.co_filename)
+            if info is not None:
+                hook, line = info[0], lineno
+        detail = f"{type(exc).__name__}: {exc}"
+        if when:
+            detail = f"{when}: {detail}"
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("hook %s failed:\n%s", hook, "".join(traceback.format_exception(exc)))
+        return HookError(hook, self.manifest, f"raised {detail}", line=line)
+
+def check_hooks(loaded: LoadedManifest) -> list[str]:
+    """Compile every hook and check it defines its function, WITHOUT running any of it (for validate/list).
+    Returns the names of the hooks present."""
+    import ast
+
+    present = []
+    sections: list[tuple[tuple[str, ...], Any, SourceInfo, str]] = []
+    if loaded.dataset is not None:
+        sections.append((DATASET_HOOK_KEYS, loaded.dataset, loaded.dataset_source or loaded.source,
+                         "" if loaded.dataset_source else "dataset."))
+    sections.append((HOOK_KEYS, loaded.model, loaded.source, ""))
+    for keys, section, source, prefix in sections:
+        for key in keys:
+            hook = getattr(section, key)
+            if hook is None:
+                continue
+            present.append(key)
+            if isinstance(hook, HookRef):
+                path = (source.path.parent / hook.file).resolve()
+                if not path.is_file():
+                    raise ManifestError(source.path, f"{prefix}{key}.file", f"hook file {path} does not exist")
+                text, first, where, name = path.read_text(), 1, str(path), hook.function or key
+            else:
+                text, first, where, name = hook, source.hook_lines.get(prefix + key, 1), str(source.path), key
+            try:
+                tree = ast.parse(text, filename=where)
+            except SyntaxError as e:
+                line = e.lineno or 0
+                raise HookError(key, where, f"{e.msg} (hook line {line}, file line {first + line - 1})",
+                                line=line) from None
+            defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+            if name not in defined and not (isinstance(hook, HookRef) and "import" in text):
+                raise ManifestError(source.path, prefix + key, f"the hook's source must define a function named "
+                                                               f"'{name}'")
+    return present

@@ -1,0 +1,272 @@
+"""Load and validate manifests: YAML → typed models, with errors that name the file and the field path.
+
+Loading runs no user code: hooks are only compiled later, once, by :mod:`mlharness.manifest.hooks`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from mlharness.errors import ManifestError, suggest
+from mlharness.manifest.schema import DATASET_HOOK_KEYS, HOOK_KEYS, DatasetManifest, ModelManifest
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+
+
+def manifest_dirs() -> list[Path]:
+    """Where built-in manifests live: ``$MLHARNESS_MANIFEST_PATH`` (os.pathsep separated) first, then the
+    project's ``manifests/``."""
+    dirs = [Path(p) for p in os.environ.get("MLHARNESS_MANIFEST_PATH", "").split(os.pathsep) if p]
+    dirs.append(PACKAGE_ROOT / "manifests")
+    return [d for d in dirs if d.is_dir()]
+
+
+@dataclass
+class SourceInfo:
+    """Where a manifest came from: its path, text and the YAML line where each hook's source starts."""
+
+    path: Path
+    text: str
+    hook_lines: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+
+@dataclass
+class LoadedManifest:
+    model: ModelManifest
+    source: SourceInfo
+    dataset: DatasetManifest | None
+    dataset_source: SourceInfo | None  # None when inline or absent
+
+    @property
+    def path(self) -> Path:
+        return self.source.path
+
+    @property
+    def directory(self) -> Path:
+        return self.source.path.parent
+
+    @property
+    def dataset_directory(self) -> Path:
+        return (self.dataset_source or self.source).path.parent
+
+
+def _read_yaml(path: Path) -> tuple[dict[str, Any], SourceInfo]:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ManifestError(path, None, f"cannot read the file: {e.strerror or e}") from e
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise ManifestError(path, None, f"invalid YAML: {where}{problem}") from e
+    if not isinstance(data, dict):
+        raise ManifestError(path, None, f"expected a mapping at the top level, found {type(data).__name__}")
+    source = SourceInfo(path=path, text=text)
+    source.hook_lines = _hook_lines(node)
+    return data, source
+
+
+def _hook_lines(node: Any) -> dict[str, int]:
+    """1-based file line of the first line of each hook's source, for error messages."""
+    lines: dict[str, int] = {}
+    if not isinstance(node, yaml.MappingNode):
+        return lines
+
+    def walk(mapping: yaml.MappingNode, prefix: str) -> None:
+        for key, value in mapping.value:
+            name = key.value
+            if name in HOOK_KEYS + DATASET_HOOK_KEYS and isinstance(value, yaml.ScalarNode):
+                # block scalars ('|') start on the line after the key
+                offset = 1 if value.style in ("|", ">") else 0
+                lines[prefix + name] = value.start_mark.line + 1 + offset
+            elif name == "dataset" and isinstance(value, yaml.MappingNode):
+                walk(value, "dataset.")
+
+    walk(node, "")
+    return lines
+
+
+def _loc_to_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("str", "HookRef", "DatasetManifest", "function-after[_known_dtype(), str]"):
+            continue  # union branch names add nothing for the user
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "<top level>"
+
+
+def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model class that owns the last key of ``loc`` (to suggest valid keys for a typo)."""
+    current: Any = root
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)) or part not in current.model_fields:
+            if isinstance(current, type) and issubclass(current, BaseModel):
+                continue
+            return None
+        current = _first_model(current.model_fields[part].annotation)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _first_model(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, list):
+        for arg in typing.get_args(annotation):
+            found = _first_model(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _format_validation(path: Path, root: type[BaseModel], err: ValidationError) -> ManifestError:
+    problems = []
+    seen = set()
+    for e in err.errors():
+        loc = tuple(e["loc"])
+        field_path = _loc_to_path(loc)
+        if e["type"] == "missing":
+            msg = "required field is missing"
+        elif e["type"] == "extra_forbidden":
+            owner = _model_at(root, loc)
+            known = list(owner.model_fields) if owner else []
+            close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+            msg = "unknown key" + (f"; did you mean '{close[0]}'?" if close else "")
+            if known and not close:
+                msg += f"; expected one of: {', '.join(known)}"
+        else:
+            msg = e["msg"].removeprefix("Value error, ")
+            if "input" in e and e["type"] not in ("value_error",) and not isinstance(e["input"], dict | list):
+                msg += f" (got {e['input']!r})"
+        if (field_path, msg) in seen:
+            continue
+        seen.add((field_path, msg))
+        problems.append((field_path, msg))
+    # union branches produce one error per branch; keep the most specific ones
+    first_field, first_msg = problems[0]
+    if len(problems) == 1:
+        return ManifestError(path, first_field, first_msg)
+    rest = "; ".join(f"'{f}': {m}" for f, m in problems[1:4])
+    more = f" (and {len(problems) - 4} more)" if len(problems) > 4 else ""
+    return ManifestError(path, first_field, f"{first_msg}. Also {rest}{more}")
+
+
+def find_builtin(name: str, kind: str = "model") -> Path | None:
+    """A built-in manifest by name: ``<dir>/**/<name>.yaml``; datasets live under a ``datasets/`` folder."""
+    for root in manifest_dirs():
+        for candidate in sorted(root.rglob(f"{name}.yaml")) + sorted(root.rglob(f"{name}.yml")):
+            is_dataset = "datasets" in candidate.relative_to(root).parts
+            if is_dataset == (kind == "dataset"):
+                return candidate
+    return None
+
+
+def builtin_names(kind: str = "model") -> list[str]:
+    names = set()
+    for root in manifest_dirs():
+        for p in list(root.rglob("*.yaml")) + list(root.rglob("*.yml")):
+            if ("datasets" in p.relative_to(root).parts) == (kind == "dataset"):
+                names.add(p.stem)
+    return sorted(names)
+
+
+def resolve_manifest_path(ref: str | Path, kind: str = "model", relative_to: Path | None = None) -> Path:
+    """A path (absolute, relative to ``relative_to`` or the CWD) or a built-in name."""
+    ref_path = Path(ref).expanduser()
+    candidates = [ref_path] if ref_path.is_absolute() else []
+    if not ref_path.is_absolute():
+        if relative_to is not None:
+            candidates.append(relative_to / ref_path)
+        candidates.append(Path.cwd() / ref_path)
+    for c in candidates:
+        if c.is_file():
+            return c.resolve()
+    if ref_path.suffix not in (".yaml", ".yml") and len(ref_path.parts) == 1:
+        found = find_builtin(str(ref), kind)
+        if found:
+            return found.resolve()
+        raise ManifestError(
+            None, None, f"no {kind} manifest file or built-in named '{ref}'.{suggest(str(ref), builtin_names(kind))}"
+        )
+    raise ManifestError(ref_path, None, f"{kind} manifest file does not exist")
+
+
+def load_dataset_manifest(ref: str | Path, relative_to: Path | None = None) -> tuple[DatasetManifest, SourceInfo]:
+    path = resolve_manifest_path(ref, "dataset", relative_to)
+    data, source = _read_yaml(path)
+    try:
+        return DatasetManifest.model_validate(data), source
+    except ValidationError as e:
+        raise _format_validation(path, DatasetManifest, e) from None
+
+
+def load_manifest(ref: str | Path, dataset: str | Path | None = None) -> LoadedManifest:
+    """Load a model manifest and the dataset manifest it names (``dataset`` overrides the manifest's choice)."""
+    path = resolve_manifest_path(ref, "model")
+    data, source = _read_yaml(path)
+    try:
+        model = ModelManifest.model_validate(data)
+    except ValidationError as e:
+        raise _format_validation(path, ModelManifest, e) from None
+    _check_framework(path, model)
+    ds: DatasetManifest | None = None
+    ds_source: SourceInfo | None = None
+    if dataset is not None:
+        ds, ds_source = load_dataset_manifest(dataset)
+    elif isinstance(model.dataset, DatasetManifest):
+        ds = model.dataset
+    elif isinstance(model.dataset, str):
+        ds, ds_source = load_dataset_manifest(model.dataset, relative_to=path.parent)
+    return LoadedManifest(model=model, source=source, dataset=ds, dataset_source=ds_source)
+
+
+def _check_framework(path: Path, model: ModelManifest) -> None:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    from mlharness.predictors import PREDICTORS
+
+    name = model.framework.name
+    if name not in PREDICTORS:
+        raise ManifestError(path, "framework.name", f"unknown framework '{name}'.{suggest(name, PREDICTORS.names())}")
+    version = model.framework.version.strip()
+    if version not in ("", "*", "latest") and not is_bare_version(version):
+        try:
+            SpecifierSet(version)
+        except InvalidSpecifier:
+            raise ManifestError(
+                path, "framework.version", f"'{version}' is not a version constraint (expected e.g. '>=1.16' or '*')"
+            ) from None
+
+
+def is_bare_version(text: str) -> bool:
+    """MLModelScope manifests write the version a model was made with ('1.7.1'), not a constraint."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True

@@ -1,0 +1,243 @@
+"""Manifest spec v1 as typed models.
+
+Unknown keys are errors everywhere except the open bags (``attributes``, ``framework.options``,
+``accuracy.options``, tensor ``parameters``), so a typo surfaces with its field path instead of being ignored.
+The field docstrings are the reference: ``docs/manifest.md`` is checked against them by a test.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
+HOOK_KEYS = (
+    "before_preprocess",
+    "preprocess",
+    "after_preprocess",
+    "before_postprocess",
+    "postprocess",
+    "after_postprocess",
+)
+DATASET_HOOK_KEYS = ("init", "load", "unload")
+ELEMENT_TYPES = (
+    "float16",
+    "float32",
+    "float64",
+    "bfloat16",
+    "int8",
+    "uint8",
+    "int16",
+    "int32",
+    "int64",
+    "bool",
+    "bytes",
+)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class HookRef(_Strict):
+    """A hook defined in a Python file beside the manifest instead of inline source."""
+
+    file: str
+    """Path of the Python file, relative to the manifest."""
+    function: str | None = None
+    """Name of the function in that file; defaults to the hook's own name."""
+
+
+Hook = str | HookRef
+
+
+def _unwrap(value: Any) -> Any:
+    """MLModelScope manifests wrap parameter values as ``{value: x}`` or ``{default: x}``."""
+    if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in ("value", "default"):
+        return next(iter(value.values()))
+    return value
+
+
+class TensorSpec(_Strict):
+    """One model input or output. Accepts the MLModelScope form (``type``, ``description``, ``parameters``) and the
+    flat form (``name``, ``shape``, ``element_type``)."""
+
+    name: str | None = None
+    """Tensor name in the model graph; matched to the framework's names. MLModelScope's ``parameters.input_layer``
+    is accepted too. Without one, tensors are matched by position."""
+    type: str = "tensor"
+    """What the tensor carries (image, text, probability, ...); informational."""
+    description: str = ""
+    element_type: str = "float32"
+    """numpy-style dtype name of the tensor."""
+    shape: list[int | str] | None = None
+    """Shape of ONE sample, without the batch axis; -1 or a name marks a dynamic axis."""
+    layout: str | None = None
+    """Data layout of one sample, e.g. CHW or HWC."""
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    """Open bag of further facts (mean, scale, color_mode, ...), passed to hooks through ``ctx``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_mlmodelscope(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("parameters"), dict):
+            return data
+        data = dict(data)
+        params = {k: _unwrap(v) for k, v in data["parameters"].items()}
+        for src, dst in (
+            ("element_type", "element_type"),
+            ("dimensions", "shape"),
+            ("layout", "layout"),
+            ("input_layer", "name"),
+            ("output_layer", "name"),
+        ):
+            if src in params and dst not in data:
+                data[dst] = params[src]
+        data["parameters"] = params
+        return data
+
+    @field_validator("element_type")
+    @classmethod
+    def _known_dtype(cls, v: str) -> str:
+        if v not in ELEMENT_TYPES:
+            raise ValueError(f"unknown element_type '{v}'; expected one of {', '.join(ELEMENT_TYPES)}")
+        return v
+
+    @field_validator("shape")
+    @classmethod
+    def _valid_shape(cls, v: list[int | str] | None) -> list[int | str] | None:
+        if v is None:
+            return v
+        for i, d in enumerate(v):
+            if isinstance(d, bool) or (isinstance(d, int) and d != -1 and d < 1):
+                raise ValueError(f"dimension {i} is {d!r}; expected a positive int, -1 or a name for a dynamic axis")
+        return v
+
+
+class FrameworkSpec(_Strict):
+    name: str
+    """Predictor backend: onnxruntime (more in later releases: pytorch, tensorflow, remote)."""
+    version: str = "*"
+    """PEP 440 version constraint on the framework package, e.g. ``>=1.16``; ``*`` accepts any."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Framework session options (onnxruntime: intra_op_num_threads, inter_op_num_threads, providers,
+    graph_optimization_level, execution_mode, ...)."""
+
+
+class ModelAsset(_Strict):
+    graph_path: str
+    """Local path (relative to the manifest) or URL of the model file; joined to ``base_url`` when given."""
+    base_url: str | None = None
+    graph_checksum: str | None = None
+    """md5 or sha256 digest (bare hex or ``sha256:<hex>``), verified after download and before each use."""
+    is_archive: bool = False
+    """The asset is a .tar/.tar.gz/.zip to unpack; ``graph_path`` then names the archive."""
+    model_file: str | None = None
+    """With ``is_archive``: the path of the model inside the unpacked archive."""
+    generator: str | None = None
+    """``module:function`` that writes the model to the path it is given, for models the project generates
+    (the demo's oracle, random-weight test models); the result is cached like a download."""
+    weights_path: str | None = None
+    """Accepted for MLModelScope manifests; unused by single-file formats such as ONNX."""
+    weights_checksum: str | None = None
+
+
+class MLPerfSpec(_Strict):
+    model: str | None = None
+    """Model name for mlperf.conf / user.conf lookups (resnet50, bert, 3d-unet). Without it the run uses the
+    manifest's name with the ``*`` defaults and is marked as not an official benchmark."""
+    benchmark: str | None = None
+    """Benchmark directory name in results trees (resnet, bert-99, 3d-unet-99); defaults to ``model``."""
+
+
+class ResponseSpec(_Strict):
+    element_type: str = "float32"
+    """dtype in which each sample's response is written to LoadGen (what the accuracy script decodes)."""
+
+    @field_validator("element_type")
+    @classmethod
+    def _known_dtype(cls, v: str) -> str:
+        return TensorSpec._known_dtype(v)
+
+
+class AccuracySpec(_Strict):
+    metric: str
+    """Name of a registered accuracy metric (imagenet_top1, ...)."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Passed to the metric, e.g. ``{val_map: val_map.txt, dtype: float32}``."""
+
+
+class BatchingSpec(_Strict):
+    max_batchsize: int = Field(1, ge=1)
+    """Largest batch for every scenario unless the scenario's own key says otherwise."""
+    SingleStream: int | None = Field(None, ge=1)
+    MultiStream: int | None = Field(None, ge=1)
+    Server: int | None = Field(None, ge=1)
+    Offline: int | None = Field(None, ge=1)
+    server_max_wait_ms: float = Field(0.0, ge=0)
+    """Server: how long the first sample of a partial batch may wait for company before it runs anyway."""
+
+    def for_scenario(self, scenario: str) -> int:
+        return getattr(self, scenario) or self.max_batchsize
+
+
+class DatasetManifest(_Strict):
+    """Dataset manifest: ``init(count)`` returns the dataset size, ``load(sample_list)`` / ``unload(sample_list)``
+    bring samples in and out of memory. Its hooks share one namespace with the model's hooks."""
+
+    name: str
+    version: str = "1.0"
+    description: str = ""
+    path: str | None = None
+    """Default dataset folder (overridden by ``--dataset-path``); relative to the manifest."""
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    init: Hook | None = None
+    load: Hook | None = None
+    unload: Hook | None = None
+
+
+class ModelManifest(_Strict):
+    name: str
+    version: str = "1.0"
+    description: str = ""
+    manifest_version: Literal[1] = 1
+    framework: FrameworkSpec
+    modality: str = "general"
+    """image_classification, question_answering, image_segmentation, ... (informational)."""
+    inputs: list[TensorSpec] = Field(min_length=1)
+    outputs: list[TensorSpec] = Field(min_length=1)
+    model: ModelAsset
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    """Open bag passed to hooks as ``ctx['attributes']``."""
+    dataset: str | DatasetManifest | None = None
+    """A dataset manifest: a built-in name, a path relative to this manifest, or the section inline."""
+    mlperf: MLPerfSpec = Field(default_factory=MLPerfSpec)
+    response: ResponseSpec = Field(default_factory=ResponseSpec)
+    accuracy: AccuracySpec | None = None
+    batching: BatchingSpec = Field(default_factory=BatchingSpec)
+    before_preprocess: Hook | None = None
+    preprocess: Hook | None = None
+    after_preprocess: Hook | None = None
+    before_postprocess: Hook | None = None
+    postprocess: Hook | None = None
+    after_postprocess: Hook | None = None
+    # MLModelScope manifests carry these; accepted and ignored.
+    license: str | None = None
+    container: dict[str, Any] | None = None
+
+    @field_validator("framework", mode="before")
+    @classmethod
+    def _framework_lowercase(cls, v: Any) -> Any:
+        if isinstance(v, dict) and isinstance(v.get("name"), str):
+            v = {**v, "name": v["name"].lower()}
+        return v
+
+
+def numpy_dtype(element_type: str) -> np.dtype:
+    if element_type == "bytes":
+        return np.dtype(np.uint8)
+    if element_type == "bfloat16":
+        raise ValueError("bfloat16 responses are not supported by numpy; declare float32")
+    return np.dtype(element_type)

@@ -1,0 +1,18 @@
+"""Predictor backends, registered lazily by name so listing never imports a framework."""
+
+from mlharness.errors import PredictorError
+from mlharness.registry import Registry
+
+PREDICTORS = Registry(
+    "framework",
+    {
+        "onnxruntime": "mlharness.predictors.onnxruntime:OnnxRuntimePredictor",
+        # Toy predictors for tests and for measuring harness overhead without a framework.
+        "echo": "mlharness.predictors.toys:EchoPredictor",
+        "error": "mlharness.predictors.toys:ErrorPredictor",
+    },
+    PredictorError,
+)
+
+# The Python package whose version a manifest's ``framework.version`` constrains.
+FRAMEWORK_PACKAGES = {"onnxruntime": "onnxruntime", "echo": "mlharness", "error": "mlharness"}

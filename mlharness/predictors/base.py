@@ -1,0 +1,52 @@
+"""The small interface every predictor implements (MLServer-shaped: load, predict, close, warmup)."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class PredictorConfig:
+    """What a predictor needs to build its session, resolved from the manifest and the command line."""
+
+    model_path: str | None
+    input_names: list[str]
+    output_names: list[str]
+    device: str = "cpu"
+    threads: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    max_batchsize: int = 1
+
+
+class Predictor(abc.ABC):
+    """A framework session. ``predict`` takes one array per model input (batch first) and returns one array per
+    model output (batch first), in the manifest's declared order."""
+
+    name = "predictor"
+
+    def __init__(self, config: PredictorConfig):
+        self.config = config
+
+    @abc.abstractmethod
+    def load(self) -> None: ...
+
+    @abc.abstractmethod
+    def predict(self, inputs: list[np.ndarray]) -> list[np.ndarray]: ...
+
+    def close(self) -> None:  # noqa: B027 - optional
+        pass
+
+    def warmup(self, inputs: list[np.ndarray], n: int = 1) -> None:
+        for _ in range(n):
+            self.predict(inputs)
+
+    def framework_version(self) -> str:
+        return "n/a"
+
+    def describe(self) -> dict[str, Any]:
+        """Facts recorded in the run metadata (providers, threads, ...)."""
+        return {"predictor": self.name, "framework_version": self.framework_version()}

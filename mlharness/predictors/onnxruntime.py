@@ -1,0 +1,147 @@
+"""ONNX Runtime predictor: one InferenceSession, feeds matched to the model's input names."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from mlharness.errors import PredictorError
+from mlharness.predictors.base import Predictor, PredictorConfig
+
+log = logging.getLogger(__name__)
+
+_GRAPH_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
+                 "all": "ORT_ENABLE_ALL"}
+_SESSION_KEYS = {"intra_op_num_threads", "inter_op_num_threads", "graph_optimization_level", "execution_mode",
+                 "providers", "provider_options", "enable_mem_pattern", "enable_cpu_mem_arena", "log_severity_level",
+                 "optimized_model_filepath"}
+
+
+class OnnxRuntimePredictor(Predictor):
+    name = "onnxruntime"
+
+    def __init__(self, config: PredictorConfig):
+        super().__init__(config)
+        self.session: Any = None
+        self._feed_names: list[str] = []
+        self._fetch_names: list[str] = []
+        self._fixed_batch: int | None = None
+
+    def framework_version(self) -> str:
+        import onnxruntime
+
+        return onnxruntime.__version__
+
+    def _session_options(self) -> tuple[Any, list[Any]]:
+        import onnxruntime as ort
+
+        opts = dict(self.config.options)
+        unknown = set(opts) - _SESSION_KEYS
+        if unknown:
+            raise PredictorError(
+                f"unknown onnxruntime option(s) {sorted(unknown)} in framework.options; "
+                f"known: {', '.join(sorted(_SESSION_KEYS))}"
+            )
+        so = ort.SessionOptions()
+        if self.config.threads:
+            opts["intra_op_num_threads"] = self.config.threads
+        for key in ("intra_op_num_threads", "inter_op_num_threads", "enable_mem_pattern", "enable_cpu_mem_arena",
+                    "log_severity_level", "optimized_model_filepath"):
+            if key in opts:
+                setattr(so, key, opts[key])
+        if "graph_optimization_level" in opts:
+            level = str(opts["graph_optimization_level"]).lower()
+            if level not in _GRAPH_LEVELS:
+                raise PredictorError(f"graph_optimization_level '{level}': expected one of {', '.join(_GRAPH_LEVELS)}")
+            so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _GRAPH_LEVELS[level])
+        if "execution_mode" in opts:
+            mode = str(opts["execution_mode"]).lower()
+            if mode not in ("sequential", "parallel"):
+                raise PredictorError(f"execution_mode '{mode}': expected sequential or parallel")
+            so.execution_mode = getattr(ort.ExecutionMode, f"ORT_{mode.upper()}")
+        providers = opts.get("providers")
+        if providers is None:
+            providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if self.config.device.startswith(
+                "cuda") else ["CPUExecutionProvider"]
+        available = ort.get_available_providers()
+        missing = [p for p in providers if (p if isinstance(p, str) else p[0]) not in available]
+        if missing:
+            raise PredictorError(
+                f"onnxruntime provider(s) {missing} are not available in this install; available: {available}"
+            )
+        if "provider_options" in opts:
+            providers = list(zip(providers, opts["provider_options"], strict=True))
+        return so, providers
+
+    def load(self) -> None:
+        import onnxruntime as ort
+
+        if not self.config.model_path:
+            raise PredictorError("the onnxruntime predictor needs a model file (model.graph_path)")
+        so, providers = self._session_options()
+        try:
+            self.session = ort.InferenceSession(self.config.model_path, sess_options=so, providers=providers)
+        except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph types
+            raise PredictorError(f"onnxruntime cannot load {self.config.model_path}: {e}") from e
+        model_inputs = self.session.get_inputs()
+        model_outputs = self.session.get_outputs()
+        self._feed_names = _match(
+            "input", [i.name for i in model_inputs], self.config.input_names, self.config.model_path
+        )
+        self._fetch_names = _match(
+            "output", [o.name for o in model_outputs], self.config.output_names, self.config.model_path
+        )
+        first = model_inputs[0].shape[0] if model_inputs[0].shape else None
+        # A fixed leading dim (e.g. 1) means the graph has no dynamic batch axis: run it in slices.
+        self._fixed_batch = first if isinstance(first, int) and first > 0 else None
+        log.info("onnxruntime session on %s, providers %s", self.config.model_path, self.session.get_providers())
+
+    def predict(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        n = inputs[0].shape[0]
+        fb = self._fixed_batch
+        if fb is None or fb == n:
+            return self.session.run(self._fetch_names, dict(zip(self._feed_names, inputs, strict=True)))
+        chunks: list[list[np.ndarray]] = []
+        for start in range(0, n, fb):
+            part = [x[start:start + fb] for x in inputs]
+            short = fb - part[0].shape[0]
+            if short:
+                part = [np.concatenate([p, np.repeat(p[-1:], short, axis=0)]) for p in part]
+            out = self.session.run(self._fetch_names, dict(zip(self._feed_names, part, strict=True)))
+            chunks.append([o[: fb - short] for o in out])
+        return [np.concatenate([c[i] for c in chunks]) for i in range(len(self._fetch_names))]
+
+    def close(self) -> None:
+        self.session = None
+
+    def describe(self) -> dict[str, Any]:
+        d = super().describe()
+        if self.session is not None:
+            d["providers"] = self.session.get_providers()
+            d["fixed_batch"] = self._fixed_batch
+        d["threads"] = self.config.threads
+        return d
+
+
+def _match(kind: str, model_names: list[str], declared: list[str | None], model_path: str) -> list[str]:
+    """Feed/fetch names: declared names must exist in the model; undeclared ones are taken by position."""
+    if len(declared) > len(model_names) and kind == "input":
+        raise PredictorError(
+            f"the manifest declares {len(declared)} {kind}s but {model_path} has {len(model_names)}: {model_names}"
+        )
+    names = []
+    for i, name in enumerate(declared):
+        if name is None:
+            if i >= len(model_names):
+                raise PredictorError(f"{kind} {i} has no name and {model_path} has only {len(model_names)} {kind}s")
+            names.append(model_names[i])
+        elif name not in model_names:
+            raise PredictorError(f"{kind} '{name}' declared in the manifest is not in {model_path}; "
+                                 f"the model's {kind}s are {model_names}")
+        else:
+            names.append(name)
+    if kind == "input" and len(names) < len(model_names):
+        raise PredictorError(f"{model_path} needs inputs {model_names}; the manifest declares only {names}")
+    return names

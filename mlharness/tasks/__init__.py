@@ -1,0 +1,12 @@
+"""Tasks: datasets, reference pre/post-processing helpers and accuracy metrics."""
+
+from mlharness.errors import AccuracyError
+from mlharness.registry import Registry
+
+METRICS = Registry(
+    "accuracy metric",
+    {
+        "imagenet_top1": "mlharness.tasks.imagenet:ImagenetTop1Metric",
+    },
+    AccuracyError,
+)

@@ -1,0 +1,121 @@
+"""ImageNet top-1: a faithful port of the official MLPerf ``accuracy-imagenet.py``.
+
+The official script reads ``val_map.txt`` (``<file> <label>`` per line, the line number is the qsl_idx), decodes
+each accuracy-log response with ``np.frombuffer`` in the chosen dtype, takes the first element as the predicted
+label, counts each qsl_idx once (the first occurrence wins, duplicates are ignored) and prints
+``accuracy={:.3f}%, good={}, total={}``.  Reproducing it byte for byte keeps accuracy.txt identical to what a
+submission checker or reviewer expects; the only differences are clean errors where the official script would
+crash with a traceback (or, for a negative qsl_idx, silently index from the end).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from mlharness.errors import AccuracyError, DatasetError
+from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult, read_accuracy_log
+
+log = logging.getLogger(__name__)
+
+# Same choices as the official script's --dtype.
+DTYPES: dict[str, type[np.generic]] = {"float32": np.float32, "int32": np.int32, "int64": np.int64}
+
+
+def read_val_map(path: Path | str) -> tuple[list[str], np.ndarray]:
+    """(file names, int64 labels) of an ImageNet-style ``val_map.txt``; index i is qsl_idx i.
+
+    Parsed like the official script (``line.strip().split()``, name = column 0, label = int(column 1)) so the
+    qsl_idx -> label mapping is identical.  Trailing blank lines are tolerated; a blank line in the middle would
+    shift every later qsl_idx, so it is an error, as is a missing or non-integer label.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise DatasetError(f"cannot read val map {path}: {e}") from e
+    lines = text.splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    names: list[str] = []
+    labels: list[int] = []
+    for lineno, line in enumerate(lines, start=1):
+        cols = line.strip().split()
+        if len(cols) < 2:
+            raise DatasetError(
+                f"{path}, line {lineno}: expected '<file name> <integer label>', got {line.strip()!r}"
+            )
+        try:
+            label = int(cols[1])
+        except ValueError as e:
+            raise DatasetError(f"{path}, line {lineno}: label {cols[1]!r} is not an integer") from e
+        names.append(cols[0])
+        labels.append(label)
+    return names, np.asarray(labels, dtype=np.int64)
+
+
+class ImagenetTop1Metric(AccuracyMetric):
+    """Top-1 accuracy over the distinct qsl_idx of an accuracy log, exactly as ``accuracy-imagenet.py``."""
+
+    name = "imagenet_top1"
+
+    def score(self, accuracy_log: Path, ctx: AccuracyContext) -> AccuracyResult:
+        dtype_name = str(ctx.options.get("dtype", "float32"))
+        if dtype_name not in DTYPES:
+            raise AccuracyError(
+                f"imagenet_top1: unsupported response dtype '{dtype_name}'; expected one of {', '.join(DTYPES)}"
+            )
+        dtype = DTYPES[dtype_name]
+
+        val_map = Path(ctx.options.get("val_map", "val_map.txt"))
+        if not val_map.is_absolute() and ctx.dataset_path is not None:
+            val_map = Path(ctx.dataset_path) / val_map
+        if not val_map.is_file():
+            raise AccuracyError(f"imagenet_top1: val map {val_map} not found (dataset path {ctx.dataset_path})")
+        try:
+            names, labels = read_val_map(val_map)
+        except DatasetError as e:
+            raise AccuracyError(f"imagenet_top1: {e}") from e
+
+        entries = read_accuracy_log(accuracy_log)
+        if not entries:
+            raise AccuracyError(f"imagenet_top1: accuracy log {accuracy_log} has no entries; nothing to score")
+
+        seen: set[int] = set()
+        good = 0
+        for seq_id, qsl_idx, data in entries:
+            # De-dupe: LoadGen may send the same sample several times; the first response counts.
+            if qsl_idx in seen:
+                continue
+            if not 0 <= qsl_idx < len(labels):
+                raise AccuracyError(
+                    f"imagenet_top1: {accuracy_log}: seq_id {seq_id} has qsl_idx {qsl_idx}, outside the "
+                    f"{len(labels)} entries of val map {val_map}"
+                )
+            seen.add(qsl_idx)
+            try:
+                found = int(np.frombuffer(data, dtype)[0])
+            except (ValueError, IndexError, OverflowError) as e:
+                raise AccuracyError(
+                    f"imagenet_top1: {accuracy_log}: seq_id {seq_id} (qsl_idx {qsl_idx}): cannot decode "
+                    f"{len(data)} response bytes as {dtype_name} label: {e}"
+                ) from e
+            expected = int(labels[qsl_idx])
+            log.debug("%s, expected: %d, found %d", names[qsl_idx], expected, found)
+            if expected == found:
+                good += 1
+
+        total = len(seen)
+        dupes = len(entries) - total
+        if dupes:
+            log.debug("found and ignored %d dupes", dupes)
+        accuracy = 100.0 * good / total
+        text = "accuracy={:.3f}%, good={}, total={}".format(accuracy, good, total) + "\n"
+        return AccuracyResult(
+            text=text,
+            value=accuracy,
+            name="top1",
+            details={"good": good, "total": total, "dupes": dupes, "val_map": str(val_map), "dtype": dtype_name},
+        )
