@@ -95,6 +95,8 @@ def build_context(loaded: LoadedManifest, opts: RunOptions, batch_size: int) -> 
 
 def resolve_model_file(loaded: LoadedManifest) -> Path | None:
     asset = loaded.model.model
+    if asset is None:
+        return None
     if asset.generator:
         module, _, fn = asset.generator.partition(":")
         try:

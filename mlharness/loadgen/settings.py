@@ -40,7 +40,8 @@ SEED_KEYS = frozenset(
     {"qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed", "test05_qsl_rng_seed",
      "test05_sample_index_rng_seed", "test05_schedule_rng_seed", "accuracy_log_probability"}
 )  # fmt: skip
-_CONF_LINE = re.compile(r"^\s*([^.\s=#]+)\.([^.\s=#]+)\.([^.\s=#]+)\s*=\s*(\S+)\s*$")
+# Model names may contain dots (wan-2.2-t2v-a14b): scenario and key are the last two dotted parts.
+_CONF_LINE = re.compile(r"^\s*([^\s=#]+)\.([^.\s=#]+)\.([^.\s=#]+)\s*=\s*(\S+)\s*$")
 
 
 @functools.lru_cache(maxsize=1)

@@ -76,6 +76,10 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], SourceInfo]:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(e, "problem", None) or str(e)
+        context, cmark = getattr(e, "context", None), getattr(e, "context_mark", None)
+        if context and cmark is not None and mark is not None and cmark.line != mark.line:
+            # an unclosed bracket or quote is reported where parsing failed; name where it was opened too
+            problem += f" ({context} at line {cmark.line + 1}, column {cmark.column + 1})"
         raise ManifestError(path, None, f"invalid YAML: {where}{problem}") from e
     if not isinstance(data, dict):
         raise ManifestError(path, None, f"expected a mapping at the top level, found {type(data).__name__}")
@@ -104,13 +108,17 @@ def _hook_lines(node: Any) -> dict[str, int]:
     return lines
 
 
+# pydantic tags the errors of each union branch with the branch's type; they add nothing for the user
+_UNION_TAGS = ("str", "int", "HookRef", "DatasetManifest", "function-after[_known_dtype(), str]")
+
+
 def _loc_to_path(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("str", "HookRef", "DatasetManifest", "function-after[_known_dtype(), str]"):
-            continue  # union branch names add nothing for the user
+        elif part in _UNION_TAGS:
+            continue
         else:
             out += ("." if out else "") + str(part)
     return out or "<top level>"
@@ -142,11 +150,24 @@ def _first_model(annotation: Any) -> Any:
     return None
 
 
+def _shadowed(loc: tuple[Any, ...], all_locs: list[tuple[Any, ...]]) -> bool:
+    """A union branch that rejected the value's type outright (``dataset.str``) while another branch of the
+    same union got further (``dataset.DatasetManifest.lod``): the deeper error is the one that helps."""
+    if not loc or loc[-1] not in _UNION_TAGS:
+        return False
+    head = loc[:-1]
+    return any(len(o) > len(loc) and o[: len(head)] == head and o[len(head)] != loc[-1] for o in all_locs)
+
+
 def _format_validation(path: Path, root: type[BaseModel], err: ValidationError) -> ManifestError:
     problems = []
     seen = set()
-    for e in err.errors():
+    errors = err.errors()
+    all_locs = [tuple(e["loc"]) for e in errors]
+    for e in errors:
         loc = tuple(e["loc"])
+        if _shadowed(loc, all_locs):
+            continue
         field_path = _loc_to_path(loc)
         if e["type"] == "missing":
             msg = "required field is missing"
@@ -193,8 +214,15 @@ def builtin_names(kind: str = "model") -> list[str]:
     return sorted(names)
 
 
-def resolve_manifest_path(ref: str | Path, kind: str = "model", relative_to: Path | None = None) -> Path:
-    """A path (absolute, relative to ``relative_to`` or the CWD) or a built-in name."""
+def resolve_manifest_path(
+    ref: str | Path,
+    kind: str = "model",
+    relative_to: Path | None = None,
+    owner: Path | None = None,
+    field: str | None = None,
+) -> Path:
+    """A path (absolute, relative to ``relative_to`` or the CWD) or a built-in name. ``owner``/``field``: the
+    manifest and field that named ``ref``, reported when it cannot be found."""
     ref_path = Path(ref).expanduser()
     candidates = [ref_path] if ref_path.is_absolute() else []
     if not ref_path.is_absolute():
@@ -209,13 +237,17 @@ def resolve_manifest_path(ref: str | Path, kind: str = "model", relative_to: Pat
         if found:
             return found.resolve()
         raise ManifestError(
-            None, None, f"no {kind} manifest file or built-in named '{ref}'.{suggest(str(ref), builtin_names(kind))}"
+            owner, field, f"no {kind} manifest file or built-in named '{ref}'.{suggest(str(ref), builtin_names(kind))}"
         )
+    if owner is not None:
+        raise ManifestError(owner, field, f"{kind} manifest file {ref_path} does not exist")
     raise ManifestError(ref_path, None, f"{kind} manifest file does not exist")
 
 
-def load_dataset_manifest(ref: str | Path, relative_to: Path | None = None) -> tuple[DatasetManifest, SourceInfo]:
-    path = resolve_manifest_path(ref, "dataset", relative_to)
+def load_dataset_manifest(
+    ref: str | Path, relative_to: Path | None = None, owner: Path | None = None
+) -> tuple[DatasetManifest, SourceInfo]:
+    path = resolve_manifest_path(ref, "dataset", relative_to, owner=owner, field="dataset" if owner else None)
     data, source = _read_yaml(path)
     try:
         return DatasetManifest.model_validate(data), source
@@ -239,18 +271,21 @@ def load_manifest(ref: str | Path, dataset: str | Path | None = None) -> LoadedM
     elif isinstance(model.dataset, DatasetManifest):
         ds = model.dataset
     elif isinstance(model.dataset, str):
-        ds, ds_source = load_dataset_manifest(model.dataset, relative_to=path.parent)
+        ds, ds_source = load_dataset_manifest(model.dataset, relative_to=path.parent, owner=path)
     return LoadedManifest(model=model, source=source, dataset=ds, dataset_source=ds_source)
 
 
 def _check_framework(path: Path, model: ModelManifest) -> None:
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-    from mlharness.predictors import PREDICTORS
+    from mlharness.predictors import NEEDS_MODEL_FILE, PREDICTORS
 
     name = model.framework.name
     if name not in PREDICTORS:
         raise ManifestError(path, "framework.name", f"unknown framework '{name}'.{suggest(name, PREDICTORS.names())}")
+    if model.model is None and name in NEEDS_MODEL_FILE:
+        raise ManifestError(path, "model", f"required field is missing: framework '{name}' needs a model file "
+                                           "(model.graph_path)")
     version = model.framework.version.strip()
     if version not in ("", "*", "latest") and not is_bare_version(version):
         try:

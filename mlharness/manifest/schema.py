@@ -208,7 +208,8 @@ class ModelManifest(_Strict):
     """image_classification, question_answering, image_segmentation, ... (informational)."""
     inputs: list[TensorSpec] = Field(min_length=1)
     outputs: list[TensorSpec] = Field(min_length=1)
-    model: ModelAsset
+    model: ModelAsset | None = None
+    """The model file. Required by file-based frameworks (onnxruntime); toy and remote predictors need none."""
     attributes: dict[str, Any] = Field(default_factory=dict)
     """Open bag passed to hooks as ``ctx['attributes']``."""
     dataset: str | DatasetManifest | None = None

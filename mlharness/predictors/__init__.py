@@ -16,3 +16,6 @@ PREDICTORS = Registry(
 
 # The Python package whose version a manifest's ``framework.version`` constrains.
 FRAMEWORK_PACKAGES = {"onnxruntime": "onnxruntime", "echo": "mlharness", "error": "mlharness"}
+
+# Frameworks that load a model file named by the manifest's ``model`` section.
+NEEDS_MODEL_FILE = frozenset({"onnxruntime"})
