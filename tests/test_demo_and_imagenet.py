@@ -202,7 +202,7 @@ def test_top1_exact_text_with_duplicates(tmp_path: Path) -> None:
     )
     res = ImagenetTop1Metric().score(log, _ctx(root))
     good, total = 3, 4
-    assert res.text == "accuracy={:.3f}%, good={}, total={}\n".format(100.0 * good / total, good, total)
+    assert res.text == f"accuracy={100.0 * good / total:.3f}%, good={good}, total={total}\n"
     assert res.text == "accuracy=75.000%, good=3, total=4\n"
     assert res.value == 75.0 and res.name == "top1"
     assert ImagenetTop1Metric.name == "imagenet_top1"

@@ -3,10 +3,13 @@ run never overwrites an earlier good result. Also reads back what LoadGen wrote 
 
 from __future__ import annotations
 
+import errno
+import itertools
 import json
 import os
 import re
 import shutil
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +39,8 @@ class StagedDir:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.path = self.final.parent / f".{self.final.name}.partial-{stamp}-{os.getpid()}"
         self.path.mkdir()
+        self._lock = threading.Lock()
+        self._failed: Path | None = None
 
     def commit(self) -> Path:
         old = None
@@ -48,9 +53,25 @@ class StagedDir:
         return self.final
 
     def abandon(self) -> Path:
-        failed = self.final.parent / f"{self.final.name}.failed-{time.strftime('%Y%m%d-%H%M%S')}"
-        os.replace(self.path, failed)
-        return failed
+        """Idempotent and thread-safe (the runner's watchdog and the main thread may both abandon); never
+        collides with an earlier failed run of the same second."""
+        with self._lock:
+            if self._failed is not None:
+                return self._failed
+            base = f"{self.final.name}.failed-{time.strftime('%Y%m%d-%H%M%S')}"
+            for n in itertools.count():
+                failed = self.final.parent / (base if n == 0 else f"{base}-{n}")
+                if failed.exists():
+                    continue
+                try:
+                    os.rename(self.path, failed)
+                except OSError as e:  # another process took the name between the check and the rename
+                    if e.errno in (errno.EEXIST, errno.ENOTEMPTY) and failed.exists():
+                        continue
+                    raise
+                self._failed = failed
+                return failed
+        raise AssertionError("unreachable")
 
 
 @dataclass

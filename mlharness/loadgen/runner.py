@@ -8,7 +8,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +187,11 @@ def run(opts: RunOptions) -> RunResult:
         perf_count = _performance_count(settings, total, plan)
         output = opts.output or default_output(opts.results_root, opts.system, benchmark, opts.scenario, opts.mode)
         staged = StagedDir(Path(output))
+        if opts.on_stuck_failure is not None:
+            # the callback may end the process (the CLI's does): first move the partial output to where every
+            # failed run's goes, so it is not left behind as a hidden staging folder
+            stuck = opts.on_stuck_failure
+            opts = replace(opts, on_stuck_failure=lambda err, _outdir: stuck(err, staged.abandon()))
         try:
             summary, accuracy, metadata = _run_loadgen(
                 loaded, opts, hooks, ctx, predictor, settings, plan, staged.path, total, perf_count, batch,

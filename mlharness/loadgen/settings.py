@@ -19,20 +19,22 @@ from mlharness.errors import SettingsError, suggest
 from mlharness.manifest.loader import PACKAGE_ROOT
 from mlharness.manifest.schema import SCENARIOS
 
-# Keys LoadGen's TestSettings::FromConfig reads (loadgen/test_settings_internal.cc, 6.0.x).
+# Keys LoadGen's TestSettings::FromConfig reads (loadgen/test_settings_internal.cc, 6.0.x). Checked against the
+# installed LoadGen by tests/test_settings.py: 6.0.17 reads none of 'test05', 'target_duration' and
+# 'server_num_issue_query_threads' from a user.conf (or an audit.config), so they are not listed.
 LOADGEN_CONF_KEYS = frozenset(
     {
         "qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed",
         "accuracy_log_rng_seed", "accuracy_log_probability", "accuracy_log_sampling_target",
-        "test05", "test05_qsl_rng_seed", "test05_sample_index_rng_seed", "test05_schedule_rng_seed",
-        "sample_concatenate_permutation", "target_duration", "min_duration", "max_duration",
+        "test05_qsl_rng_seed", "test05_sample_index_rng_seed", "test05_schedule_rng_seed",
+        "sample_concatenate_permutation", "min_duration", "max_duration",
         "min_query_count", "max_query_count", "mode",
         "performance_issue_unique", "performance_issue_same", "performance_issue_same_index",
         "performance_sample_count_override", "accuracy_sample_count_override",
         "target_latency", "target_latency_percentile", "target_qps", "samples_per_query",
         "max_async_queries", "coalesce_queries", "print_timestamps",
         "use_token_latencies", "ttft_latency", "tpot_latency", "infer_token_latencies",
-        "token_latency_scaling_factor", "server_num_issue_query_threads",
+        "token_latency_scaling_factor",
     }
 )  # fmt: skip
 # A user.conf cannot change these: LoadGen takes them from the embedded conf only.
@@ -106,8 +108,10 @@ def validate_user_conf(path: Path, model: str) -> list[tuple[int, str, str, str,
     except OSError as e:
         raise SettingsError(f"cannot read user.conf {path}: {e.strerror or e}") from e
     lines = parse_conf(text, str(path))
-    for no, m, s, k, _v in lines:
+    for no, m, s, k, v in lines:
         where = f"{path}, line {no}"
+        if not _is_number(v):  # LoadGen would reject the whole file (rc=-EINVAL) without naming the line
+            raise SettingsError(f"{where}: the value '{v}' of '{k}' is not a number")
         if m not in (model, "*"):
             raise SettingsError(
                 f"{where}: model '{m}' is neither this run's model '{model}' nor '*'; LoadGen would ignore the line"
@@ -118,7 +122,27 @@ def validate_user_conf(path: Path, model: str) -> list[tuple[int, str, str, str,
             raise SettingsError(f"{where}: '{k}' is not a LoadGen setting.{suggest(k, LOADGEN_CONF_KEYS)}")
         if k in SEED_KEYS:
             raise SettingsError(f"{where}: '{k}' is fixed by the embedded mlperf.conf and cannot be set in user.conf")
+        if k == "mode":  # build_test_settings sets the mode from the run's --mode, so this line would be lost
+            raise SettingsError(f"{where}: 'mode' is chosen with --mode (accuracy or performance), not in user.conf")
     return lines
+
+
+def _is_number(value: str) -> bool:
+    """LoadGen's rule, near enough: the whole value parses as strtoul(base 0) or strtod (decimal or 0x hex)."""
+    if "_" in value:  # Python's float() accepts 1_000, strtod does not
+        return False
+    try:
+        float(value)
+        return True
+    except ValueError:
+        pass
+    if value.lstrip("+-").lower().startswith("0x"):
+        try:
+            float.fromhex(value)
+            return True
+        except ValueError:
+            return False
+    return False
 
 
 def default_user_conf(benchmark_model: str) -> Path | None:

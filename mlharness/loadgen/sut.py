@@ -76,7 +76,12 @@ class Pipeline:
 
     def encode(self, responses: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
         if isinstance(responses, np.ndarray) and responses.ndim >= 1 and responses.shape[0] == n:
-            arr = np.ascontiguousarray(responses, dtype=self.dtype)
+            try:
+                arr = np.ascontiguousarray(responses, dtype=self.dtype)
+            except (TypeError, ValueError) as e:
+                raise HookError("postprocess", self.hooks.manifest,
+                                f"returned a {responses.dtype} array that cannot be encoded as {self.dtype}: {e}"
+                                ) from e
             size = arr.nbytes // n if n else 0
             return arr.reshape(-1).view(np.uint8), np.arange(n + 1, dtype=np.int64) * size
         if not isinstance(responses, list | tuple):

@@ -116,16 +116,22 @@ class HookSet:
         """Name the hook and the line inside it where the exception was raised."""
         line = None
         hook = name
+        where = ""
         for frame, lineno in traceback.walk_tb(exc.__traceback__):
-            info = self._filenames.get(frame.f_code.co_filename)
+            filename = frame.f_code.co_filename
+            info = self._filenames.get(filename)
             if info is not None:
                 hook, line = info[0], lineno
+                if "::" in filename:  # inline source: also give the line in the YAML file
+                    where = f" (hook line {lineno}, file line {info[1] + lineno - 1})"
+                else:
+                    where = f" ({filename}, line {lineno})"
         detail = f"{type(exc).__name__}: {exc}"
         if when:
             detail = f"{when}: {detail}"
         if log.isEnabledFor(logging.DEBUG):
             log.debug("hook %s failed:\n%s", hook, "".join(traceback.format_exception(exc)))
-        return HookError(hook, self.manifest, f"raised {detail}", line=line)
+        return HookError(hook, self.manifest, f"raised {detail}{where}", line=line)
 
 def check_hooks(loaded: LoadedManifest) -> list[str]:
     """Compile every hook and check it defines its function, WITHOUT running any of it (for validate/list).

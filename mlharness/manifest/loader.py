@@ -264,6 +264,7 @@ def load_manifest(ref: str | Path, dataset: str | Path | None = None) -> LoadedM
     except ValidationError as e:
         raise _format_validation(path, ModelManifest, e) from None
     _check_framework(path, model)
+    _check_metric(path, model)
     ds: DatasetManifest | None = None
     ds_source: SourceInfo | None = None
     if dataset is not None:
@@ -294,6 +295,16 @@ def _check_framework(path: Path, model: ModelManifest) -> None:
             raise ManifestError(
                 path, "framework.version", f"'{version}' is not a version constraint (expected e.g. '>=1.16' or '*')"
             ) from None
+
+
+def _check_metric(path: Path, model: ModelManifest) -> None:
+    """An unknown metric would otherwise only surface after the whole LoadGen run."""
+    from mlharness.tasks import METRICS
+
+    if model.accuracy is not None and model.accuracy.metric not in METRICS:
+        name = model.accuracy.metric
+        known = suggest(name, METRICS.names())
+        raise ManifestError(path, "accuracy.metric", f"unknown accuracy metric '{name}'.{known}")
 
 
 def is_bare_version(text: str) -> bool:

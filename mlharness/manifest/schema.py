@@ -159,7 +159,10 @@ class ResponseSpec(_Strict):
     @field_validator("element_type")
     @classmethod
     def _known_dtype(cls, v: str) -> str:
-        return TensorSpec._known_dtype(v)
+        v = TensorSpec._known_dtype(v)
+        if v == "bfloat16":  # numpy_dtype() cannot encode it; say so here rather than mid-run
+            raise ValueError("bfloat16 responses are not supported (numpy has no bfloat16); declare float32")
+        return v
 
 
 class AccuracySpec(_Strict):

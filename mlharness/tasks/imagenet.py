@@ -112,7 +112,7 @@ class ImagenetTop1Metric(AccuracyMetric):
         if dupes:
             log.debug("found and ignored %d dupes", dupes)
         accuracy = 100.0 * good / total
-        text = "accuracy={:.3f}%, good={}, total={}".format(accuracy, good, total) + "\n"
+        text = "accuracy={:.3f}%, good={}, total={}".format(accuracy, good, total) + "\n"  # noqa: UP032 - the official format string
         return AccuracyResult(
             text=text,
             value=accuracy,

@@ -1,0 +1,370 @@
+"""Unit tests of the SUT's timed path: Pipeline.encode, and the worker/batching logic of SystemUnderTest driven
+with fake query samples. Only here are LoadGen's QuerySamplesComplete/QuerySampleResponse replaced (by recorders
+that read each response's bytes while its buffer is alive); everything else uses the real classes."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import threading
+import time
+from dataclasses import dataclass
+
+import mlperf_loadgen
+import numpy as np
+import pytest
+
+from mlharness.errors import HookError, PredictorError, RunFailed
+from mlharness.loadgen.qsl import SampleStore
+from mlharness.loadgen.sut import Pipeline, Strategy, SystemUnderTest
+
+MANIFEST = "/manifests/fake.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLHARNESS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MLHARNESS_DEMO_DIR", str(tmp_path / "demo"))
+
+
+# ------------------------------------------------------------------------------------------------- fakes
+
+
+class FakeHooks:
+    """The part of HookSet that Pipeline uses."""
+
+    def __init__(self, postprocess=None):
+        self.manifest = MANIFEST
+        self._fns = {"postprocess": postprocess} if postprocess else {}
+
+    def get(self, name):
+        return self._fns.get(name)
+
+    def _runtime_error(self, name, exc, when=""):
+        return HookError(name, self.manifest, f"raised {type(exc).__name__}: {exc}")
+
+
+class EchoPredictor:
+    """Returns its first input; optionally sleeps, optionally fails on the n-th call."""
+
+    def __init__(self, sleep_s: float = 0.0, fail_on_call: int | None = None):
+        self.sleep_s = sleep_s
+        self.fail_on_call = fail_on_call
+        self.calls = 0
+        self.batch_sizes: list[int] = []
+        self._lock = threading.Lock()
+
+    def predict(self, inputs):
+        with self._lock:
+            self.calls += 1
+            call = self.calls
+            self.batch_sizes.append(len(inputs[0]))
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        if self.fail_on_call is not None and call >= self.fail_on_call:
+            raise PredictorError(f"fake predictor failed on call {call}")
+        return [inputs[0]]
+
+
+@dataclass
+class FakeSample:
+    id: int
+    index: int
+
+
+def sample_id(index: int) -> int:
+    return 10_000 + 7 * index  # ids unrelated to indices, so a mix-up shows
+
+
+class Recorder:
+    """Stands in for LoadGen's completion API; reads each response's bytes during the call."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.batches: list[list[int]] = []
+        self.data: dict[int, list[bytes]] = {}
+
+    def response(self, id_: int, ptr: int, size: int):
+        return (id_, ptr, size)
+
+    def complete(self, responses):
+        got = [(i, ctypes.string_at(p, s) if s else b"") for i, p, s in responses]
+        with self.lock:
+            self.batches.append([i for i, _ in got])
+            for i, d in got:
+                self.data.setdefault(i, []).append(d)
+
+    def completed_ids(self) -> list[int]:
+        with self.lock:
+            return [i for b in self.batches for i in b]
+
+
+@pytest.fixture
+def recorder(monkeypatch) -> Recorder:
+    rec = Recorder()
+    monkeypatch.setattr(mlperf_loadgen, "QuerySampleResponse", rec.response)
+    monkeypatch.setattr(mlperf_loadgen, "QuerySamplesComplete", rec.complete)
+    return rec
+
+
+def make_store(n: int) -> SampleStore:
+    store = SampleStore(n, 1)
+    store.put_all({i: (np.full((4,), i, np.float32),) for i in range(n)})
+    return store
+
+
+def make_pipeline(n: int, predictor=None, postprocess=None, dtype=np.float32) -> Pipeline:
+    if postprocess is None:
+        def postprocess(ctx, outputs):
+            return outputs[0][:, 0]  # one float32 per sample: its index
+    return Pipeline(predictor or EchoPredictor(), FakeHooks(postprocess), {}, make_store(n), np.dtype(dtype))
+
+
+def wait_for(pred, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > end:
+            raise AssertionError("timed out waiting for the SUT")
+        time.sleep(0.002)
+
+
+# ------------------------------------------------------------------------------------------ Pipeline.encode
+
+
+def _split(buf: np.ndarray, offsets: np.ndarray) -> list[bytes]:
+    raw = buf.tobytes()
+    return [raw[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
+
+
+def test_encode_ndarray_with_batch_axis_gives_equal_slices():
+    p = make_pipeline(4)
+    arr = np.arange(12, dtype=np.float64).reshape(4, 3)  # converted to the declared float32
+    buf, offsets = p.encode(arr, 4)
+    assert buf.dtype == np.uint8
+    assert offsets.tolist() == [0, 12, 24, 36, 48]
+    parts = _split(buf, offsets)
+    for i, part in enumerate(parts):
+        assert np.frombuffer(part, np.float32).tolist() == [3 * i, 3 * i + 1, 3 * i + 2]
+
+
+def test_encode_1d_array_and_other_dtype():
+    p = make_pipeline(3, dtype=np.int64)
+    buf, offsets = p.encode(np.array([5, 6, 7], dtype=np.int32), 3)
+    assert offsets.tolist() == [0, 8, 16, 24]
+    assert np.frombuffer(buf.tobytes(), np.int64).tolist() == [5, 6, 7]
+
+
+def test_encode_bytes_of_different_lengths_gives_offsets():
+    p = make_pipeline(3, dtype=np.uint8)
+    responses = [b"a", b"", b"xyz12"]
+    buf, offsets = p.encode(responses, 3)
+    assert offsets.tolist() == [0, 1, 1, 6]
+    assert _split(buf, offsets) == responses
+    # bytearray and memoryview are bytes too
+    buf, offsets = p.encode((bytearray(b"ab"), memoryview(b"c")), 2)
+    assert offsets.tolist() == [0, 2, 3] and buf.tobytes() == b"abc"
+
+
+def test_encode_json_strings():
+    p = make_pipeline(2)
+    buf, offsets = p.encode([json.dumps([1.5, 2.5, 3.5]), "7"], 2)
+    assert offsets.tolist() == [0, 12, 16]
+    parts = _split(buf, offsets)
+    assert np.frombuffer(parts[0], np.float32).tolist() == [1.5, 2.5, 3.5]
+    assert np.frombuffer(parts[1], np.float32).tolist() == [7.0]
+
+
+def test_encode_ragged_lists_of_numbers():
+    p = make_pipeline(2, dtype=np.int32)
+    buf, offsets = p.encode([[1, 2, 3], [4]], 2)
+    assert offsets.tolist() == [0, 12, 16]
+    assert np.frombuffer(buf.tobytes(), np.int32).tolist() == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(
+    ("responses", "n", "needle"),
+    [
+        ([1.0, 2.0], 3, "returned 2 responses for a batch of 3 samples"),
+        ((1.0, 2.0, 3.0, 4.0), 3, "returned 4 responses for a batch of 3 samples"),
+        (np.zeros((2, 5), np.float32), 3, "one response per sample (3)"),
+        (np.zeros((2, 5), np.float32), 3, "of shape (2, 5)"),
+        (np.float32(1.0), 1, "got float32"),
+        ({"a": 1}, 1, "got dict"),
+        (None, 1, "got NoneType"),
+        (["not json"], 1, "response 0 is a string but not JSON"),
+        ([b"ok", {"x": 1}], 2, "response 1 cannot be encoded as float32"),
+        (np.array(["a", "b"]), 2, "cannot be encoded as float32"),
+    ],
+)
+def test_encode_errors_are_hook_errors_naming_postprocess(responses, n, needle):
+    p = make_pipeline(n)
+    with pytest.raises(HookError) as ei:
+        p.encode(responses, n)
+    msg = str(ei.value)
+    assert ei.value.hook == "postprocess"
+    assert MANIFEST in msg and "postprocess" in msg
+    assert needle in msg
+
+
+def test_pipeline_run_wraps_a_raising_postprocess():
+    def postprocess(ctx, outputs):
+        raise ValueError("boom")
+
+    p = make_pipeline(4, postprocess=postprocess)
+    with pytest.raises(HookError, match=r"hook 'postprocess'.*raised ValueError: boom"):
+        p.run(np.array([0, 1], dtype=np.int64))
+
+
+def test_pipeline_run_without_postprocess_uses_the_first_output():
+    p = Pipeline(EchoPredictor(), FakeHooks(None), {}, make_store(4), np.dtype(np.float32))
+    buf, offsets = p.run(np.array([3, 1], dtype=np.int64))
+    assert offsets.tolist() == [0, 16, 32]
+    assert np.frombuffer(buf.tobytes(), np.float32).tolist() == [3.0] * 4 + [1.0] * 4
+
+
+# ------------------------------------------------------------------------------------- SystemUnderTest
+
+
+def check_exactly_once(rec: Recorder, indices: list[int], max_batchsize: int) -> None:
+    ids = rec.completed_ids()
+    assert sorted(ids) == sorted(sample_id(i) for i in indices), "every issued id completed exactly once"
+    assert len(ids) == len(set(ids))
+    assert all(1 <= len(b) <= max_batchsize for b in rec.batches), [len(b) for b in rec.batches]
+    for i in indices:  # each response carries its own sample's data (no mix-up inside a batch)
+        (data,) = rec.data[sample_id(i)]
+        assert np.frombuffer(data, np.float32).tolist() == [float(i)]
+
+
+def test_server_strategy_coalesces_queued_single_sample_queries(recorder):
+    n, mb = 40, 4
+    predictor = EchoPredictor()
+    sut = SystemUnderTest(make_pipeline(n, predictor), Strategy.for_scenario("Server", mb, 50.0), workers=1)
+    for i in range(n):  # LoadGen's Server issues one sample per query; all queued before the worker starts
+        sut.issue([FakeSample(sample_id(i), i)])
+    sut.start()
+    try:
+        wait_for(lambda: len(recorder.completed_ids()) == n)
+    finally:
+        sut.stop()
+    check_exactly_once(recorder, list(range(n)), mb)
+    sizes = [len(b) for b in recorder.batches]
+    assert max(sizes) == mb and sizes == [mb] * (n // mb), sizes  # a full queue makes full batches
+    assert predictor.batch_sizes == sizes
+    assert sut.issued == sut.completed == n and sut.batches == n // mb and sut.error is None
+
+
+def test_server_strategy_two_workers_while_queries_arrive(recorder):
+    n, mb = 120, 4
+    sut = SystemUnderTest(make_pipeline(n, EchoPredictor(sleep_s=0.002)), Strategy.for_scenario("Server", mb, 5.0),
+                          workers=2)
+    sut.start()
+    try:
+        for i in range(n):
+            sut.issue([FakeSample(sample_id(i), i)])
+            if i % 10 == 0:
+                time.sleep(0.001)
+        wait_for(lambda: len(recorder.completed_ids()) == n)
+    finally:
+        sut.stop()
+    check_exactly_once(recorder, list(range(n)), mb)
+    assert max(len(b) for b in recorder.batches) > 1  # samples queued during a predict are batched together
+    assert sut.issued == sut.completed == n
+
+
+def test_server_strategy_splits_multi_sample_queries(recorder):
+    """A query larger than the batch (or larger than the room left in a batch) is split, never dropped."""
+    mb = 4
+    sizes = [3, 6, 1, 9, 2]
+    n = sum(sizes)
+    sut = SystemUnderTest(make_pipeline(n), Strategy.for_scenario("Server", mb, 20.0), workers=2)
+    start = 0
+    for size in sizes:
+        sut.issue([FakeSample(sample_id(i), i) for i in range(start, start + size)])
+        start += size
+    sut.start()
+    try:
+        wait_for(lambda: len(recorder.completed_ids()) == n)
+    finally:
+        sut.stop()
+    check_exactly_once(recorder, list(range(n)), mb)
+    assert sut.issued == sut.completed == n
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_offline_strategy_splits_one_big_query(recorder, workers):
+    n, mb = 37, 8
+    sut = SystemUnderTest(make_pipeline(n), Strategy.for_scenario("Offline", mb), workers=workers)
+    sut.start()
+    try:
+        sut.issue([FakeSample(sample_id(i), i) for i in range(n)])
+        wait_for(lambda: len(recorder.completed_ids()) == n)
+    finally:
+        sut.stop()
+    check_exactly_once(recorder, list(range(n)), mb)
+    assert sorted(len(b) for b in recorder.batches) == [5, 8, 8, 8, 8]
+    assert sut.strategy.coalesce_wait_s is None
+
+
+def test_non_server_strategies_never_span_queries(recorder):
+    n = 12
+    sut = SystemUnderTest(make_pipeline(n), Strategy.for_scenario("SingleStream", 8), workers=1)
+    for i in range(n):
+        sut.issue([FakeSample(sample_id(i), i)])
+    sut.start()
+    try:
+        wait_for(lambda: len(recorder.completed_ids()) == n)
+    finally:
+        sut.stop()
+    assert [len(b) for b in recorder.batches] == [1] * n
+
+
+def test_failure_completes_every_sample_once_and_stops_predicting(recorder):
+    n, mb = 30, 3
+    predictor = EchoPredictor(fail_on_call=2)
+    failures: list[BaseException] = []
+    sut = SystemUnderTest(make_pipeline(n, predictor), Strategy.for_scenario("Server", mb, 5.0), workers=2,
+                          on_failure=failures.append)
+    for i in range(n):
+        sut.issue([FakeSample(sample_id(i), i)])
+    sut.start()
+    try:
+        wait_for(lambda: len(recorder.completed_ids()) == n)
+    finally:
+        sut.stop()
+    ids = recorder.completed_ids()
+    assert sorted(ids) == sorted(sample_id(i) for i in range(n)) and len(ids) == len(set(ids))
+    assert len(failures) == 1 and isinstance(failures[0], PredictorError)  # on_failure fires once
+    assert sut.error is failures[0]
+    assert predictor.calls <= 3  # at most the in-flight batch of the other worker ran after the failure
+    empty = [i for i in ids if recorder.data[i] == [b""]]
+    assert len(empty) >= n - 2 * mb  # failed batch and all later ones: empty responses
+    assert sut.issued == sut.completed == n
+
+
+def test_run_test_raises_runfailed_naming_the_error(recorder, monkeypatch):
+    """run_test with a fake LoadGen test: the recorded error surfaces as RunFailed after LoadGen returns."""
+    n = 8
+    sut = SystemUnderTest(make_pipeline(n, EchoPredictor(fail_on_call=1)), Strategy.for_scenario("Offline", 4))
+
+    def fake_start(sut_handle, qsl_handle, settings, log_settings, audit):
+        sut.issue([FakeSample(sample_id(i), i) for i in range(n)])
+        wait_for(lambda: len(recorder.completed_ids()) == n)
+
+    monkeypatch.setattr(mlperf_loadgen, "ConstructQSL", lambda *a: "qsl")
+    monkeypatch.setattr(mlperf_loadgen, "ConstructSUT", lambda *a: "sut")
+    monkeypatch.setattr(mlperf_loadgen, "DestroyQSL", lambda h: None)
+    monkeypatch.setattr(mlperf_loadgen, "DestroySUT", lambda h: None)
+    monkeypatch.setattr(mlperf_loadgen, "StartTestWithLogSettings", fake_start)
+    with pytest.raises(RunFailed, match="fake predictor failed on call 1"):
+        sut.run_test(loader=None, total_count=n, performance_count=n, settings=None, log_settings=None,
+                     audit_config="")
+    assert sut.issued == sut.completed == n
+    assert not sut._threads  # workers were stopped
+
+
+def test_strategy_for_scenario():
+    s = Strategy.for_scenario("Server", 8, 2.5)
+    assert (s.name, s.max_batchsize, s.coalesce_wait_s) == ("ServerStrategy", 8, 0.0025)
+    for sc in ("SingleStream", "MultiStream", "Offline"):
+        s = Strategy.for_scenario(sc, 4, 2.5)
+        assert s.name == f"{sc}Strategy" and s.coalesce_wait_s is None
