@@ -75,7 +75,34 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("name")
     i.add_argument("--output", type=Path, default=None)
     sub.add_parser("sysinfo", help="facts about this host")
+    _add_task_commands(sub)
     return parser
+
+
+# Task modules that add `dataset synth|prepare <task>` and `accuracy <task>` commands. Each module exposes
+# ``register(synth=..., prepare=..., accuracy=...)`` adding sub-parsers with ``set_defaults(func=handler)``;
+# handlers take (args, console) and return an exit status. They import heavy libraries only inside handlers.
+TASK_CLI_MODULES = ("mlharness.tasks.cli_imagenet", "mlharness.tasks.cli_squad", "mlharness.tasks.cli_kits19")
+
+
+def _add_task_commands(sub: argparse._SubParsersAction) -> None:
+    import importlib
+
+    ds = sub.add_parser("dataset", help="generate synthetic datasets, prepare real ones").add_subparsers(
+        dest="action", required=True)
+    synth = ds.add_parser("synth", help="write a synthetic dataset in the official layout").add_subparsers(
+        dest="task", required=True)
+    prepare = ds.add_parser("prepare", help="pre-process a real dataset").add_subparsers(dest="task", required=True)
+    accuracy = sub.add_parser("accuracy", help="recompute accuracy from an mlperf_log_accuracy.json").add_subparsers(
+        dest="task", required=True)
+    for name in TASK_CLI_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+            continue
+        module.register(synth=synth, prepare=prepare, accuracy=accuracy)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -152,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
     handlers = {"run": cmd_run, "manifest": cmd_manifest, "sysinfo": cmd_sysinfo}
     try:
+        if hasattr(args, "func"):
+            return args.func(args, out)
         return handlers[args.command](args)
     except MLHarnessError as e:
         err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)

@@ -229,3 +229,34 @@ def test_dataset_hooks_see_model_globals_and_ctx(tmp_path, monkeypatch):
     assert hooks.call("init", None) == 40
     assert hooks.namespace["SEEN"] == "Offline"
     assert Path(hooks.functions["preprocess"].__code__.co_filename).name.endswith("::preprocess")
+
+
+def test_predict_hook_replaces_the_plain_predictor_call(run_cli, tmp_path):
+    """The ``predict(ctx, run, inputs)`` extension may call the model several times per batch."""
+    import numpy as np
+
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(textwrap.dedent("""\
+        name: predict_hook
+        framework: {name: echo}
+        inputs: [{name: x, element_type: float32, shape: [1]}]
+        outputs: [{name: y, element_type: float32, shape: [1]}]
+        dataset: {name: d, init: "def init(count):\\n    return 10\\n"}
+        preprocess: |
+          import numpy as np
+          def preprocess(ctx, index):
+              return np.array([index], dtype=np.float32)
+        predict: |
+          def predict(ctx, run, inputs):
+              a = run(inputs)[0]
+              b = run([inputs[0] + 1])[0]
+              return [a + b]
+    """))
+    out = tmp_path / "out"
+    proc = run_cli("run", "--manifest", str(manifest), "--scenario", "Offline", "--mode", "accuracy", "--output",
+                   str(out), "--max-batchsize", "4", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    entries = json.loads((out / "mlperf_log_accuracy.json").read_text())
+    assert len(entries) == 10
+    for e in entries:
+        assert np.frombuffer(bytes.fromhex(e["data"]), np.float32).tolist() == [2.0 * e["qsl_idx"] + 1]

@@ -60,11 +60,20 @@ class Pipeline:
         self.store = store
         self.dtype = response_dtype
         self._post = hooks.get("postprocess")
+        self._predict = hooks.get("predict")
 
     def run(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Returns (buffer uint8, byte offsets of each response [n+1])."""
         batch = self.store.gather(indices)
-        outputs = self.predictor.predict(batch)
+        if self._predict is None:
+            outputs = self.predictor.predict(batch)
+        else:
+            try:
+                outputs = self._predict(self.ctx, self.predictor.predict, batch)
+            except MLHarnessError:
+                raise
+            except Exception as e:
+                raise self.hooks._runtime_error("predict", e) from e
         if self._post is None:
             responses: Any = outputs[0]
         else:

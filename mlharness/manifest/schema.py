@@ -22,6 +22,10 @@ HOOK_KEYS = (
     "after_postprocess",
 )
 DATASET_HOOK_KEYS = ("init", "load", "unload")
+# An mlharness extension beside the six MLHarness hooks: replaces the plain ``predictor.predict(batch)`` call
+# in the timed path, e.g. for sliding-window inference that runs the model on many patches per sample.
+EXTRA_HOOK_KEYS = ("predict",)
+MODEL_HOOK_KEYS = HOOK_KEYS + EXTRA_HOOK_KEYS
 ELEMENT_TYPES = (
     "float16",
     "float32",
@@ -227,6 +231,9 @@ class ModelManifest(_Strict):
     before_postprocess: Hook | None = None
     postprocess: Hook | None = None
     after_postprocess: Hook | None = None
+    predict: Hook | None = None
+    """Optional ``predict(ctx, run, inputs)``: replaces ``run(inputs)`` (the predictor) in the timed path; returns
+    the outputs list that ``postprocess`` receives. For inference that calls the model several times per batch."""
     # MLModelScope manifests carry these; accepted and ignored.
     license: str | None = None
     container: dict[str, Any] | None = None
