@@ -7,6 +7,8 @@ METRICS = Registry(
     "accuracy metric",
     {
         "imagenet_top1": "mlharness.tasks.imagenet:ImagenetTop1Metric",
+        "squad_v1.1": "mlharness.tasks.squad:SquadMetric",
+        "kits19_dice": "mlharness.tasks.kits19:Kits19DiceMetric",
     },
     AccuracyError,
 )
