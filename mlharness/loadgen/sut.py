@@ -33,6 +33,17 @@ log = logging.getLogger(__name__)
 _STOP = object()
 
 
+class _Fresh:
+    """A query as LoadGen's fast issue callback hands it over: plain lists of ids and sample indices.
+    Converting them to arrays is left to the worker so that ``issue_cb`` does nothing but enqueue."""
+
+    __slots__ = ("ids", "indices")
+
+    def __init__(self, ids: list[int], indices: list[int]):
+        self.ids = ids
+        self.indices = indices
+
+
 @dataclass
 class Strategy:
     """How workers form batches. ``coalesce_wait_s`` None: a batch never spans queries (SingleStream,
@@ -148,6 +159,9 @@ class SystemUnderTest:
     def issue(self, query_samples: Any) -> None:
         self._queue.put(query_samples)
 
+    def issue_fast(self, ids: list[int], indices: list[int]) -> None:
+        self._queue.put(_Fresh(ids, indices))
+
     def flush(self) -> None:
         self._flushed.set()
 
@@ -172,6 +186,11 @@ class SystemUnderTest:
         """Turn a queued item into (ids, indices); re-queue what exceeds the batch size for other workers."""
         if isinstance(item, tuple):
             ids, idx = item
+        elif isinstance(item, _Fresh):
+            ids = np.asarray(item.ids, dtype=np.uint64)
+            idx = np.asarray(item.indices, dtype=np.int64)
+            with self._count_lock:
+                self.issued += len(ids)
         else:
             n = len(item)
             ids = np.fromiter((s.id for s in item), dtype=np.uint64, count=n)
@@ -237,9 +256,11 @@ class SystemUnderTest:
             try:
                 buf, offsets = self.pipeline.run(idx)
                 base = buf.ctypes.data
+                # plain ints from tolist(): building the response objects is the per-sample cost here
+                sizes = np.diff(offsets).tolist()
+                starts = (offsets[:-1] + base).tolist()
                 responses = [
-                    lg.QuerySampleResponse(int(ids[i]), base + int(offsets[i]), int(offsets[i + 1] - offsets[i]))
-                    for i in range(len(ids))
+                    lg.QuerySampleResponse(i, s, n) for i, s, n in zip(ids.tolist(), starts, sizes, strict=True)
                 ]
                 lg.QuerySamplesComplete(responses)  # buf stays referenced until this returns
                 self._count(len(ids))
@@ -284,13 +305,14 @@ class SystemUnderTest:
                 loader.error = loader.error or e
 
         qsl = lg.ConstructQSL(total_count, performance_count, load, unload)
-        sut = lg.ConstructSUT(self.issue, self.flush)
+        # the fast SUT hands issue_cb lists of ids and indices instead of QuerySample objects
+        sut = lg.ConstructFastSUT(self.issue_fast, self.flush)
         self.start()
         try:
             lg.StartTestWithLogSettings(sut, qsl, settings, log_settings, audit_config)
         finally:
             self.stop()
-            lg.DestroySUT(sut)
+            lg.DestroyFastSUT(sut)
             lg.DestroyQSL(qsl)
         if self.issued != self.completed:
             raise RunFailed(f"internal error: {self.issued} samples issued but {self.completed} completed")
