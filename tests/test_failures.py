@@ -74,7 +74,8 @@ def echo_manifest(folder: Path, name: str, *, framework: str = "echo", options: 
     opts = "".join(f"    {k}: {v}\n" for k, v in (options or {}).items())
     text = (
         f"name: {name}\n"
-        f"framework:\n  name: {framework}\n" + (f"  options:\n{opts}" if opts else "") +
+        # warmup 0: a failing predictor must fail inside the timed path, not while warming up
+        f"framework:\n  name: {framework}\n  warmup: 0\n" + (f"  options:\n{opts}" if opts else "") +
         "inputs:\n  - name: x\n    shape: [4]\n"
         "outputs:\n  - name: y\n"
         "model:\n  graph_path: none.bin\n"
@@ -299,3 +300,15 @@ def test_every_sample_completed_exactly_once(tmp_path, scenario, extra):
         assert meta["batching"]["strategy"] == "ServerStrategy"
         assert meta["batching"]["coalesce_wait_s"] == pytest.approx(0.005)
     assert meta["loadgen_errors"] == []
+
+
+def test_predictor_failing_during_warmup_fails_before_timing(run_cli, tmp_path):
+    """Warm-up runs the model on real samples before LoadGen's clock starts; a failure there ends the run too."""
+    manifest = echo_manifest(tmp_path, "warmfail", framework="error", options={"fail_on_call": 1})
+    text = manifest.read_text().replace("  warmup: 0\n", "  warmup: 2\n")
+    manifest.write_text(text)
+    proc = run_cli("run", "--manifest", str(manifest), "--scenario", "Offline", "--mode", "accuracy",
+                   "--output", str(tmp_path / "out"), "--no-progress", timeout=60)
+    assert proc.returncode == 3
+    assert "failing on call 1" in proc.stderr
+    assert not (tmp_path / "out").exists()

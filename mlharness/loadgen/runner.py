@@ -95,7 +95,7 @@ def build_context(loaded: LoadedManifest, opts: RunOptions, batch_size: int) -> 
 
 def resolve_model_file(loaded: LoadedManifest) -> Path | None:
     asset = loaded.model.model
-    if asset is None:
+    if asset is None or asset.graph_path is None:
         return None
     if asset.generator:
         module, _, fn = asset.generator.partition(":")
@@ -117,16 +117,30 @@ def resolve_model_file(loaded: LoadedManifest) -> Path | None:
     return path
 
 
+def resolve_weights_file(loaded: LoadedManifest) -> Path | None:
+    asset = loaded.model.model
+    if asset is None or asset.weights_path is None or asset.factory is None:
+        return None
+    return resolve_asset(asset.weights_path, asset.base_url, asset.weights_checksum,
+                         manifest_dir=loaded.directory, progress=True)
+
+
 def check_framework_version(loaded: LoadedManifest, ignore: bool) -> str:
     from packaging.specifiers import SpecifierSet
 
     fw = loaded.model.framework
-    package = FRAMEWORK_PACKAGES.get(fw.name, fw.name)
-    try:
-        installed = importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        raise PredictorError(f"framework '{fw.name}' needs the Python package '{package}', which is not "
-                             f"installed (try: pip install 'mlharness[all]')") from None
+    candidates = FRAMEWORK_PACKAGES.get(fw.name, fw.name)
+    candidates = (candidates,) if isinstance(candidates, str) else candidates
+    installed = None
+    for package in candidates:
+        try:
+            installed = importlib.metadata.version(package)
+            break
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    if installed is None:
+        raise PredictorError(f"framework '{fw.name}' needs the Python package '{candidates[0]}', which is not "
+                             f"installed (try: pip install 'mlharness[all]')")
     spec = fw.version.strip()
     if spec in ("", "*", "latest"):
         return installed
@@ -150,6 +164,9 @@ def make_predictor(loaded: LoadedManifest, opts: RunOptions, model_file: Path | 
         threads=opts.threads,
         options=dict(m.framework.options),
         max_batchsize=batch,
+        factory=m.model.factory if m.model else None,
+        weights_path=str(weights) if (weights := resolve_weights_file(loaded)) else None,
+        input_specs=[i.model_dump() for i in m.inputs],
     )
     predictor = PREDICTORS.get(m.framework.name)(config)
     predictor.load()
@@ -278,7 +295,7 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictor, settings, plan, outdir, to
     if opts.progress:
         opts.progress.attach(sut, total if opts.mode == "accuracy" else None)
     try:
-        sut.run_test(loader, total, perf_count, settings, log_settings, audit)
+        sut.run_test(loader, total, perf_count, settings, log_settings, audit, warmup=loaded.model.framework.warmup)
     finally:
         finished.set()
         if opts.progress:

@@ -94,6 +94,15 @@ class Pipeline:
                 raise self.hooks._runtime_error("postprocess", e) from e
         return self.encode(responses, len(indices))
 
+    def warmup(self, indices: np.ndarray, n: int) -> None:
+        """Run the model (not the hooks around it) ``n`` times on real samples, before LoadGen times anything."""
+        batch = self.store.gather(indices)
+        for _ in range(n):
+            if self._predict is None:
+                self.predictor.predict(batch)
+            else:
+                self._predict(self.ctx, self.predictor.predict, batch)
+
     def encode(self, responses: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
         if isinstance(responses, np.ndarray) and responses.ndim >= 1 and responses.shape[0] == n:
             try:
@@ -288,12 +297,19 @@ class SystemUnderTest:
 
     # -- one LoadGen test ----------------------------------------------------------------------------------
     def run_test(self, loader: SampleLoader, total_count: int, performance_count: int, settings: Any,
-                 log_settings: Any, audit_config: str) -> None:
+                 log_settings: Any, audit_config: str, warmup: int = 0) -> None:
         import mlperf_loadgen as lg
 
+        warmed = warmup <= 0
+
         def load(indices: list[int]) -> None:
+            nonlocal warmed
             try:
                 loader.load(indices)
+                if not warmed and indices:
+                    # LoadGen loads samples before it starts the clock: warm the model up on real data here
+                    warmed = True
+                    self.pipeline.warmup(np.asarray(indices[: self.strategy.max_batchsize], dtype=np.int64), warmup)
             except BaseException as e:  # noqa: BLE001 - LoadGen cannot see Python exceptions
                 loader.error = loader.error or e
                 self._fail(e)

@@ -287,6 +287,10 @@ def _check_framework(path: Path, model: ModelManifest) -> None:
     if model.model is None and name in NEEDS_MODEL_FILE:
         raise ManifestError(path, "model", f"required field is missing: framework '{name}' needs a model file "
                                            "(model.graph_path)")
+    if model.model is not None and model.model.graph_path is None and model.model.factory is None:
+        raise ManifestError(path, "model.graph_path", "required field is missing (or model.factory for pytorch)")
+    if model.model is not None and model.model.factory is not None and name != "pytorch":
+        raise ManifestError(path, "model.factory", f"a model factory needs framework 'pytorch', not '{name}'")
     version = model.framework.version.strip()
     if version not in ("", "*", "latest") and not is_bare_version(version):
         try:

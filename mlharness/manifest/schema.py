@@ -127,12 +127,16 @@ class FrameworkSpec(_Strict):
     """PEP 440 version constraint on the framework package, e.g. ``>=1.16``; ``*`` accepts any."""
     options: dict[str, Any] = Field(default_factory=dict)
     """Framework session options (onnxruntime: intra_op_num_threads, inter_op_num_threads, providers,
-    graph_optimization_level, execution_mode, ...)."""
+    graph_optimization_level, execution_mode, ...; pytorch: dtype, factory_args, channels_last; tensorflow:
+    signature, inter_op_threads)."""
+    warmup: int = Field(3, ge=0)
+    """Batches run through the model before LoadGen starts timing (excluded from the results)."""
 
 
 class ModelAsset(_Strict):
-    graph_path: str
-    """Local path (relative to the manifest) or URL of the model file; joined to ``base_url`` when given."""
+    graph_path: str | None = None
+    """Local path (relative to the manifest) or URL of the model file; joined to ``base_url`` when given.
+    Required unless ``factory`` builds the model."""
     base_url: str | None = None
     graph_checksum: str | None = None
     """md5 or sha256 digest (bare hex or ``sha256:<hex>``), verified after download and before each use."""
@@ -143,9 +147,13 @@ class ModelAsset(_Strict):
     generator: str | None = None
     """``module:function`` that writes the model to the path it is given, for models the project generates
     (the demo's oracle, random-weight test models); the result is cached like a download."""
+    factory: str | None = None
+    """PyTorch: ``module:function`` returning an ``nn.Module`` (called with ``framework.options.factory_args``);
+    its weights come from ``weights_path``."""
     weights_path: str | None = None
-    """Accepted for MLModelScope manifests; unused by single-file formats such as ONNX."""
+    """State-dict file (path or URL, like ``graph_path``) for a ``factory`` model; unused by ONNX."""
     weights_checksum: str | None = None
+    """md5 or sha256 of ``weights_path``."""
 
 
 class MLPerfSpec(_Strict):

@@ -7,6 +7,8 @@ PREDICTORS = Registry(
     "framework",
     {
         "onnxruntime": "mlharness.predictors.onnxruntime:OnnxRuntimePredictor",
+        "pytorch": "mlharness.predictors.pytorch:PyTorchPredictor",
+        "tensorflow": "mlharness.predictors.tensorflow:TensorFlowPredictor",
         # Toy predictors for tests and for measuring harness overhead without a framework.
         "echo": "mlharness.predictors.toys:EchoPredictor",
         "error": "mlharness.predictors.toys:ErrorPredictor",
@@ -15,7 +17,13 @@ PREDICTORS = Registry(
 )
 
 # The Python package whose version a manifest's ``framework.version`` constrains.
-FRAMEWORK_PACKAGES = {"onnxruntime": "onnxruntime", "echo": "mlharness", "error": "mlharness"}
+FRAMEWORK_PACKAGES = {
+    "onnxruntime": "onnxruntime",
+    "pytorch": "torch",
+    "tensorflow": ("tensorflow", "tensorflow-cpu"),
+    "echo": "mlharness",
+    "error": "mlharness",
+}
 
 # Frameworks that load a model file named by the manifest's ``model`` section.
-NEEDS_MODEL_FILE = frozenset({"onnxruntime"})
+NEEDS_MODEL_FILE = frozenset({"onnxruntime", "pytorch", "tensorflow"})

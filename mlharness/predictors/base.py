@@ -20,6 +20,9 @@ class PredictorConfig:
     threads: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
     max_batchsize: int = 1
+    factory: str | None = None  # pytorch: "module:function" building the nn.Module
+    weights_path: str | None = None  # pytorch: state dict for the factory's module
+    input_specs: list[dict[str, Any]] = field(default_factory=list)  # the manifest's inputs (dtype, shape, ...)
 
 
 class Predictor(abc.ABC):

@@ -1,0 +1,143 @@
+"""TensorFlow predictor: SavedModel directories (a signature, inputs by name) and frozen graphs (``.pb``, tensors
+named in the manifest, e.g. ``input_tensor:0``)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mlharness.errors import PredictorError
+from mlharness.predictors.base import Predictor, PredictorConfig
+
+log = logging.getLogger(__name__)
+
+_OPTIONS = {"signature", "inter_op_threads"}
+
+
+class TensorFlowPredictor(Predictor):
+    name = "tensorflow"
+
+    def __init__(self, config: PredictorConfig):
+        super().__init__(config)
+        self.kind = ""
+        self._fn: Any = None
+        self._session: Any = None
+        self._feeds: list[Any] = []
+        self._fetches: list[Any] = []
+        self._device = "/CPU:0"
+
+    def framework_version(self) -> str:
+        import tensorflow as tf
+
+        return tf.__version__
+
+    def load(self) -> None:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        import tensorflow as tf
+
+        opts = dict(self.config.options)
+        unknown = set(opts) - _OPTIONS
+        if unknown:
+            raise PredictorError(f"unknown tensorflow option(s) {sorted(unknown)}; known: {', '.join(sorted(_OPTIONS))}")
+        try:
+            if self.config.threads:
+                tf.config.threading.set_intra_op_parallelism_threads(self.config.threads)
+            if opts.get("inter_op_threads"):
+                tf.config.threading.set_inter_op_parallelism_threads(int(opts["inter_op_threads"]))
+        except RuntimeError as e:  # TF refuses once it has initialised; a second run in one process
+            log.warning("tensorflow thread settings not applied: %s", e)
+        device = self.config.device
+        if device.startswith("cuda"):
+            index = device.partition(":")[2] or "0"
+            if not tf.config.list_physical_devices("GPU"):
+                raise PredictorError(f"device '{device}' requested but tensorflow sees no GPU")
+            self._device = f"/GPU:{index}"
+        path = self.config.model_path
+        if not path:
+            raise PredictorError("the tensorflow predictor needs model.graph_path (a SavedModel folder or a .pb)")
+        try:
+            if Path(path).is_dir():
+                self._load_saved_model(tf, path, opts.get("signature", "serving_default"))
+            else:
+                self._load_frozen_graph(tf, path)
+        except PredictorError:
+            raise
+        except Exception as e:
+            raise PredictorError(f"tensorflow cannot load {path}: {type(e).__name__}: {e}") from e
+
+    def _load_saved_model(self, tf: Any, path: str, signature: str) -> None:
+        self.kind = f"SavedModel ({signature})"
+        with tf.device(self._device):
+            self._model = tf.saved_model.load(path)
+        sigs = getattr(self._model, "signatures", {})
+        if signature not in sigs:
+            raise PredictorError(f"SavedModel {path} has no signature '{signature}'; it has {list(sigs)}")
+        self._fn = sigs[signature]
+        arg_names = list(self._fn.structured_input_signature[1])
+        declared = [n for n in self.config.input_names if n]
+        if declared:
+            missing = [n for n in declared if n not in arg_names]
+            if missing:
+                raise PredictorError(f"inputs {missing} are not in signature '{signature}' of {path}: {arg_names}")
+            self._feeds = declared
+        else:
+            self._feeds = sorted(arg_names)
+        outs = list(self._fn.structured_outputs)
+        declared_out = [n for n in self.config.output_names if n]
+        if declared_out:
+            missing = [n for n in declared_out if n not in outs]
+            if missing:
+                raise PredictorError(f"outputs {missing} are not in signature '{signature}' of {path}: {outs}")
+            self._fetches = declared_out
+        else:
+            self._fetches = sorted(outs)
+
+    def _load_frozen_graph(self, tf: Any, path: str) -> None:
+        self.kind = "frozen graph"
+        graph_def = tf.compat.v1.GraphDef()
+        graph_def.ParseFromString(Path(path).read_bytes())
+        graph = tf.Graph()
+        with graph.as_default(), tf.device(self._device):
+            tf.compat.v1.import_graph_def(graph_def, name="")
+        names = [n for n in self.config.input_names]
+        out_names = [n for n in self.config.output_names]
+        if None in names or None in out_names:
+            raise PredictorError("a frozen graph needs every input and output tensor named in the manifest "
+                                 "(e.g. name: input_tensor:0)")
+        try:
+            self._feeds = [graph.get_tensor_by_name(_tensor(n)) for n in names]
+            self._fetches = [graph.get_tensor_by_name(_tensor(n)) for n in out_names]
+        except (KeyError, ValueError) as e:
+            raise PredictorError(f"{path}: {e}") from e
+        config = tf.compat.v1.ConfigProto()
+        if self.config.threads:
+            config.intra_op_parallelism_threads = self.config.threads
+        self._session = tf.compat.v1.Session(graph=graph, config=config)
+
+    def predict(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        if self._session is not None:
+            return list(self._session.run(self._fetches, dict(zip(self._feeds, inputs, strict=True))))
+        import tensorflow as tf
+
+        with tf.device(self._device):
+            out = self._fn(**{n: tf.constant(x) for n, x in zip(self._feeds, inputs, strict=True)})
+        return [out[n].numpy() for n in self._fetches]
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+        self._session = None
+        self._fn = None
+
+    def describe(self) -> dict[str, Any]:
+        d = super().describe()
+        d.update({"kind": self.kind, "device": self._device, "threads": self.config.threads})
+        return d
+
+
+def _tensor(name: str) -> str:
+    return name if ":" in name else f"{name}:0"
