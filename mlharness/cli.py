@@ -22,6 +22,8 @@ err = Console(stderr=True)
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--manifest", default=None, help="model manifest: a path or a built-in name (default: the demo)")
+    p.add_argument("--framework", default=None, help="run the manifest's variant for this framework "
+                   "(onnxruntime, pytorch, tensorflow); also MANIFEST@FRAMEWORK")
     p.add_argument("--dataset", default=None, help="dataset manifest (path or built-in name), overriding the model's")
     p.add_argument("--dataset-path", default=None, help="folder of the dataset files")
     # choices are checked by the library, so a typo gets a 'did you mean' instead of argparse's list
@@ -51,7 +53,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     tune.add_argument("--server-max-wait-ms", type=float, default=None, help="Server dynamic batching wait")
     tune.add_argument("--threads", type=int, default=None, help="framework intra-op threads")
     tune.add_argument("--workers", type=int, default=1, help="SUT worker threads")
-    tune.add_argument("--load-workers", type=int, default=1, help="threads pre-processing samples at load time")
+    tune.add_argument("--load-workers", type=int, default=None, help="threads pre-processing samples at load "
+                      "time; 0 = one per core (default: the dataset manifest's load_workers, else 1)")
     tune.add_argument("--trace", action="store_true", help="write LoadGen's mlperf_log_trace.json")
     tune.add_argument("--ignore-framework-version", action="store_true")
     tune.add_argument("--no-progress", action="store_true")
@@ -75,6 +78,14 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("name")
     i.add_argument("--output", type=Path, default=None)
     sub.add_parser("sysinfo", help="facts about this host")
+    par = sub.add_parser("parity", help="compare two manifests / framework variants on the same samples")
+    par.add_argument("a", help="NAME_OR_PATH[@FRAMEWORK]")
+    par.add_argument("b", help="NAME_OR_PATH[@FRAMEWORK]")
+    par.add_argument("--dataset-path", default=None)
+    par.add_argument("--count", type=int, default=None)
+    par.add_argument("--batch", type=int, default=8)
+    par.add_argument("--device", default="cpu")
+    par.add_argument("--tolerance", type=float, default=1e-4, help="largest allowed l-inf difference")
     _add_task_commands(sub)
     return parser
 
@@ -127,6 +138,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     opts = RunOptions(
         scenario=args.scenario, mode=args.mode, manifest=args.manifest or DEFAULT_MANIFEST, dataset=args.dataset,
+        framework=args.framework,
         dataset_path=args.dataset_path, output=args.output, results_root=args.results_root, system=args.system,
         user_conf=args.user_conf, audit_config=args.audit_config, count=args.count, overrides=overrides,
         max_batchsize=args.max_batchsize, server_max_wait_ms=args.server_max_wait_ms, threads=args.threads,
@@ -165,6 +177,14 @@ def cmd_manifest(args: argparse.Namespace) -> int:
     return commands.init(out, args.name, args.output)
 
 
+def cmd_parity(args: argparse.Namespace) -> int:
+    from mlharness.parity import compare, format_report, passes
+
+    report = compare(args.a, args.b, args.dataset_path, args.count, args.batch, args.device)
+    out.print(format_report(report, args.tolerance), highlight=False)
+    return 0 if passes(report, args.tolerance) else 1
+
+
 def cmd_sysinfo(args: argparse.Namespace) -> int:
     import json
 
@@ -177,7 +197,7 @@ def cmd_sysinfo(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
-    handlers = {"run": cmd_run, "manifest": cmd_manifest, "sysinfo": cmd_sysinfo}
+    handlers = {"run": cmd_run, "manifest": cmd_manifest, "sysinfo": cmd_sysinfo, "parity": cmd_parity}
     try:
         if hasattr(args, "func"):
             return args.func(args, out)

@@ -165,3 +165,67 @@ def test_listing_does_not_import_frameworks():
         assert "torch" not in sys.modules and "tensorflow" not in sys.modules, sorted(sys.modules)
     """)
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def variant_manifest(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("variants")
+    fm.write_all(folder)
+    path = folder / "affine.yaml"
+    path.write_text(fm.VARIANT_MANIFEST)
+    return path
+
+
+@pytest.mark.slow
+def test_one_manifest_three_frameworks(run_cli, tmp_path, variant_manifest):
+    results = {}
+    for fw, args in {"onnxruntime": [], "pytorch": ["--framework", "pytorch"], "tensorflow": []}.items():
+        ref = f"{variant_manifest}@tensorflow" if fw == "tensorflow" else str(variant_manifest)
+        out = tmp_path / fw
+        proc = run_cli("run", "--manifest", ref, *args, "--scenario", "Offline", "--mode", "accuracy",
+                       "--output", str(out), "--no-progress")
+        assert proc.returncode == 0, proc.stderr
+        meta = json.loads((out / "mlharness_run.json").read_text())
+        assert meta["framework"]["name"] == fw
+        entries = sorted(json.loads((out / "mlperf_log_accuracy.json").read_text()), key=lambda e: e["qsl_idx"])
+        results[fw] = np.stack([np.frombuffer(bytes.fromhex(e["data"]), np.float32) for e in entries])
+    np.testing.assert_allclose(results["pytorch"], results["onnxruntime"], atol=1e-5)
+    np.testing.assert_allclose(results["tensorflow"], results["onnxruntime"], atol=1e-5)
+
+
+def test_unknown_variant_is_named(run_cli, variant_manifest, tmp_path):
+    proc = run_cli("run", "--manifest", f"{variant_manifest}@pytorh", "--scenario", "Offline", "--mode",
+                   "accuracy", "--output", str(tmp_path / "o"), "--no-progress")
+    assert proc.returncode == 2
+    assert "no 'pytorh' variant" in proc.stderr and "Did you mean 'pytorch'?" in proc.stderr
+
+
+@pytest.mark.slow
+def test_parity_command(run_cli, variant_manifest):
+    proc = run_cli("parity", f"{variant_manifest}@onnxruntime", f"{variant_manifest}@pytorch")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "AGREE" in proc.stdout and "over 24 samples" in proc.stdout
+    linf = float(proc.stdout.split("l-inf ")[1].split()[0])
+    assert linf < 1e-5
+
+
+def test_parity_detects_a_different_model(tmp_path, monkeypatch, variant_manifest):
+    """A model with other weights disagrees: exit status 1 and an l-inf above the tolerance."""
+    from mlharness.parity import compare, passes
+
+    monkeypatch.setenv("MLHARNESS_CACHE", str(tmp_path / "cache"))
+    other = tmp_path / "other.yaml"
+    (tmp_path / "affine.onnx").write_bytes((variant_manifest.parent / "affine.onnx").read_bytes())
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load(str(tmp_path / "affine.onnx"))
+    for init in m.graph.initializer:
+        if init.name == "B":
+            init.CopyFrom(numpy_helper.from_array(fm.B + 0.5, "B"))
+    onnx.save(m, str(tmp_path / "affine.onnx"))
+    other.write_text(fm.VARIANT_MANIFEST.split("frameworks:")[0] + "batching:" +
+                     fm.VARIANT_MANIFEST.split("batching:")[1])
+    report = compare(str(variant_manifest), str(other))
+    assert abs(report.linf - 0.5) < 1e-5
+    assert not passes(report, 1e-4)

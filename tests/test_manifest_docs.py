@@ -23,6 +23,7 @@ DOCUMENTED_MODELS: dict[str, type[BaseModel]] = {
     "ModelManifest": schema.ModelManifest,
     "TensorSpec": schema.TensorSpec,
     "FrameworkSpec": schema.FrameworkSpec,
+    "FrameworkVariant": schema.FrameworkVariant,
     "ModelAsset": schema.ModelAsset,
     "MLPerfSpec": schema.MLPerfSpec,
     "ResponseSpec": schema.ResponseSpec,

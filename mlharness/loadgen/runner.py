@@ -6,6 +6,7 @@ import importlib
 import importlib.metadata
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -39,6 +40,7 @@ class RunOptions:
     scenario: str
     mode: str = "accuracy"
     manifest: str | Path = DEFAULT_MANIFEST
+    framework: str | None = None  # one of the manifest's framework variants (also NAME@FRAMEWORK)
     dataset: str | Path | None = None
     dataset_path: str | Path | None = None
     output: Path | None = None
@@ -52,7 +54,7 @@ class RunOptions:
     server_max_wait_ms: float | None = None
     threads: int | None = None  # framework intra-op threads
     workers: int = 1  # SUT worker threads
-    load_workers: int = 1
+    load_workers: int | None = None  # None: the dataset manifest's load_workers, else 1; 0: one per core
     device: str = "cpu"
     trace: bool = False
     ignore_framework_version: bool = False
@@ -79,6 +81,7 @@ def build_context(loaded: LoadedManifest, opts: RunOptions, batch_size: int) -> 
     return {
         "name": m.name,
         "version": m.version,
+        "framework": m.framework.name,
         "inputs": [i.model_dump() for i in m.inputs],
         "outputs": [o.model_dump() for o in m.outputs],
         "attributes": dict(m.attributes),
@@ -178,7 +181,7 @@ def run(opts: RunOptions) -> RunResult:
     lgs.check_scenario(opts.scenario)
     if opts.mode not in ("accuracy", "performance"):
         raise SettingsError(f"unknown mode '{opts.mode}'; expected accuracy or performance")
-    loaded = load_manifest(opts.manifest, opts.dataset)
+    loaded = load_manifest(opts.manifest, opts.dataset, opts.framework)
     m = loaded.model
     official = m.mlperf.model is not None
     conf_model = m.mlperf.model or m.name
@@ -222,6 +225,18 @@ def run(opts: RunOptions) -> RunResult:
         return RunResult(final, summary, accuracy, metadata)
     finally:
         predictor.close()
+
+
+def resolve_load_workers(requested: int | None, loaded: LoadedManifest) -> int:
+    """--load-workers, else the dataset manifest's ``load_workers``, else 1; 0 means one thread per CPU core."""
+    workers = requested
+    if workers is None and loaded.dataset is not None:
+        workers = loaded.dataset.load_workers
+    if workers is None:
+        return 1
+    if workers < 0:
+        raise SettingsError(f"--load-workers must be >= 0, got {workers}")
+    return workers or os.cpu_count() or 1
 
 
 def _sample_count(hooks: HookSet, opts: RunOptions, ctx: dict[str, Any]) -> int:
@@ -272,7 +287,7 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictor, settings, plan, outdir, to
         audit = str(outdir / "no-audit.config")  # explicit and absent: a stray audit.config in the CWD is ignored
 
     store = SampleStore(total, len(loaded.model.inputs))
-    loader = SampleLoader(hooks, ctx, store, opts.load_workers,
+    loader = SampleLoader(hooks, ctx, store, resolve_load_workers(opts.load_workers, loaded),
                           on_progress=opts.progress.load if opts.progress else None)
     pipeline = Pipeline(predictor, hooks, ctx, store, numpy_dtype(loaded.model.response.element_type))
     strategy = Strategy.for_scenario(

@@ -255,14 +255,49 @@ def load_dataset_manifest(
         raise _format_validation(path, DatasetManifest, e) from None
 
 
-def load_manifest(ref: str | Path, dataset: str | Path | None = None) -> LoadedManifest:
-    """Load a model manifest and the dataset manifest it names (``dataset`` overrides the manifest's choice)."""
+def split_reference(ref: str | Path) -> tuple[str | Path, str | None]:
+    """``NAME_OR_PATH@FRAMEWORK`` → (manifest reference, framework or None)."""
+    text = str(ref)
+    if "@" in text and not Path(text).exists():
+        name, _, fw = text.rpartition("@")
+        return name, fw.lower()
+    return ref, None
+
+
+def select_framework(path: Path, model: ModelManifest, framework: str | None) -> ModelManifest:
+    """The manifest with the ``frameworks`` variant for ``framework`` applied (itself when it is the default)."""
+    if framework is None or framework == model.framework.name:
+        return model
+    if framework not in model.frameworks:
+        known = [model.framework.name, *model.frameworks]
+        raise ManifestError(path, "frameworks", f"no '{framework}' variant of this model.{suggest(framework, known)}")
+    v = model.frameworks[framework]
+    update: dict[str, Any] = {"framework": v.framework, "attributes": {**model.attributes, **v.attributes}}
+    if v.model is not None:
+        update["model"] = v.model
+    if v.inputs is not None:
+        update["inputs"] = v.inputs
+    if v.outputs is not None:
+        update["outputs"] = v.outputs
+    return model.model_copy(update=update)
+
+
+def load_manifest(ref: str | Path, dataset: str | Path | None = None, framework: str | None = None) -> LoadedManifest:
+    """Load a model manifest and the dataset manifest it names (``dataset`` overrides the manifest's choice).
+    ``framework`` (or a ``@framework`` suffix on ``ref``) selects one of the manifest's framework variants."""
+    ref, suffix_fw = split_reference(ref)
+    framework = framework or suffix_fw
     path = resolve_manifest_path(ref, "model")
     data, source = _read_yaml(path)
     try:
         model = ModelManifest.model_validate(data)
     except ValidationError as e:
         raise _format_validation(path, ModelManifest, e) from None
+    for name, variant in model.frameworks.items():
+        if variant.framework.name != name:
+            raise ManifestError(path, f"frameworks.{name}.framework.name",
+                                f"must be '{name}' (the key it is listed under), not '{variant.framework.name}'")
+    model = select_framework(path, model, framework)
     _check_framework(path, model)
     _check_metric(path, model)
     ds: DatasetManifest | None = None

@@ -211,6 +211,21 @@ class DatasetManifest(_Strict):
     init: Hook | None = None
     load: Hook | None = None
     unload: Hook | None = None
+    load_workers: int | None = Field(default=None, ge=0)
+    """Threads running ``preprocess`` at load time when ``--load-workers`` is not given; 0 = one per CPU core."""
+
+
+class FrameworkVariant(_Strict):
+    """The same model in another framework: selected with ``--framework NAME`` or ``manifest@NAME``. Its keys
+    replace the manifest's; everything else (hooks, dataset, accuracy) is shared, and hooks can read the
+    selected framework from ``ctx["framework"]`` (e.g. to pick NHWC for TensorFlow)."""
+
+    framework: FrameworkSpec
+    model: ModelAsset | None = None
+    inputs: list[TensorSpec] | None = None
+    outputs: list[TensorSpec] | None = None
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    """Merged over the manifest's attributes."""
 
 
 class ModelManifest(_Strict):
@@ -239,6 +254,8 @@ class ModelManifest(_Strict):
     before_postprocess: Hook | None = None
     postprocess: Hook | None = None
     after_postprocess: Hook | None = None
+    frameworks: dict[str, FrameworkVariant] = Field(default_factory=dict)
+    """The model in other frameworks, keyed by framework name (see FrameworkVariant)."""
     predict: Hook | None = None
     """Optional ``predict(ctx, run, inputs)``: replaces ``run(inputs)`` (the predictor) in the timed path; returns
     the outputs list that ``postprocess`` receives. For inference that calls the model several times per batch."""

@@ -87,3 +87,56 @@ def write_frozen_graph(path: Path) -> Path:
     frozen = convert_variables_to_constants_v2(serve.get_concrete_function())
     path.write_bytes(frozen.graph.as_graph_def().SerializeToString())
     return path
+
+
+def write_onnx(path: Path) -> Path:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "W", "B"], ["y"])],
+        "affine",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
+        [numpy_helper.from_array(W, "W"), numpy_helper.from_array(B, "B")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def write_all(folder: Path) -> dict[str, Path]:
+    """The affine model in every framework's format, in one folder."""
+    return {
+        "onnxruntime": write_onnx(folder / "affine.onnx"),
+        "pytorch": write_torchscript(folder / "affine.pt"),
+        "tensorflow": write_saved_model(folder / "affine_saved"),
+    }
+
+
+VARIANT_MANIFEST = """\
+name: affine
+framework: {name: onnxruntime}
+inputs: [{name: x, element_type: float32, shape: [4]}]
+outputs: [{name: y, element_type: float32, shape: [3]}]
+model: {graph_path: affine.onnx}
+frameworks:
+  pytorch:
+    framework: {name: pytorch}
+    model: {graph_path: affine.pt}
+  tensorflow:
+    framework: {name: tensorflow}
+    model: {graph_path: affine_saved}
+batching: {max_batchsize: 4}
+dataset:
+  name: ramp
+  init: |
+    def init(count):
+        return 24
+preprocess: |
+  import numpy as np
+  def preprocess(ctx, index):
+      ctx.setdefault("frameworks_seen", set()).add(ctx["framework"])
+      return (np.arange(4, dtype=np.float32) + index) / 7.0
+"""
