@@ -87,7 +87,26 @@ def build_parser() -> argparse.ArgumentParser:
     par.add_argument("--device", default="cpu")
     par.add_argument("--tolerance", type=float, default=1e-4, help="largest allowed l-inf difference")
     _add_task_commands(sub)
+    _add_group_commands(sub)
     return parser
+
+
+# Command groups living beside their package: each module exposes ``register(subparsers)`` adding its parser(s)
+# with ``set_defaults(func=handler)``; ``handler(args, console) -> int``. Heavy imports stay inside handlers.
+GROUP_CLI_MODULES = ("mlharness.agent.cli", "mlharness.submission.cli")
+
+
+def _add_group_commands(sub: argparse._SubParsersAction) -> None:
+    import importlib
+
+    for name in GROUP_CLI_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name not in (name, name.rpartition(".")[0]):
+                raise
+            continue
+        module.register(sub)
 
 
 # Task modules that add `dataset synth|prepare <task>` and `accuracy <task>` commands. Each module exposes
