@@ -86,6 +86,17 @@ def build_parser() -> argparse.ArgumentParser:
     par.add_argument("--batch", type=int, default=8)
     par.add_argument("--device", default="cpu")
     par.add_argument("--tolerance", type=float, default=1e-4, help="largest allowed l-inf difference")
+    bench = sub.add_parser("bench", help="benchmarks of the harness itself").add_subparsers(dest="action",
+                                                                                           required=True)
+    bo = bench.add_parser("overhead", help="mlharness vs the bare framework and LoadGen's null floor")
+    bo.add_argument("--manifest", default="resnet50-random")
+    bo.add_argument("--dataset-path", default=None, help="default: a synthetic ImageNet in the cache")
+    bo.add_argument("--count", type=int, default=64)
+    bo.add_argument("--rounds", type=int, default=3)
+    bo.add_argument("--seconds", type=float, default=5.0, help="duration of each timed run")
+    bo.add_argument("--threads", type=int, default=None)
+    bo.add_argument("--quick", action="store_true", help="one round of short runs (a few minutes)")
+    bo.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     _add_task_commands(sub)
     _add_group_commands(sub)
     return parser
@@ -204,6 +215,32 @@ def cmd_parity(args: argparse.Namespace) -> int:
     return 0 if passes(report, args.tolerance) else 1
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    import json
+
+    from mlharness.bench import BenchConfig, bench_overhead, format_figures
+
+    dataset_path = args.dataset_path
+    if dataset_path is None and args.manifest.startswith("resnet50"):
+        from mlharness.manifest.assets import cache_dir
+        from mlharness.tasks.imagenet_synth import write_synthetic_imagenet
+
+        folder = cache_dir() / "bench" / f"imagenet-synth-{args.count}"
+        if not (folder / "val_map.txt").is_file():
+            write_synthetic_imagenet(folder, args.count)
+        dataset_path = str(folder)
+    cfg = BenchConfig(manifest=args.manifest, dataset_path=dataset_path, count=args.count,
+                      rounds=1 if args.quick else args.rounds, seconds=min(args.seconds, 3.0) if args.quick
+                      else args.seconds, threads=args.threads, server_search_steps=3 if args.quick else 5,
+                      quick=args.quick, progress=lambda text: err.print(f"[dim]{escape(text)}[/]"))
+    figures = bench_overhead(cfg)
+    if args.json:
+        print(json.dumps(figures, default=float))
+    else:
+        out.print(format_figures(figures), highlight=False)
+    return 0
+
+
 def cmd_sysinfo(args: argparse.Namespace) -> int:
     import json
 
@@ -216,7 +253,8 @@ def cmd_sysinfo(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
-    handlers = {"run": cmd_run, "manifest": cmd_manifest, "sysinfo": cmd_sysinfo, "parity": cmd_parity}
+    handlers = {"run": cmd_run, "manifest": cmd_manifest, "sysinfo": cmd_sysinfo, "parity": cmd_parity,
+                "bench": cmd_bench}
     try:
         if hasattr(args, "func"):
             return args.func(args, out)

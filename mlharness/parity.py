@@ -9,17 +9,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import MLHarnessError
-from mlharness.loadgen.qsl import SampleLoader, SampleStore
-from mlharness.loadgen.runner import (
-    RunOptions,
-    _sample_count,
-    build_context,
-    check_framework_version,
-    make_predictor,
-    resolve_model_file,
-)
-from mlharness.manifest.hooks import HookSet
-from mlharness.manifest.loader import load_manifest
+from mlharness.session import ModelSession
 
 
 @dataclass
@@ -48,46 +38,18 @@ class ParityReport:
         return min(values) if values else None
 
 
-class _Side:
-    """One manifest reference, loaded with its hooks, dataset and predictor."""
-
-    def __init__(self, ref: str, dataset_path: str | None, count: int | None, batch: int, device: str):
-        opts = RunOptions(scenario="Offline", mode="accuracy", manifest=ref, dataset_path=dataset_path,
-                          count=count, device=device)
-        self.ref = ref
-        self.loaded = load_manifest(ref)
-        self.ctx = build_context(self.loaded, opts, batch)
-        self.hooks = HookSet(self.loaded, self.ctx)
-        self.total = _sample_count(self.hooks, opts, self.ctx)
-        check_framework_version(self.loaded, ignore=False)
-        self.predictor = make_predictor(self.loaded, opts, resolve_model_file(self.loaded), batch)
-        self.store = SampleStore(self.total, len(self.loaded.model.inputs))
-        self.loader = SampleLoader(self.hooks, self.ctx, self.store)
-
-    def outputs(self, indices: np.ndarray) -> list[np.ndarray]:
-        batch = self.store.gather(indices)
-        run = self.predictor.predict
-        if "predict" in self.hooks:
-            return list(self.hooks.call("predict", self.ctx, run, batch))
-        return list(run(batch))
-
-    def close(self) -> None:
-        self.predictor.close()
-
-
 def compare(a_ref: str, b_ref: str, dataset_path: str | None = None, count: int | None = None,
             batch: int = 8, device: str = "cpu") -> ParityReport:
-    a = _Side(a_ref, dataset_path, count, batch, device)
+    a = ModelSession(a_ref, dataset_path, count, batch, device)
     try:
-        b = _Side(b_ref, dataset_path, count, batch, device)
+        b = ModelSession(b_ref, dataset_path, count, batch, device)
     except BaseException:
         a.close()
         raise
     try:
         n = min(a.total, b.total)
-        indices = list(range(n))
-        a.loader.load(indices)
-        b.loader.load(indices)
+        a.load(n)
+        b.load(n)
         names = [o.name for o in a.loaded.model.outputs]
         sums: dict[int, dict[str, Any]] = {}
         for start in range(0, n, batch):

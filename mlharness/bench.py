@@ -1,0 +1,255 @@
+"""Harness overhead, measured against the bare framework and LoadGen's own floor, in one invocation.
+
+Bare and harness runs alternate (bare, harness, bare, harness, ...) so a machine that speeds up or slows down
+during the benchmark affects both sides alike; medians are reported.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mlharness.loadgen import settings as lgs
+from mlharness.loadgen.runner import RunOptions, RunResult, run
+from mlharness.session import ModelSession
+
+NULL_MANIFEST = """\
+name: null-model
+description: identity on tiny tensors, to measure the harness itself
+framework: {name: echo, warmup: 0}
+inputs: [{name: x, element_type: float32, shape: [4]}]
+outputs: [{name: y, element_type: float32, shape: [4]}]
+batching: {max_batchsize: 1, Offline: 64, Server: 16}
+dataset:
+  name: zeros
+  init: |
+    def init(count):
+        return 1024
+preprocess: |
+  import numpy as np
+  ZERO = np.zeros(4, dtype=np.float32)
+  def preprocess(ctx, index):
+      return ZERO
+"""
+
+
+@dataclass
+class BenchConfig:
+    manifest: str = "resnet50-random"
+    dataset_path: str | None = None
+    count: int = 64
+    rounds: int = 3
+    seconds: float = 5.0
+    threads: int | None = None
+    server_search_steps: int = 4
+    quick: bool = False
+    progress: Callable[[str], None] | None = None
+
+    def say(self, text: str) -> None:
+        if self.progress:
+            self.progress(text)
+
+
+def _run(cfg: BenchConfig, manifest: str, scenario: str, out: Path, dataset_path: str | None = None,
+         **overrides: Any) -> RunResult:
+    return run(RunOptions(scenario=scenario, mode="performance", manifest=manifest, dataset_path=dataset_path,
+                          output=out, count=cfg.count, threads=cfg.threads,
+                          overrides=lgs.Overrides(**overrides)))
+
+
+def loadgen_floor(scenario: str, seconds: float, out: Path) -> dict[str, float]:
+    """LoadGen with a SUT that completes every sample inside issue_cb: the cost of LoadGen itself."""
+    import mlperf_loadgen as lg
+
+    buf = np.zeros(4, np.uint8)
+    base = buf.ctypes.data
+
+    def issue(ids: list[int], _indices: list[int]) -> None:
+        lg.QuerySamplesComplete([lg.QuerySampleResponse(i, base, 4) for i in ids])
+
+    sut = lg.ConstructFastSUT(issue, lambda: None)
+    qsl = lg.ConstructQSL(1024, 1024, lambda _i: None, lambda _i: None)
+    s = lg.TestSettings()
+    s.FromConfig("", "null-model", scenario, 0)
+    s.scenario = getattr(lg.TestScenario, scenario)
+    s.mode = lg.TestMode.PerformanceOnly
+    s.min_duration_ms = int(seconds * 1000)
+    s.min_query_count = 1
+    s.offline_expected_qps = 3_000_000
+    s.single_stream_expected_latency_ns = 5_000
+    ls = lg.LogSettings()
+    out.mkdir(parents=True, exist_ok=True)
+    ls.log_output.outdir = str(out)
+    ls.enable_trace = False
+    try:
+        lg.StartTestWithLogSettings(sut, qsl, s, ls, str(out / "no-audit.config"))
+    finally:
+        lg.DestroyFastSUT(sut)
+        lg.DestroyQSL(qsl)
+    fields = _summary_fields(out / "mlperf_log_summary.txt")
+    if scenario == "Offline":
+        return {"sps": float(fields["Samples per second"])}
+    return {"p90_ns": float(fields["90.0th percentile latency (ns)"]), "p50_ns": float(fields["50.00 percentile latency (ns)"])}
+
+
+def _summary_fields(path: Path) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def bare_offline(session: ModelSession, n: int, batch: int, seconds: float) -> float:
+    """Samples/s of the framework alone on contiguous pre-processed batches (no LoadGen, no queue)."""
+    batches = [session.batch(np.arange(s, min(n, s + batch))) for s in range(0, n, batch)]
+    predict = session.predictor.predict
+    predict(batches[0])
+    done, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for b in batches:
+            predict(b)
+            done += len(b[0])
+    return done / (time.perf_counter() - start)
+
+
+def bare_latencies(session: ModelSession, n: int, seconds: float) -> np.ndarray:
+    """Batch-1 latencies (ns) of the framework alone, one sample after another."""
+    samples = [session.batch(np.array([i])) for i in range(n)]
+    predict = session.predictor.predict
+    predict(samples[0])
+    lat = []
+    start = time.perf_counter()
+    i = 0
+    while time.perf_counter() - start < seconds or len(lat) < 32:
+        t = time.perf_counter_ns()
+        predict(samples[i % n])
+        lat.append(time.perf_counter_ns() - t)
+        i += 1
+    return np.array(lat, dtype=np.float64)
+
+
+def _p90(lat_ns: np.ndarray) -> float:
+    return float(np.percentile(lat_ns, 90))
+
+
+def bench_overhead(cfg: BenchConfig) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="mlharness-bench-"))
+    figures: dict[str, Any] = {"manifest": cfg.manifest, "rounds": cfg.rounds, "seconds": cfg.seconds}
+
+    cfg.say("LoadGen null floor")
+    floor_ss = loadgen_floor("SingleStream", min(cfg.seconds, 3.0), work / "floor_ss")
+    floor_off = loadgen_floor("Offline", min(cfg.seconds, 3.0), work / "floor_off")
+    null_path = work / "null.yaml"
+    null_path.write_text(NULL_MANIFEST)
+    cfg.say("null model through mlharness")
+    null_ss = _run(cfg, str(null_path), "SingleStream", work / "null_ss", min_duration_ms=int(min(cfg.seconds, 3) * 1000),
+                   target_latency_ms=0.02, min_query_count=100)
+    null_off = _run(cfg, str(null_path), "Offline", work / "null_off", min_duration_ms=int(min(cfg.seconds, 3) * 1000),
+                    target_qps=400_000, min_query_count=100)
+    null_ss_p90 = float(null_ss.summary.fields["90.0th percentile latency (ns)"])
+    figures.update(
+        loadgen_null_singlestream_p90_us=floor_ss["p90_ns"] / 1e3,
+        loadgen_null_offline_sps=floor_off["sps"],
+        null_singlestream_p90_us=null_ss_p90 / 1e3,
+        null_overhead_us=(null_ss_p90 - floor_ss["p90_ns"]) / 1e3,
+        null_offline_sps=float(null_off.summary.metric_value or 0),
+    )
+
+    cfg.say(f"loading {cfg.manifest}")
+    session = ModelSession(cfg.manifest, cfg.dataset_path, cfg.count, threads=cfg.threads)
+    try:
+        n = session.load(cfg.count)
+        dataset_path = session.ctx.get("dataset_path")
+        batch = session.loaded.model.batching.for_scenario("Offline")
+        bare_sps, harness_sps, bare_p90, harness_p90 = [], [], [], []
+        for r in range(cfg.rounds):
+            cfg.say(f"round {r + 1}/{cfg.rounds}: Offline bare / harness")
+            bare_sps.append(bare_offline(session, n, batch, cfg.seconds))
+            res = _run(cfg, cfg.manifest, "Offline", work / f"off_{r}", dataset_path,
+                       min_duration_ms=int(cfg.seconds * 1000), target_qps=bare_sps[-1], min_query_count=1)
+            harness_sps.append(float(res.summary.metric_value or 0))
+            cfg.say(f"round {r + 1}/{cfg.rounds}: SingleStream bare / harness")
+            lat = bare_latencies(session, n, cfg.seconds)
+            bare_p90.append(_p90(lat))
+            res = _run(cfg, cfg.manifest, "SingleStream", work / f"ss_{r}", dataset_path,
+                       min_duration_ms=int(cfg.seconds * 1000), target_latency_ms=float(np.median(lat)) / 1e6,
+                       min_query_count=32)
+            harness_p90.append(float(res.summary.fields["90.0th percentile latency (ns)"]))
+        b_sps, h_sps = statistics.median(bare_sps), statistics.median(harness_sps)
+        b_p90, h_p90 = statistics.median(bare_p90), statistics.median(harness_p90)
+        figures.update(
+            offline_batch=batch,
+            offline_bare_sps=b_sps,
+            offline_harness_sps=h_sps,
+            offline_ratio=h_sps / b_sps,
+            singlestream_bare_p90_ms=b_p90 / 1e6,
+            singlestream_harness_p90_ms=h_p90 / 1e6,
+            singlestream_p90_overhead_ms=(h_p90 - b_p90) / 1e6,
+            singlestream_p90_overhead_pct=100.0 * (h_p90 - b_p90) / b_p90,
+        )
+        figures.update(_server_search(cfg, work, dataset_path, offline_sps=h_sps, bound_ms=6 * b_p90 / 1e6))
+    finally:
+        session.close()
+    return figures
+
+
+def _server_search(cfg: BenchConfig, work: Path, dataset_path: str | None, offline_sps: float,
+                   bound_ms: float) -> dict[str, Any]:
+    """Highest VALID Server QPS with p99 <= bound: bisection with short runs between 0.3x and 1.0x Offline."""
+    lo, hi = 0.3 * offline_sps, 1.0 * offline_sps
+    best = 0.0
+    tried = []
+    # Server needs enough queries for early stopping at p99: run long enough for a few hundred of them.
+    seconds = max(cfg.seconds, 400.0 / max(lo, 1e-3))
+    for step in range(cfg.server_search_steps):
+        qps = hi if step == 0 else (lo + hi) / 2
+        cfg.say(f"Server search {step + 1}/{cfg.server_search_steps}: {qps:.1f} QPS, p99 bound {bound_ms:.1f} ms")
+        res = _run(cfg, cfg.manifest, "Server", work / f"server_{step}", dataset_path,
+                   min_duration_ms=int(seconds * 1000), target_qps=qps, target_latency_ms=bound_ms,
+                   min_query_count=100)
+        tried.append({"qps": qps, "valid": res.summary.valid})
+        if res.summary.valid:
+            best = max(best, qps)
+            lo = qps
+            if step == 0:
+                break
+        else:
+            hi = qps
+    return {"server_p99_bound_ms": bound_ms, "server_best_valid_qps": best,
+            "server_ratio": best / offline_sps if offline_sps else 0.0, "server_tried": tried}
+
+
+def format_figures(f: dict[str, Any]) -> str:
+    rows = [
+        ("LoadGen null floor, SingleStream p90", f"{f['loadgen_null_singlestream_p90_us']:.1f} us"),
+        ("LoadGen null floor, Offline", f"{f['loadgen_null_offline_sps']:,.0f} samples/s"),
+        ("null model through mlharness, SingleStream p90", f"{f['null_singlestream_p90_us']:.1f} us"),
+        ("  harness cost per sample above the floor", f"{f['null_overhead_us']:.1f} us  (goal <= 30)"),
+        ("null model through mlharness, Offline", f"{f['null_offline_sps']:,.0f} samples/s  (goal >= 100,000)"),
+    ]
+    if "offline_ratio" in f:
+        rows += [
+            (f"{f['manifest']} Offline bare (batch {f['offline_batch']})", f"{f['offline_bare_sps']:.2f} samples/s"),
+            (f"{f['manifest']} Offline mlharness", f"{f['offline_harness_sps']:.2f} samples/s"),
+            ("  ratio mlharness / bare", f"{f['offline_ratio']:.3f}  (goal >= 0.97)"),
+            (f"{f['manifest']} SingleStream p90 bare", f"{f['singlestream_bare_p90_ms']:.2f} ms"),
+            (f"{f['manifest']} SingleStream p90 mlharness", f"{f['singlestream_harness_p90_ms']:.2f} ms"),
+            ("  overhead", f"{f['singlestream_p90_overhead_ms']:+.2f} ms ({f['singlestream_p90_overhead_pct']:+.1f}%)"
+                           "  (goal: within 2% or 1 ms)"),
+            (f"Server best VALID QPS at p99 <= {f['server_p99_bound_ms']:.1f} ms", f"{f['server_best_valid_qps']:.2f}"),
+            ("  ratio Server / Offline", f"{f['server_ratio']:.3f}  (goal >= 0.75)"),
+        ]
+    width = max(len(r[0]) for r in rows)
+    return "\n".join(f"{name.ljust(width)}  {value}" for name, value in rows)
+
+
+__all__ = ["BenchConfig", "bench_overhead", "format_figures"]

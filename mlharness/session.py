@@ -1,0 +1,52 @@
+"""A manifest loaded outside LoadGen: hooks, dataset, predictor and pre-processed samples in RAM. Used by
+``parity`` and the benchmarks, which drive the model directly."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mlharness.loadgen.qsl import SampleLoader, SampleStore
+from mlharness.loadgen.runner import (
+    RunOptions,
+    _sample_count,
+    build_context,
+    check_framework_version,
+    make_predictor,
+    resolve_model_file,
+)
+from mlharness.manifest.hooks import HookSet
+from mlharness.manifest.loader import load_manifest
+
+
+class ModelSession:
+    def __init__(self, ref: str, dataset_path: str | None = None, count: int | None = None, batch: int = 8,
+                 device: str = "cpu", threads: int | None = None, scenario: str = "Offline"):
+        opts = RunOptions(scenario=scenario, mode="performance", manifest=ref, dataset_path=dataset_path,
+                          count=count, device=device, threads=threads)
+        self.ref = ref
+        self.loaded = load_manifest(ref)
+        self.ctx = build_context(self.loaded, opts, batch)
+        self.hooks = HookSet(self.loaded, self.ctx)
+        self.total = _sample_count(self.hooks, opts, self.ctx)
+        check_framework_version(self.loaded, ignore=False)
+        self.predictor = make_predictor(self.loaded, opts, resolve_model_file(self.loaded), batch)
+        self.store = SampleStore(self.total, len(self.loaded.model.inputs))
+        self.loader = SampleLoader(self.hooks, self.ctx, self.store)
+
+    def load(self, n: int | None = None) -> int:
+        n = min(self.total, n or self.total)
+        self.loader.load(list(range(n)))
+        return n
+
+    def batch(self, indices: np.ndarray) -> list[np.ndarray]:
+        return self.store.gather(indices)
+
+    def outputs(self, indices: np.ndarray) -> list[np.ndarray]:
+        batch = self.store.gather(indices)
+        run = self.predictor.predict
+        if "predict" in self.hooks:
+            return list(self.hooks.call("predict", self.ctx, run, batch))
+        return list(run(batch))
+
+    def close(self) -> None:
+        self.predictor.close()
