@@ -52,7 +52,10 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     tune.add_argument("--max-batchsize", type=int, default=None, help="override the manifest's batch size")
     tune.add_argument("--server-max-wait-ms", type=float, default=None, help="Server dynamic batching wait")
     tune.add_argument("--threads", type=int, default=None, help="framework intra-op threads")
-    tune.add_argument("--workers", type=int, default=1, help="SUT worker threads")
+    tune.add_argument("--workers", type=int, default=1, help="SUT worker threads (at least one per instance)")
+    tune.add_argument("--instances", type=int, default=1, help="predictor sessions run side by side")
+    tune.add_argument("--threads-per-instance", type=int, default=None, help="framework threads of each "
+                      "instance (default: the cores split evenly)")
     tune.add_argument("--load-workers", type=int, default=None, help="threads pre-processing samples at load "
                       "time; 0 = one per core (default: the dataset manifest's load_workers, else 1)")
     tune.add_argument("--trace", action="store_true", help="write LoadGen's mlperf_log_trace.json")
@@ -172,7 +175,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         dataset_path=args.dataset_path, output=args.output, results_root=args.results_root, system=args.system,
         user_conf=args.user_conf, audit_config=args.audit_config, count=args.count, overrides=overrides,
         max_batchsize=args.max_batchsize, server_max_wait_ms=args.server_max_wait_ms, threads=args.threads,
-        workers=args.workers, load_workers=args.load_workers, device=args.device, trace=args.trace,
+        workers=args.workers, instances=args.instances, threads_per_instance=args.threads_per_instance, load_workers=args.load_workers, device=args.device, trace=args.trace,
         ignore_framework_version=args.ignore_framework_version, on_stuck_failure=stuck,
         progress=None if args.no_progress else RunProgress(err),
     )

@@ -14,7 +14,8 @@ pytestmark = pytest.mark.slow
 SHORT = {
     "SingleStream": ["--min-duration-ms", "300", "--min-query-count", "64", "--target-latency-ms", "0.01"],
     "MultiStream": ["--min-duration-ms", "300", "--min-query-count", "64", "--target-latency-ms", "0.01"],
-    "Server": ["--min-duration-ms", "1000", "--min-query-count", "100", "--target-qps", "600"],
+    "Server": ["--min-duration-ms", "1500", "--min-query-count", "100", "--target-qps", "600",
+               "--target-latency-ms", "100"],
     "Offline": ["--min-duration-ms", "100", "--min-query-count", "100", "--target-qps", "2000000"],
 }
 
@@ -72,3 +73,16 @@ def test_default_output_layout(run_cli, tmp_path):
     assert (acc / "accuracy.txt").read_text() == "accuracy=100.000%, good=16, total=16\n"
     for name in ("mlperf_log_summary.txt", "mlperf_log_detail.txt", "mlperf_log_accuracy.json"):
         assert (acc / name).is_file()
+
+
+@pytest.mark.parametrize("scenario", ["Offline", "Server"])
+def test_several_instances_give_the_same_accuracy(run_cli, tmp_path, scenario):
+    out = tmp_path / "inst"
+    proc = run_cli("run", "--scenario", scenario, "--mode", "accuracy", "--output", str(out), "--no-progress",
+                   "--instances", "3", "--count", "96")
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "accuracy.txt").read_text() == "accuracy=100.000%, good=96, total=96\n"
+    meta = json.loads((out / "mlharness_run.json").read_text())
+    assert meta["predictor"]["instances"] == 3
+    assert meta["batching"]["workers"] >= 1
+    assert meta["samples"]["issued"] == meta["samples"]["completed"] == 96

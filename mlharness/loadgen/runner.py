@@ -53,6 +53,8 @@ class RunOptions:
     max_batchsize: int | None = None
     server_max_wait_ms: float | None = None
     threads: int | None = None  # framework intra-op threads
+    instances: int = 1  # predictor sessions, each driven by its own worker thread
+    threads_per_instance: int | None = None  # default with several instances: the cores split evenly
     workers: int = 1  # SUT worker threads
     load_workers: int | None = None  # None: the dataset manifest's load_workers, else 1; 0: one per core
     device: str = "cpu"
@@ -194,7 +196,7 @@ def run(opts: RunOptions) -> RunResult:
 
     total = _sample_count(hooks, opts, ctx)
     framework_version = check_framework_version(loaded, opts.ignore_framework_version)
-    predictor = make_predictor(loaded, opts, resolve_model_file(loaded), batch)
+    predictors = make_instances(loaded, opts, resolve_model_file(loaded), batch)
     try:
         if "before_postprocess" in hooks:
             hooks.call("before_postprocess", ctx)
@@ -214,7 +216,7 @@ def run(opts: RunOptions) -> RunResult:
             opts = replace(opts, on_stuck_failure=lambda err, _outdir: stuck(err, staged.abandon()))
         try:
             summary, accuracy, metadata = _run_loadgen(
-                loaded, opts, hooks, ctx, predictor, settings, plan, staged.path, total, perf_count, batch,
+                loaded, opts, hooks, ctx, predictors, settings, plan, staged.path, total, perf_count, batch,
                 benchmark, framework_version,
             )
         except BaseException:
@@ -224,7 +226,27 @@ def run(opts: RunOptions) -> RunResult:
         final = staged.commit()
         return RunResult(final, summary, accuracy, metadata)
     finally:
-        predictor.close()
+        for p in predictors:
+            p.close()
+
+
+def make_instances(loaded: LoadedManifest, opts: RunOptions, model_file: Path | None, batch: int) -> list[Predictor]:
+    """``opts.instances`` predictor sessions; with several, the cores are split between them unless
+    ``threads_per_instance`` says otherwise (two sessions each grabbing every core would fight)."""
+    n = max(1, opts.instances)
+    threads = opts.threads_per_instance or opts.threads
+    if n > 1 and threads is None:
+        threads = max(1, (os.cpu_count() or 1) // n)
+    per = replace(opts, threads=threads)
+    predictors: list[Predictor] = []
+    try:
+        for _ in range(n):
+            predictors.append(make_predictor(loaded, per, model_file, batch))
+    except BaseException:
+        for p in predictors:
+            p.close()
+        raise
+    return predictors
 
 
 def resolve_load_workers(requested: int | None, loaded: LoadedManifest) -> int:
@@ -271,7 +293,7 @@ def _performance_count(settings: Any, total: int, plan: lgs.SettingsPlan) -> int
     return wanted
 
 
-def _run_loadgen(loaded, opts, hooks, ctx, predictor, settings, plan, outdir, total, perf_count, batch,
+def _run_loadgen(loaded, opts, hooks, ctx, predictors, settings, plan, outdir, total, perf_count, batch,
                  benchmark, framework_version):  # noqa: ANN001 - internal step of run()
     import mlperf_loadgen as lg
 
@@ -289,7 +311,8 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictor, settings, plan, outdir, to
     store = SampleStore(total, len(loaded.model.inputs))
     loader = SampleLoader(hooks, ctx, store, resolve_load_workers(opts.load_workers, loaded),
                           on_progress=opts.progress.load if opts.progress else None)
-    pipeline = Pipeline(predictor, hooks, ctx, store, numpy_dtype(loaded.model.response.element_type))
+    dtype = numpy_dtype(loaded.model.response.element_type)
+    pipelines = [Pipeline(p, hooks, ctx, store, dtype) for p in predictors]
     strategy = Strategy.for_scenario(
         opts.scenario, batch,
         opts.server_max_wait_ms if opts.server_max_wait_ms is not None else loaded.model.batching.server_max_wait_ms,
@@ -306,7 +329,7 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictor, settings, plan, outdir, to
 
         threading.Thread(target=watchdog, name="mlharness-watchdog", daemon=True).start()
 
-    sut = SystemUnderTest(pipeline, strategy, opts.workers, on_failure=on_failure)
+    sut = SystemUnderTest(pipelines, strategy, opts.workers, on_failure=on_failure)
     if opts.progress:
         opts.progress.attach(sut, total if opts.mode == "accuracy" else None)
     try:
@@ -359,7 +382,7 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictor, settings, plan, outdir, to
         "submittable": not reasons,
         "not_submittable_reasons": reasons,
         "framework": {"name": loaded.model.framework.name, "version": framework_version},
-        "predictor": predictor.describe(),
+        "predictor": {**predictors[0].describe(), "instances": len(predictors)},
         "loadgen_version": importlib.metadata.version("mlcommons-loadgen"),
         "loadgen_seeds": {k: detail.get(f"effective_{k}") for k in ("qsl_rng_seed", "sample_index_rng_seed",
                                                                      "schedule_rng_seed")},

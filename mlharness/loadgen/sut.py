@@ -148,11 +148,13 @@ class Pipeline:
 class SystemUnderTest:
     """Worker threads + queue; hands LoadGen its callbacks. Use :meth:`run_test` to run one LoadGen test."""
 
-    def __init__(self, pipeline: Pipeline, strategy: Strategy, workers: int = 1,
+    def __init__(self, pipeline: Pipeline | list[Pipeline], strategy: Strategy, workers: int = 1,
                  on_failure: Callable[[BaseException], None] | None = None):
-        self.pipeline = pipeline
+        # one pipeline per predictor instance; worker i drives instance i % len(pipelines)
+        self.pipelines = list(pipeline) if isinstance(pipeline, list | tuple) else [pipeline]
+        self.pipeline = self.pipelines[0]
         self.strategy = strategy
-        self.n_workers = max(1, workers)
+        self.n_workers = max(1, workers, len(self.pipelines))
         self.on_failure = on_failure
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
@@ -180,7 +182,8 @@ class SystemUnderTest:
 
         self._lg = lg
         for i in range(self.n_workers):
-            t = threading.Thread(target=self._worker, name=f"mlharness-sut-{i}", daemon=True)
+            pipeline = self.pipelines[i % len(self.pipelines)]
+            t = threading.Thread(target=self._worker, args=(pipeline,), name=f"mlharness-sut-{i}", daemon=True)
             t.start()
             self._threads.append(t)
 
@@ -213,7 +216,8 @@ class SystemUnderTest:
             ids, idx = ids[:mb], idx[:mb]
         return ids, idx
 
-    def _worker(self) -> None:
+    def _worker(self, pipeline: Pipeline | None = None) -> None:
+        pipeline = pipeline or self.pipeline
         wait = self.strategy.coalesce_wait_s
         mb = self.strategy.max_batchsize
         while True:
@@ -223,11 +227,11 @@ class SystemUnderTest:
             ids, idx = self._split(item)
             if wait is not None and len(ids) < mb:
                 ids, idx, stop = self._coalesce(ids, idx, wait)
-                self._process(ids, idx)
+                self._process(ids, idx, pipeline)
                 if stop:
                     return
                 continue
-            self._process(ids, idx)
+            self._process(ids, idx, pipeline)
 
     def _coalesce(self, ids: np.ndarray, idx: np.ndarray, wait: float) -> tuple[np.ndarray, np.ndarray, bool]:
         """Server dynamic batching: add queued samples until the batch is full or ``wait`` has passed."""
@@ -259,11 +263,12 @@ class SystemUnderTest:
             return ids, idx, stop
         return np.concatenate(ids_parts), np.concatenate(idx_parts), stop
 
-    def _process(self, ids: np.ndarray, idx: np.ndarray) -> None:
+    def _process(self, ids: np.ndarray, idx: np.ndarray, pipeline: Pipeline | None = None) -> None:
         lg = self._lg
+        pipeline = pipeline or self.pipeline
         if self.error is None:
             try:
-                buf, offsets = self.pipeline.run(idx)
+                buf, offsets = pipeline.run(idx)
                 base = buf.ctypes.data
                 # plain ints from tolist(): building the response objects is the per-sample cost here
                 sizes = np.diff(offsets).tolist()
@@ -309,7 +314,9 @@ class SystemUnderTest:
                 if not warmed and indices:
                     # LoadGen loads samples before it starts the clock: warm the model up on real data here
                     warmed = True
-                    self.pipeline.warmup(np.asarray(indices[: self.strategy.max_batchsize], dtype=np.int64), warmup)
+                    first = np.asarray(indices[: self.strategy.max_batchsize], dtype=np.int64)
+                    for pipeline in self.pipelines:
+                        pipeline.warmup(first, warmup)
             except BaseException as e:  # noqa: BLE001 - LoadGen cannot see Python exceptions
                 loader.error = loader.error or e
                 self._fail(e)
