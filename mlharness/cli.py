@@ -100,6 +100,17 @@ def build_parser() -> argparse.ArgumentParser:
     bo.add_argument("--threads", type=int, default=None)
     bo.add_argument("--quick", action="store_true", help="one round of short runs (a few minutes)")
     bo.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    tn = sub.add_parser("tune", help="find the settings a VALID run needs and write them as a user.conf")
+    tn.add_argument("--manifest", default="demo")
+    tn.add_argument("--scenario", required=True)
+    tn.add_argument("--dataset-path", default=None)
+    tn.add_argument("--count", type=int, default=None)
+    tn.add_argument("--seconds", type=float, default=5.0, help="duration of each trial run")
+    tn.add_argument("--batch-sizes", type=int, nargs="*", default=[], help="Offline/Server batch sizes to try")
+    tn.add_argument("--instances", type=int, nargs="*", default=[], help="instance counts to try")
+    tn.add_argument("--target-latency-ms", type=float, default=None, help="Server p99 bound (default: mlperf.conf)")
+    tn.add_argument("--steps", type=int, default=5, help="Server search steps")
+    tn.add_argument("--output", type=Path, default=Path("user.conf"))
     _add_task_commands(sub)
     _add_group_commands(sub)
     return parser
@@ -244,6 +255,27 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    from mlharness.tune import TuneConfig, tune
+
+    cfg = TuneConfig(manifest=args.manifest, scenario=args.scenario, dataset_path=args.dataset_path,
+                     count=args.count, seconds=args.seconds, batch_sizes=args.batch_sizes,
+                     instances=args.instances, target_latency_ms=args.target_latency_ms, steps=args.steps,
+                     output=args.output, progress=lambda text: err.print(f"[dim]{escape(text)}[/]"))
+    result = tune(cfg)
+    table = Table("trial", "settings", "metric", "valid")
+    for t in result.trials:
+        settings = ", ".join(f"{k}={v}" for k, v in t.settings.items())
+        metric = "n/a" if t.metric is None else f"{t.metric:,.2f}"
+        table.add_row(escape(t.what), escape(settings), metric, "VALID" if t.valid else "INVALID")
+    out.print(table)
+    out.print(f"wrote {escape(str(args.output))}:")
+    for line in result.conf_lines:
+        out.print(f"  {line}", highlight=False)
+    out.print("confirmation run: " + ("[green]VALID[/]" if result.confirmed else "[red]INVALID[/]"))
+    return 0 if result.confirmed else 1
+
+
 def cmd_sysinfo(args: argparse.Namespace) -> int:
     import json
 
@@ -257,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
     handlers = {"run": cmd_run, "manifest": cmd_manifest, "sysinfo": cmd_sysinfo, "parity": cmd_parity,
-                "bench": cmd_bench}
+                "bench": cmd_bench, "tune": cmd_tune}
     try:
         if hasattr(args, "func"):
             return args.func(args, out)
