@@ -58,7 +58,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                       "instance (default: the cores split evenly)")
     tune.add_argument("--load-workers", type=int, default=None, help="threads pre-processing samples at load "
                       "time; 0 = one per core (default: the dataset manifest's load_workers, else 1)")
-    tune.add_argument("--trace", action="store_true", help="write LoadGen's mlperf_log_trace.json")
+    tune.add_argument("--trace", default="none", help="none (default), model (spans per batch/sample), framework "
+                      "(+ the framework profiler), system (+ host/GPU counters), full (+ LoadGen's trace); "
+                      "written to mlharness_trace.json")
     tune.add_argument("--ignore-framework-version", action="store_true")
     tune.add_argument("--no-progress", action="store_true")
 
@@ -80,7 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     i = man.add_parser("init", help="write a commented manifest skeleton")
     i.add_argument("name")
     i.add_argument("--output", type=Path, default=None)
-    sub.add_parser("sysinfo", help="facts about this host")
+    si = sub.add_parser("sysinfo", help="this host's system description (the fields a submission needs)")
+    si.add_argument("--json", action="store_true", help="print the system description as JSON")
+    si.add_argument("--overrides", type=Path, default=None, help="YAML of fields to set or correct")
+    si.add_argument("--out", type=Path, default=None, help="write the system description JSON to this file")
     par = sub.add_parser("parity", help="compare two manifests / framework variants on the same samples")
     par.add_argument("a", help="NAME_OR_PATH[@FRAMEWORK]")
     par.add_argument("b", help="NAME_OR_PATH[@FRAMEWORK]")
@@ -277,12 +282,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def cmd_sysinfo(args: argparse.Namespace) -> int:
-    import json
+    from mlharness.submission.system import sysinfo_command
 
-    from mlharness.telemetry.sysinfo import host_facts
-
-    out.print_json(json.dumps(host_facts()))
-    return 0
+    return sysinfo_command(args, out)
 
 
 def main(argv: list[str] | None = None) -> int:

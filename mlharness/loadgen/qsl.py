@@ -102,7 +102,9 @@ class SampleLoader:
         store: SampleStore,
         workers: int = 1,
         on_progress: Callable[[int, int], None] | None = None,
+        tracer: Any = None,
     ):
+        self.tracer = tracer
         self.hooks = hooks
         self.ctx = ctx
         self.store = store
@@ -111,6 +113,14 @@ class SampleLoader:
         self.error: BaseException | None = None
 
     def _one(self, index: int) -> tuple[np.ndarray, ...]:
+        if self.tracer is None:
+            return self._preprocess(index)
+        t0 = self.tracer.now()
+        out = self._preprocess(index)
+        self.tracer.span("preprocess", "load", t0, self.tracer.now(), {"sample_index": index})
+        return out
+
+    def _preprocess(self, index: int) -> tuple[np.ndarray, ...]:
         if "preprocess" in self.hooks:
             out = self.hooks.call("preprocess", self.ctx, index)
         else:

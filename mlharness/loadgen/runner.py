@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from mlharness import __version__
-from mlharness.errors import DatasetError, ManifestError, MLHarnessError, PredictorError, SettingsError
+from mlharness.errors import (
+    DatasetError,
+    ManifestError,
+    MLHarnessError,
+    PredictorError,
+    SettingsError,
+    suggest,
+)
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.qsl import SampleLoader, SampleStore
 from mlharness.loadgen.rundir import StagedDir, Summary, default_output, detail_values, parse_summary
@@ -28,11 +35,13 @@ from mlharness.predictors.base import Predictor, PredictorConfig
 from mlharness.tasks import METRICS
 from mlharness.tasks.base import AccuracyContext, AccuracyResult
 from mlharness.telemetry.sysinfo import host_facts
+from mlharness.telemetry.trace import LEVELS, level_at_least, make_tracer
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MANIFEST = "demo"
 METADATA_FILE = "mlharness_run.json"
+TRACE_FILE = "mlharness_trace.json"
 
 
 @dataclass
@@ -58,7 +67,7 @@ class RunOptions:
     workers: int = 1  # SUT worker threads
     load_workers: int | None = None  # None: the dataset manifest's load_workers, else 1; 0: one per core
     device: str = "cpu"
-    trace: bool = False
+    trace: str = "none"  # none, model, framework, system, full (see mlharness.telemetry.trace)
     ignore_framework_version: bool = False
     # Called (from a watchdog thread) when the timed path failed and LoadGen is still running after
     # ``abort_grace_s``; the CLI uses it to end the process instead of waiting out a long min_duration.
@@ -181,6 +190,8 @@ def make_predictor(loaded: LoadedManifest, opts: RunOptions, model_file: Path | 
 def run(opts: RunOptions) -> RunResult:
     """The whole run. Raises an MLHarnessError subclass on any failure; a failed run leaves earlier results."""
     lgs.check_scenario(opts.scenario)
+    if opts.trace not in LEVELS:
+        raise SettingsError(f"unknown trace level '{opts.trace}'.{suggest(opts.trace, LEVELS)}")
     if opts.mode not in ("accuracy", "performance"):
         raise SettingsError(f"unknown mode '{opts.mode}'; expected accuracy or performance")
     loaded = load_manifest(opts.manifest, opts.dataset, opts.framework)
@@ -300,7 +311,9 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictors, settings, plan, outdir, t
     log_settings = lg.LogSettings()
     log_settings.log_output.outdir = str(outdir)
     log_settings.log_output.copy_summary_to_stdout = False
-    log_settings.enable_trace = opts.trace
+    tracer = make_tracer(opts.trace)
+    # LoadGen's own trace (it can be huge) only at the 'full' level
+    log_settings.enable_trace = tracer is not None and level_at_least(tracer.level, "full")
     if opts.audit_config is not None:
         if not Path(opts.audit_config).is_file():
             raise SettingsError(f"audit config {opts.audit_config} does not exist")
@@ -310,9 +323,9 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictors, settings, plan, outdir, t
 
     store = SampleStore(total, len(loaded.model.inputs))
     loader = SampleLoader(hooks, ctx, store, resolve_load_workers(opts.load_workers, loaded),
-                          on_progress=opts.progress.load if opts.progress else None)
+                          on_progress=opts.progress.load if opts.progress else None, tracer=tracer)
     dtype = numpy_dtype(loaded.model.response.element_type)
-    pipelines = [Pipeline(p, hooks, ctx, store, dtype) for p in predictors]
+    pipelines = [Pipeline(p, hooks, ctx, store, dtype, tracer=tracer) for p in predictors]
     strategy = Strategy.for_scenario(
         opts.scenario, batch,
         opts.server_max_wait_ms if opts.server_max_wait_ms is not None else loaded.model.batching.server_max_wait_ms,
@@ -329,7 +342,7 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictors, settings, plan, outdir, t
 
         threading.Thread(target=watchdog, name="mlharness-watchdog", daemon=True).start()
 
-    sut = SystemUnderTest(pipelines, strategy, opts.workers, on_failure=on_failure)
+    sut = SystemUnderTest(pipelines, strategy, opts.workers, on_failure=on_failure, tracer=tracer)
     if opts.progress:
         opts.progress.attach(sut, total if opts.mode == "accuracy" else None)
     try:
@@ -342,8 +355,11 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictors, settings, plan, outdir, t
         if name in hooks:
             hooks.call(name, ctx)
 
+    if tracer is not None:
+        tracer.write(outdir / TRACE_FILE, {"scenario": opts.scenario, "mode": opts.mode,
+                                           "manifest": loaded.model.name})
     trace = outdir / "mlperf_log_trace.json"
-    if not opts.trace and trace.is_file() and trace.stat().st_size == 0:
+    if not log_settings.enable_trace and trace.is_file() and trace.stat().st_size == 0:
         trace.unlink()  # LoadGen creates it even with tracing off
     summary = parse_summary(outdir / "mlperf_log_summary.txt", opts.scenario)
     detail = detail_values(outdir / "mlperf_log_detail.txt")
@@ -375,6 +391,7 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictors, settings, plan, outdir, t
             {"name": loaded.dataset.name, "sha256": (loaded.dataset_source or loaded.source).sha256}
             if loaded.dataset else None),
         "benchmark": benchmark,
+        "dataset_path": ctx.get("dataset_path"),  # as init() left it: what the accuracy metric scored against
         "conf_model": plan.model,
         "official_benchmark": plan.official,
         "scenario": opts.scenario,

@@ -37,11 +37,12 @@ class _Fresh:
     """A query as LoadGen's fast issue callback hands it over: plain lists of ids and sample indices.
     Converting them to arrays is left to the worker so that ``issue_cb`` does nothing but enqueue."""
 
-    __slots__ = ("ids", "indices")
+    __slots__ = ("ids", "indices", "t_ns")
 
-    def __init__(self, ids: list[int], indices: list[int]):
+    def __init__(self, ids: list[int], indices: list[int], t_ns: int = 0):
         self.ids = ids
         self.indices = indices
+        self.t_ns = t_ns  # issue time, recorded only when tracing
 
 
 @dataclass
@@ -64,7 +65,8 @@ class Pipeline:
     """predict + postprocess + encoding for one batch: written once for every backend and scenario."""
 
     def __init__(self, predictor: Predictor, hooks: HookSet, ctx: dict[str, Any], store: SampleStore,
-                 response_dtype: np.dtype):
+                 response_dtype: np.dtype, tracer: Any = None):
+        self.tracer = tracer
         self.predictor = predictor
         self.hooks = hooks
         self.ctx = ctx
@@ -75,6 +77,8 @@ class Pipeline:
 
     def run(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Returns (buffer uint8, byte offsets of each response [n+1])."""
+        if self.tracer is not None:
+            return self._run_traced(indices)
         batch = self.store.gather(indices)
         if self._predict is None:
             outputs = self.predictor.predict(batch)
@@ -93,6 +97,35 @@ class Pipeline:
             except Exception as e:
                 raise self.hooks._runtime_error("postprocess", e) from e
         return self.encode(responses, len(indices))
+
+    def _run_traced(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``run`` with a span per stage; a separate method so the untraced path carries no checks."""
+        tr, now = self.tracer, self.tracer.now
+        t0 = now()
+        batch = self.store.gather(indices)
+        t1 = now()
+        tr.span("gather", "model", t0, t1, {"samples": len(indices)})
+        if self._predict is None:
+            outputs = self.predictor.predict(batch)
+        else:
+            try:
+                outputs = self._predict(self.ctx, self.predictor.predict, batch)
+            except MLHarnessError:
+                raise
+            except Exception as e:
+                raise self.hooks._runtime_error("predict", e) from e
+        t2 = now()
+        tr.span("predict", "model", t1, t2, {"samples": len(indices)})
+        if self._post is None:
+            responses: Any = outputs[0]
+        else:
+            try:
+                responses = self._post(self.ctx, outputs)
+            except Exception as e:
+                raise self.hooks._runtime_error("postprocess", e) from e
+        encoded = self.encode(responses, len(indices))
+        tr.span("postprocess", "model", t2, now(), {"samples": len(indices)})
+        return encoded
 
     def warmup(self, indices: np.ndarray, n: int) -> None:
         """Run the model (not the hooks around it) ``n`` times on real samples, before LoadGen times anything."""
@@ -149,7 +182,8 @@ class SystemUnderTest:
     """Worker threads + queue; hands LoadGen its callbacks. Use :meth:`run_test` to run one LoadGen test."""
 
     def __init__(self, pipeline: Pipeline | list[Pipeline], strategy: Strategy, workers: int = 1,
-                 on_failure: Callable[[BaseException], None] | None = None):
+                 on_failure: Callable[[BaseException], None] | None = None, tracer: Any = None):
+        self.tracer = tracer
         # one pipeline per predictor instance; worker i drives instance i % len(pipelines)
         self.pipelines = list(pipeline) if isinstance(pipeline, list | tuple) else [pipeline]
         self.pipeline = self.pipelines[0]
@@ -172,6 +206,9 @@ class SystemUnderTest:
 
     def issue_fast(self, ids: list[int], indices: list[int]) -> None:
         self._queue.put(_Fresh(ids, indices))
+
+    def issue_fast_traced(self, ids: list[int], indices: list[int]) -> None:
+        self._queue.put(_Fresh(ids, indices, time.perf_counter_ns()))
 
     def flush(self) -> None:
         self._flushed.set()
@@ -203,6 +240,8 @@ class SystemUnderTest:
             idx = np.asarray(item.indices, dtype=np.int64)
             with self._count_lock:
                 self.issued += len(ids)
+            if item.t_ns and self.tracer is not None:
+                self.tracer.span("queue_wait", "model", item.t_ns, self.tracer.now(), {"samples": len(ids)})
         else:
             n = len(item)
             ids = np.fromiter((s.id for s in item), dtype=np.uint64, count=n)
@@ -266,6 +305,8 @@ class SystemUnderTest:
     def _process(self, ids: np.ndarray, idx: np.ndarray, pipeline: Pipeline | None = None) -> None:
         lg = self._lg
         pipeline = pipeline or self.pipeline
+        tracer = self.tracer
+        t_batch = tracer.now() if tracer is not None else 0
         if self.error is None:
             try:
                 buf, offsets = pipeline.run(idx)
@@ -276,8 +317,14 @@ class SystemUnderTest:
                 responses = [
                     lg.QuerySampleResponse(i, s, n) for i, s, n in zip(ids.tolist(), starts, sizes, strict=True)
                 ]
+                t_complete = tracer.now() if tracer is not None else 0
                 lg.QuerySamplesComplete(responses)  # buf stays referenced until this returns
                 self._count(len(ids))
+                if tracer is not None:
+                    end = tracer.now()
+                    tracer.span("complete", "model", t_complete, end, {"samples": len(ids)})
+                    tracer.span("batch", "model", t_batch, end,
+                                {"sample_ids": ids.tolist(), "sample_indices": idx.tolist()})
                 return
             except BaseException as e:  # noqa: BLE001 - every failure must still complete the samples
                 self._fail(e)
@@ -329,7 +376,8 @@ class SystemUnderTest:
 
         qsl = lg.ConstructQSL(total_count, performance_count, load, unload)
         # the fast SUT hands issue_cb lists of ids and indices instead of QuerySample objects
-        sut = lg.ConstructFastSUT(self.issue_fast, self.flush)
+        issue = self.issue_fast if self.tracer is None else self.issue_fast_traced
+        sut = lg.ConstructFastSUT(issue, self.flush)
         self.start()
         try:
             lg.StartTestWithLogSettings(sut, qsl, settings, log_settings, audit_config)
