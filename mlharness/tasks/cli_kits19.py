@@ -1,0 +1,87 @@
+"""``mlharness dataset synth|prepare kits19`` and ``mlharness accuracy kits19``.
+
+Light on purpose: numpy, scipy and nibabel are imported inside the handlers so ``mlharness --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+
+
+def register(synth: Any, prepare: Any, accuracy: Any) -> None:
+    p = synth.add_parser("kits19", help="write synthetic CT cases in the KiTS19 layout (NIfTI)",
+                         description="Write CT-like cases (case_XXXXX/imaging.nii.gz, segmentation.nii.gz) with "
+                         "kidneys and a tumor; the 3d-unet-oracle model segments them almost perfectly.")
+    p.add_argument("--out", type=Path, required=True, help="folder to write (a KiTS19 'data' folder)")
+    p.add_argument("--count", type=int, default=4, help="number of cases (default 4)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_synth)
+
+    p = prepare.add_parser("kits19", help="pre-process KiTS19 as the MLPerf 3D U-Net reference does",
+                           description="Resample to 1.6 x 1.2 x 1.2 mm, clip and normalise, pad and crop for the "
+                           "128^3 sliding window; write the volumes, the ground truth and checksums.")
+    p.add_argument("--raw", type=Path, required=True, help="KiTS19 'data' folder with case_XXXXX/ sub-folders")
+    p.add_argument("--out", type=Path, required=True, help="folder for the pre-processed dataset")
+    p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help="processes (default: up to 4)")
+    cases = p.add_mutually_exclusive_group()
+    cases.add_argument("--cases", type=Path, default=None, help="case list: a JSON list (the reference's "
+                       "meta/inference_cases.json) or one id per line; default: every case found")
+    cases.add_argument("--official", action="store_true", help="the 43 MLPerf inference cases (case_00400 is "
+                       "read from case_00185 when absent, as the reference's Makefile copies it)")
+    p.add_argument("--image-nifti", action="store_true", help="also write nifti/<case>/imaging.nii.gz")
+    p.set_defaults(func=_prepare)
+
+    p = accuracy.add_parser("kits19", help="mean DICE (kidney, tumor) from a 3D U-Net accuracy log",
+                            description="Score mlperf_log_accuracy.json like the reference's accuracy_kits.py and "
+                            "print what accuracy.txt holds.")
+    p.add_argument("--log", type=Path, required=True, help="mlperf_log_accuracy.json")
+    p.add_argument("--preprocessed-dir", type=Path, required=True, help="the folder 'dataset prepare' wrote")
+    p.add_argument("--count", type=int, default=None, help="score the first N cases (default: all)")
+    p.add_argument("--dtype", default="uint8", help="response dtype (default uint8)")
+    p.add_argument("--output-dir", type=Path, default=None, help="where predictions and the CSV go (default: "
+                   "beside the log)")
+    p.add_argument("--no-save-predictions", action="store_true", help="skip writing prediction NIfTI files")
+    p.set_defaults(func=_accuracy)
+
+
+def _synth(args: argparse.Namespace, console: Any) -> int:
+    from mlharness.tasks import kits19_synth
+
+    cases = kits19_synth.write_dataset(args.out, args.count, args.seed)
+    console.print(f"wrote {len(cases)} synthetic KiTS19 cases to {escape(str(args.out))}", highlight=False)
+    return 0
+
+
+def _prepare(args: argparse.Namespace, console: Any) -> int:
+    from mlharness.errors import DatasetError
+    from mlharness.tasks import kits19
+
+    if args.workers < 1:
+        raise DatasetError(f"--workers must be >= 1, got {args.workers}")
+    cases = None
+    if args.official:
+        cases = list(kits19.INFERENCE_CASES)
+    elif args.cases is not None:
+        cases = kits19.read_case_list(args.cases)
+    out = kits19.prepare(args.raw, args.out, cases, workers=args.workers, image_nifti=args.image_nifti)
+    data = kits19.PreparedKits19.open(out)
+    shapes = sorted({tuple(data.entry(c)["image_shape"]) for c in data.cases})
+    console.print(f"pre-processed {len(data)} cases into {escape(str(out))}; shapes: "
+                  f"{', '.join('x'.join(map(str, s)) for s in shapes)}", highlight=False)
+    return 0
+
+
+def _accuracy(args: argparse.Namespace, console: Any) -> int:
+    from mlharness.tasks.kits19_dice import score_log
+
+    options: dict[str, Any] = {"dtype": args.dtype, "save_predictions": not args.no_save_predictions}
+    if args.output_dir is not None:
+        options["output_dir"] = str(args.output_dir)
+    result = score_log(args.log, args.preprocessed_dir, args.count, options)
+    console.print(result.text, end="", markup=False, highlight=False, soft_wrap=True)
+    return 0
