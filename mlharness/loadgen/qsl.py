@@ -84,6 +84,8 @@ class SampleStore:
                 return [a[r : r + 1] for a in self._arrays]
             return [a[rows] for a in self._arrays]
         per_sample = [self._ragged[int(i)] for i in indices]
+        if len(per_sample) == 1:  # a view with a batch axis: no copy of a large volume per query
+            return [x[None] for x in per_sample[0]]
         try:
             return [np.stack([s[k] for s in per_sample]) for k in range(len(per_sample[0]))]
         except ValueError as e:
