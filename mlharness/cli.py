@@ -16,8 +16,8 @@ from mlharness import __version__
 from mlharness.errors import MLHarnessError
 from mlharness.manifest.schema import SCENARIOS
 
-out = Console()
-err = Console(stderr=True)
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
@@ -61,8 +61,18 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     tune.add_argument("--trace", default="none", help="none (default), model (spans per batch/sample), framework "
                       "(+ the framework profiler), system (+ host/GPU counters), full (+ LoadGen's trace); "
                       "written to mlharness_trace.json")
+    tune.add_argument("--telemetry-interval-ms", type=float, default=500.0, help="sample CPU, memory and GPUs "
+                      "(NVML) this often during the run (default 500; 0 disables); summaries go to "
+                      "mlharness_run.json")
     tune.add_argument("--ignore-framework-version", action="store_true")
     tune.add_argument("--no-progress", action="store_true")
+    net = p.add_argument_group("remote agents (Open Inference Protocol over gRPC)")
+    net.add_argument("--agent", action="append", default=[], metavar="HOST:PORT", help="run the model on this "
+                     "agent (`mlharness agent serve`, or any KServe v2 gRPC server); repeatable")
+    net.add_argument("--network", default=None, choices=("lon",), help="lon: LoadGen over the network; the agents "
+                     "(started with --hooks agent) run the hooks and the model, this node only dispatches queries")
+    net.add_argument("--sut-server", action="append", default=[], metavar="HOST:PORT", help="with --network lon: "
+                     "an agent of the network SUT; repeatable")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Command groups living beside their package: each module exposes ``register(subparsers)`` adding its parser(s)
 # with ``set_defaults(func=handler)``; ``handler(args, console) -> int``. Heavy imports stay inside handlers.
-GROUP_CLI_MODULES = ("mlharness.agent.cli", "mlharness.submission.cli")
+GROUP_CLI_MODULES = ("mlharness.agent.cli", "mlharness.submission.cli", "mlharness.report.cli")
 
 
 def _add_group_commands(sub: argparse._SubParsersAction) -> None:
@@ -193,7 +203,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_batchsize=args.max_batchsize, server_max_wait_ms=args.server_max_wait_ms, threads=args.threads,
         workers=args.workers, instances=args.instances, threads_per_instance=args.threads_per_instance, load_workers=args.load_workers, device=args.device, trace=args.trace,
         ignore_framework_version=args.ignore_framework_version, on_stuck_failure=stuck,
+        telemetry_interval_ms=args.telemetry_interval_ms,
         progress=None if args.no_progress else RunProgress(err),
+        agents=[*args.agent, *args.sut_server], network=args.network,
     )
     result = run(opts)
     s = result.summary

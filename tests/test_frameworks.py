@@ -229,3 +229,16 @@ def test_parity_detects_a_different_model(tmp_path, monkeypatch, variant_manifes
     report = compare(str(variant_manifest), str(other))
     assert abs(report.linf - 0.5) < 1e-5
     assert not passes(report, 1e-4)
+
+
+@pytest.mark.slow
+def test_random_bert_parity_onnx_vs_pytorch(run_cli):
+    """The random BERT QA model in ONNX and as TorchScript (same weights) agree on synthetic SQuAD features."""
+    proc = run_cli("parity", "bert-random@onnxruntime", "bert-random@pytorch", "--count", "8", "--tolerance",
+                   "1e-3", timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "AGREE" in proc.stdout
+    for line in proc.stdout.splitlines():
+        if "l-inf" in line:
+            assert float(line.split("l-inf ")[1].split()[0]) < 1e-3
+            assert "agreement 1.000000" in line

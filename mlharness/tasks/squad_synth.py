@@ -273,16 +273,9 @@ def _example_batch(batch: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.nd
     return ids, mask, seg
 
 
-def ensure_random_bert_model(path: Path | str) -> Path:
-    """A small randomly initialised BertForQuestionAnswering exported to ONNX with the MLPerf model's input and
-    output names and a dynamic batch axis; checked against PyTorch before it is kept."""
-    path = Path(path)
-    if _reusable(path, RANDOM_DOC):
-        return path
-    import warnings
-
-    import onnx
-    import onnxruntime as ort
+def _random_bert():  # -> torch.nn.Module
+    """The random BERT QA model (seeded: every call builds the same weights) with positional MLPerf inputs and a
+    (start, end) tuple out; the ONNX and TorchScript forms are both made from it."""
     import torch
     from transformers import BertConfig, BertForQuestionAnswering
 
@@ -302,7 +295,44 @@ def ensure_random_bert_model(path: Path | str) -> Path:
                              return_dict=True)
             return out.start_logits, out.end_logits
 
-    wrapper = Wrapper(bert).eval()
+    return Wrapper(bert).eval()
+
+
+def ensure_random_bert_torchscript(path: Path | str) -> Path:
+    """The random BERT as TorchScript (the PyTorch variant of bert-random; same weights as the ONNX file)."""
+    import torch
+
+    path = Path(path)
+    if path.is_file():
+        return path
+    wrapper = _random_bert()
+    sample = tuple(torch.from_numpy(x) for x in _example_batch(2, seed=1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", suffix=".pt", dir=path.parent)
+    os.close(fd)
+    try:
+        with torch.no_grad():
+            torch.jit.trace(wrapper, sample, check_trace=False).save(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def ensure_random_bert_model(path: Path | str) -> Path:
+    """A small randomly initialised BertForQuestionAnswering exported to ONNX with the MLPerf model's input and
+    output names and a dynamic batch axis; checked against PyTorch before it is kept."""
+    path = Path(path)
+    if _reusable(path, RANDOM_DOC):
+        return path
+    import warnings
+
+    import onnx
+    import onnxruntime as ort
+    import torch
+
+    wrapper = _random_bert()
     # Traced on a padded batch: an all-ones mask would let the tracer fold the attention mask away.
     sample = tuple(torch.from_numpy(x) for x in _example_batch(2, seed=1))
     path.parent.mkdir(parents=True, exist_ok=True)
