@@ -238,7 +238,9 @@ def test_random_bert_parity_onnx_vs_pytorch(run_cli):
                    "1e-3", timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "AGREE" in proc.stdout
-    for line in proc.stdout.splitlines():
+    outputs = [line for line in proc.stdout.splitlines() if line.strip().startswith("output ")]
+    assert len(outputs) == 2
+    for line in outputs:
         if "l-inf" in line:
             assert float(line.split("l-inf ")[1].split()[0]) < 1e-3
             assert "agreement 1.000000" in line
