@@ -119,3 +119,23 @@ class ImagenetTop1Metric(AccuracyMetric):
             name="top1",
             details={"good": good, "total": total, "dupes": dupes, "val_map": str(val_map), "dtype": dtype_name},
         )
+
+
+def validation_files(root: Path | str, count: int | None = None, val_map: str = "val_map.txt") -> list[Path]:
+    """The first ``count`` (all when None) images of an ImageNet validation folder, in val-map order.
+
+    The val map's line number is the sample index (qsl_idx) the accuracy script scores against, so a missing
+    image is an error here: the reference skips it, which shifts every later index onto the wrong label.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise DatasetError(f"ImageNet: dataset folder {root} does not exist (pass --dataset-path)")
+    names, _ = read_val_map(root / val_map)
+    if not names:
+        raise DatasetError(f"ImageNet: {root / val_map} lists no images")
+    files = [root / name for name in (names[:count] if count else names)]
+    missing = [f.name for f in files if not f.is_file()]
+    if missing:
+        raise DatasetError(f"ImageNet: {len(missing)} image(s) listed in {root / val_map} are missing from {root}, "
+                           f"e.g. {', '.join(missing[:3])}")
+    return files

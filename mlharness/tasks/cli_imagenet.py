@@ -1,0 +1,54 @@
+"""``mlharness dataset synth imagenet`` and ``mlharness accuracy imagenet``.
+
+Kept light: numpy, Pillow and onnx are imported inside the handlers so ``mlharness --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+DTYPE_CHOICES = ("float32", "int32", "int64")  # the official accuracy-imagenet.py's --dtype choices
+
+
+def register(synth: Any, prepare: Any, accuracy: Any) -> None:
+    p = synth.add_parser("imagenet", help="a synthetic ImageNet validation set (JPEGs + val_map.txt)",
+                         description="Write ILSVRC2012_val_XXXXXXXX.JPEG images of varied sizes (some grayscale, "
+                                     "some CMYK) and val_map.txt; the resnet50-oracle model scores exactly 100% "
+                                     "top-1 on them with the reference pre-processing.")
+    p.add_argument("--out", type=Path, required=True, help="folder to write (use it as --dataset-path)")
+    p.add_argument("--count", type=int, default=500, help="number of images (default: 500)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_synth)
+
+    a = accuracy.add_parser("imagenet", help="ImageNet top-1 of an accuracy log (accuracy-imagenet.py)",
+                            description="Score an mlperf_log_accuracy.json against val_map.txt as the MLPerf "
+                                        "reference script does and print its line.")
+    a.add_argument("--log", type=Path, required=True, help="mlperf_log_accuracy.json")
+    a.add_argument("--val-map", type=Path, required=True, help="val_map.txt")
+    a.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES, help="response dtype (default: float32)")
+    a.set_defaults(func=cmd_accuracy)
+
+
+def cmd_synth(args: argparse.Namespace, console: Any) -> int:
+    from mlharness.tasks.imagenet_synth import kind_of, write_synthetic_imagenet
+
+    out = write_synthetic_imagenet(args.out, count=args.count, seed=args.seed)
+    kinds = [kind_of(i) for i in range(args.count)]
+    console.print(f"wrote {args.count} images ({kinds.count('gray')} grayscale, {kinds.count('cmyk')} CMYK) and "
+                  f"val_map.txt to {out}", highlight=False, soft_wrap=True)
+    return 0
+
+
+def cmd_accuracy(args: argparse.Namespace, console: Any) -> int:
+    from mlharness.tasks.base import AccuracyContext
+    from mlharness.tasks.imagenet import ImagenetTop1Metric
+
+    ctx = AccuracyContext(dataset_path=None, count=0,
+                          options={"val_map": str(args.val_map.resolve()), "dtype": args.dtype})
+    result = ImagenetTop1Metric().score(args.log, ctx)
+    sys.stdout.write(result.text)  # exactly what accuracy.txt holds, as the official script prints it
+    sys.stdout.flush()
+    return 0
