@@ -25,7 +25,7 @@ from mlharness.errors import (
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.qsl import SampleLoader, SampleStore
 from mlharness.loadgen.rundir import StagedDir, Summary, default_output, detail_values, parse_summary
-from mlharness.loadgen.sut import Pipeline, Strategy, SystemUnderTest
+from mlharness.loadgen.sut import NetworkQDL, Pipeline, Strategy, SystemUnderTest
 from mlharness.manifest.assets import cache_dir, resolve_asset
 from mlharness.manifest.hooks import HookSet
 from mlharness.manifest.loader import LoadedManifest, is_bare_version, load_manifest
@@ -34,6 +34,8 @@ from mlharness.predictors import FRAMEWORK_PACKAGES, PREDICTORS
 from mlharness.predictors.base import Predictor, PredictorConfig
 from mlharness.tasks import METRICS
 from mlharness.tasks.base import AccuracyContext, AccuracyResult
+from mlharness.telemetry.observe import RunObservers, wants_profile
+from mlharness.telemetry.sampler import DEFAULT_INTERVAL_MS
 from mlharness.telemetry.sysinfo import host_facts
 from mlharness.telemetry.trace import LEVELS, level_at_least, make_tracer
 
@@ -68,12 +70,16 @@ class RunOptions:
     load_workers: int | None = None  # None: the dataset manifest's load_workers, else 1; 0: one per core
     device: str = "cpu"
     trace: str = "none"  # none, model, framework, system, full (see mlharness.telemetry.trace)
+    telemetry_interval_ms: float = DEFAULT_INTERVAL_MS  # host/GPU sampling during the run; 0 disables it
     ignore_framework_version: bool = False
     # Called (from a watchdog thread) when the timed path failed and LoadGen is still running after
     # ``abort_grace_s``; the CLI uses it to end the process instead of waiting out a long min_duration.
     on_stuck_failure: Callable[[BaseException, Path], None] | None = None
     abort_grace_s: float = 5.0
     progress: Any = None  # an object with load(done, total) / attach(sut) / close(), or None
+    # Remote agents (host:port): the model runs there (framework 'remote') with this manifest's inputs/outputs
+    agents: list[str] = field(default_factory=list)
+    network: str | None = None  # "lon": LoadGen over the network; the agents run the hooks (--hooks agent)
 
 
 @dataclass
@@ -181,6 +187,9 @@ def make_predictor(loaded: LoadedManifest, opts: RunOptions, model_file: Path | 
         factory=m.model.factory if m.model else None,
         weights_path=str(weights) if (weights := resolve_weights_file(loaded)) else None,
         input_specs=[i.model_dump() for i in m.inputs],
+        output_specs=[o.model_dump() for o in m.outputs],
+        model_name=m.name,
+        profile=wants_profile(opts.trace),
     )
     predictor = PREDICTORS.get(m.framework.name)(config)
     predictor.load()
@@ -206,6 +215,11 @@ def run(opts: RunOptions) -> RunResult:
     hooks = HookSet(loaded, ctx)
 
     total = _sample_count(hooks, opts, ctx)
+    if opts.agents or opts.network:
+        from mlharness.predictors.remote import remote_manifest
+
+        # after the hooks are built: ctx["framework"] stays the one the agents run
+        loaded = remote_manifest(loaded, opts.agents, opts.network)
     framework_version = check_framework_version(loaded, opts.ignore_framework_version)
     predictors = make_instances(loaded, opts, resolve_model_file(loaded), batch)
     try:
@@ -342,15 +356,22 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictors, settings, plan, outdir, t
 
         threading.Thread(target=watchdog, name="mlharness-watchdog", daemon=True).start()
 
-    sut = SystemUnderTest(pipelines, strategy, opts.workers, on_failure=on_failure, tracer=tracer)
+    if opts.network == "lon":
+        sut = NetworkQDL(predictors[0], on_failure=on_failure)  # the agents run the hooks and the model
+    else:
+        sut = SystemUnderTest(pipelines, strategy, opts.workers, on_failure=on_failure, tracer=tracer)
     if opts.progress:
         opts.progress.attach(sut, total if opts.mode == "accuracy" else None)
+    observers = RunObservers(predictors, tracer, opts.telemetry_interval_ms)
     try:
+        observers.start()
         sut.run_test(loader, total, perf_count, settings, log_settings, audit, warmup=loaded.model.framework.warmup)
     finally:
         finished.set()
         if opts.progress:
             opts.progress.close()
+        observers.stop()
+    observers.write(outdir)
     for name in ("after_preprocess", "after_postprocess"):
         if name in hooks:
             hooks.call(name, ctx)
@@ -416,6 +437,7 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictors, settings, plan, outdir, t
                      if accuracy else None),
         "loadgen_errors": detail["errors"],
         "host": host_facts(),
+        "telemetry": observers.telemetry,
     }
     (outdir / METADATA_FILE).write_text(json.dumps(metadata, indent=2, default=str) + "\n")
     return summary, accuracy, metadata

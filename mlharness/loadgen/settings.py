@@ -226,7 +226,18 @@ def build_test_settings(plan: SettingsPlan) -> Any:
         if plan.scenario != "MultiStream":
             raise SettingsError("--samples-per-query applies to MultiStream only")
         settings.multi_stream_samples_per_query = o.samples_per_query
+    if _audit_requests_test05(plan):
+        settings.test05 = True  # LoadGen 6.0.x ignores 'test05' in an audit config: apply TEST05's seeds here
     return settings
+
+
+def _audit_requests_test05(plan: SettingsPlan) -> bool:
+    """True when the audit config (TEST05's) has a '*.<scenario>.test05 = 1' line for this run."""
+    if not Path(plan.audit_config).is_file():
+        return False
+    lines = parse_conf(Path(plan.audit_config).read_text(), str(plan.audit_config))
+    return any(k == "test05" and m in ("*", plan.model) and s in ("*", plan.scenario) and float(v) != 0
+               for _, m, s, k, v in lines)
 
 
 def describe_settings(settings: Any) -> dict[str, Any]:

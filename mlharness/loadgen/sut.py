@@ -392,3 +392,138 @@ class SystemUnderTest:
             if isinstance(err, MLHarnessError):
                 raise RunFailed(f"the run failed: {err}") from err
             raise RunFailed(f"the run failed: {type(err).__name__}: {err}") from err
+
+
+class NetworkQDL:
+    """LoadGen over the network: LoadGen's query dispatch library (QDL) on this node, the SUT on agents.
+
+    The QDL does no pre-processing, batching or post-processing: ``issue`` forwards each query's sample indices
+    to agents that run the whole timed path (``mlharness agent serve --hooks agent``) and completes the samples
+    with the bytes the agents return. A large query (Offline) travels as several messages of at most
+    ``client.max_samples`` indices, spread over the agents, which batch as they like. The QSL's load/unload are
+    forwarded to the agents (untimed), which pre-process and warm up there.
+
+    ``client`` is the remote predictor in ``sample_index`` mode: ``submit(indices, done)``,
+    ``qsl(action, indices)``, ``sut_name()`` and ``max_samples``. Same completion contract as
+    :class:`SystemUnderTest`: every sample is completed exactly once, with empty responses after a failure.
+    """
+
+    def __init__(self, client: Any, on_failure: Callable[[BaseException], None] | None = None):
+        self.client = client
+        self.on_failure = on_failure
+        self.chunk = max(1, int(getattr(client, "max_samples", 1024)))
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._in_flight = 0
+        self.issued = 0
+        self.completed = 0
+        self.batches = 0
+        self.error: BaseException | None = None
+        self._lg: Any = None
+
+    # -- LoadGen callbacks -------------------------------------------------------------------------------------
+    def issue(self, query_samples: Any) -> None:
+        ids = [s.id for s in query_samples]
+        indices = [s.index for s in query_samples]
+        with self._lock:
+            self.issued += len(ids)
+        for start in range(0, len(ids), self.chunk):
+            self._send(ids[start:start + self.chunk], indices[start:start + self.chunk])
+
+    def flush(self) -> None:
+        pass
+
+    def name(self) -> str:
+        try:
+            return self.client.sut_name()
+        except Exception as e:  # noqa: BLE001 - LoadGen cannot see Python exceptions
+            log.warning("cannot name the network SUT: %s", e)
+            return "mlharness Network SUT"
+
+    # -- requests ----------------------------------------------------------------------------------------------
+    def _send(self, ids: list[int], indices: list[int]) -> None:
+        if self.error is not None:
+            self._complete(ids, None)
+            return
+        with self._lock:
+            self._in_flight += 1
+        try:
+            self.client.submit(indices, lambda responses, err: self._done(ids, responses, err))
+        except BaseException as e:  # noqa: BLE001 - the samples must still complete
+            self._done(ids, None, e)
+
+    def _done(self, ids: list[int], responses: list[bytes] | None, error: BaseException | None) -> None:
+        try:
+            if error is None and responses is not None and len(responses) != len(ids):
+                error = RunFailed(f"an agent answered {len(responses)} responses for {len(ids)} samples")
+            if error is not None:
+                self._fail(error)
+                responses = None
+            self._complete(ids, responses)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                self._idle.notify_all()
+
+    def _complete(self, ids: list[int], responses: list[bytes] | None) -> None:
+        lg = self._lg
+        if responses is None or self.error is not None:
+            lg.QuerySamplesComplete([lg.QuerySampleResponse(i, 0, 0) for i in ids])
+        else:
+            data = b"".join(responses)
+            base = np.frombuffer(data, dtype=np.uint8).ctypes.data if data else 0
+            out, pos = [], 0
+            for i, r in zip(ids, responses, strict=True):
+                out.append(lg.QuerySampleResponse(i, base + pos, len(r)))
+                pos += len(r)
+            lg.QuerySamplesComplete(out)  # ``data`` stays referenced until this returns
+        with self._lock:
+            self.completed += len(ids)
+            self.batches += 1
+
+    def _fail(self, e: BaseException) -> None:
+        with self._lock:
+            first = self.error is None
+            if first:
+                self.error = e
+        if first:
+            log.error("the network SUT failed: %s", e)
+            if self.on_failure is not None:
+                self.on_failure(e)
+
+    # -- one LoadGen test ----------------------------------------------------------------------------------
+    def run_test(self, loader: SampleLoader, total_count: int, performance_count: int, settings: Any,
+                 log_settings: Any, audit_config: str, warmup: int = 0) -> None:
+        """Same shape as :meth:`SystemUnderTest.run_test`; ``loader`` and ``warmup`` are the agents' business."""
+        import mlperf_loadgen as lg
+
+        self._lg = lg
+
+        def load(indices: list[int]) -> None:
+            try:
+                self.client.qsl("load", list(indices))
+            except BaseException as e:  # noqa: BLE001 - LoadGen cannot see Python exceptions
+                self._fail(e)
+
+        def unload(indices: list[int]) -> None:
+            try:
+                self.client.qsl("unload", list(indices))
+            except BaseException as e:  # noqa: BLE001
+                log.warning("the agents could not unload samples: %s", e)
+
+        qsl = lg.ConstructQSL(total_count, performance_count, load, unload)
+        qdl = lg.ConstructQDL(self.issue, self.flush, self.name)
+        try:
+            lg.StartTestWithLogSettings(qdl, qsl, settings, log_settings, audit_config)
+        finally:
+            with self._lock:  # LoadGen waits for every sample, so this is only a safety net
+                self._idle.wait_for(lambda: self._in_flight == 0, timeout=30)
+            lg.DestroyQDL(qdl)
+            lg.DestroyQSL(qsl)
+        if self.issued != self.completed:
+            raise RunFailed(f"internal error: {self.issued} samples issued but {self.completed} completed")
+        if self.error is not None:
+            err = self.error
+            if isinstance(err, MLHarnessError):
+                raise RunFailed(f"the run failed: {err}") from err
+            raise RunFailed(f"the run failed: {type(err).__name__}: {err}") from err

@@ -12,6 +12,8 @@ PREDICTORS = Registry(
         # Toy predictors for tests and for measuring harness overhead without a framework.
         "echo": "mlharness.predictors.toys:EchoPredictor",
         "error": "mlharness.predictors.toys:ErrorPredictor",
+        # A model served by agents (or any Open Inference Protocol server) over gRPC.
+        "remote": "mlharness.predictors.remote:RemotePredictor",
     },
     PredictorError,
 )
@@ -23,6 +25,7 @@ FRAMEWORK_PACKAGES = {
     "tensorflow": ("tensorflow", "tensorflow-cpu"),
     "echo": "mlharness",
     "error": "mlharness",
+    "remote": "grpcio",
 }
 
 # Frameworks that load a model file named by the manifest's ``model`` section.

@@ -23,6 +23,11 @@ class PredictorConfig:
     factory: str | None = None  # pytorch: "module:function" building the nn.Module
     weights_path: str | None = None  # pytorch: state dict for the factory's module
     input_specs: list[dict[str, Any]] = field(default_factory=list)  # the manifest's inputs (dtype, shape, ...)
+    # framework-level tracing: predictors whose profiler must be switched on when the session is created
+    # (onnxruntime) read this in load(); the others start their profiler in profile_start()
+    profile: bool = False
+    output_specs: list[dict[str, Any]] = field(default_factory=list)  # the manifest's outputs
+    model_name: str | None = None  # the manifest's name (remote: the model an agent serves)
 
 
 class Predictor(abc.ABC):
@@ -46,6 +51,13 @@ class Predictor(abc.ABC):
     def warmup(self, inputs: list[np.ndarray], n: int = 1) -> None:
         for _ in range(n):
             self.predict(inputs)
+
+    def profile_start(self, tracer: Any) -> None:  # noqa: B027 - optional
+        """Called before the LoadGen test when the trace level is at least ``framework``."""
+
+    def profile_stop(self, tracer: Any) -> None:  # noqa: B027 - optional
+        """Called after the LoadGen test: appends the framework profiler's events, converted onto the tracer's
+        clock (see mlharness.telemetry.framework_profile), to ``tracer.extra_events``."""
 
     def framework_version(self) -> str:
         return "n/a"

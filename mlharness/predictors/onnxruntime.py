@@ -9,6 +9,7 @@ import numpy as np
 
 from mlharness.errors import PredictorError
 from mlharness.predictors.base import Predictor, PredictorConfig
+from mlharness.telemetry.framework_profile import ClockAlign
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,10 @@ class OnnxRuntimePredictor(Predictor):
         self._feed_names: list[str] = []
         self._fetch_names: list[str] = []
         self._fixed_batch: int | None = None
+        self._profile_dir: str | None = None  # where ONNX Runtime writes its profile (framework tracing)
+        self._profile_since = 0
+        self._profiling = False
+        self._align: Any = None
 
     def framework_version(self) -> str:
         import onnxruntime
@@ -81,9 +86,20 @@ class OnnxRuntimePredictor(Predictor):
         if not self.config.model_path:
             raise PredictorError("the onnxruntime predictor needs a model file (model.graph_path)")
         so, providers = self._session_options()
+        if self.config.profile:
+            import tempfile
+
+            # ONNX Runtime can only profile a session created with profiling on; the profile covers the whole
+            # session and is trimmed to the LoadGen test when it is collected
+            self._profile_dir = tempfile.mkdtemp(prefix="mlharness-ort-profile-")
+            so.enable_profiling = True
+            so.profile_file_prefix = f"{self._profile_dir}/ort"
+            self._profiling = True
+            self._align = ClockAlign()
         try:
             self.session = ort.InferenceSession(self.config.model_path, sess_options=so, providers=providers)
         except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph types
+            self.close()
             raise PredictorError(f"onnxruntime cannot load {self.config.model_path}: {e}") from e
         model_inputs = self.session.get_inputs()
         model_outputs = self.session.get_outputs()
@@ -113,7 +129,54 @@ class OnnxRuntimePredictor(Predictor):
             chunks.append([o[: fb - short] for o in out])
         return [np.concatenate([c[i] for c in chunks]) for i in range(len(self._fetch_names))]
 
+    def profile_start(self, tracer: Any) -> None:
+        self._profile_since = tracer.now()
+
+    def profile_stop(self, tracer: Any) -> None:
+        if self.session is None or self._profile_dir is None:
+            return
+        import json
+
+        from mlharness.telemetry.framework_profile import ort_events, thread_names
+
+        start_ns = self.session.get_profiling_start_time_ns()
+        align = self._align
+        align.mark()
+        path = self._end_profiling()
+        if path is None:
+            return
+        try:
+            profile = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            log.warning("cannot read the onnxruntime profile %s: %s", path, e)
+            return
+        events = ort_events(profile, start_ns, align, tracer.t0_ns, tracer.pid, since_ns=self._profile_since,
+                            tid_map=tracer.native_ids)
+        names = thread_names(events, "onnxruntime", tracer.pid, tracer.native_ids.values())
+        tracer.extra_events.extend(names + events)
+
+    def _end_profiling(self) -> Any:
+        """Stop profiling; the profile's path (``close`` removes its folder), None when not profiling."""
+        from pathlib import Path
+
+        if not self._profiling or self.session is None:
+            return None
+        self._profiling = False
+        try:
+            path = Path(self.session.end_profiling())
+        except Exception as e:  # noqa: BLE001 - a profile is diagnostics: never fail the run for it
+            log.warning("onnxruntime end_profiling failed: %s", e)
+            return None
+        return path if path.is_file() else None
+
     def close(self) -> None:
+        if self._profile_dir is not None:
+            import shutil
+
+            if self.session is not None:
+                self._end_profiling()
+            shutil.rmtree(self._profile_dir, ignore_errors=True)
+            self._profile_dir = None
         self.session = None
 
     def describe(self) -> dict[str, Any]:

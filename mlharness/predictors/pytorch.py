@@ -15,11 +15,14 @@ import numpy as np
 
 from mlharness.errors import PredictorError
 from mlharness.predictors.base import Predictor, PredictorConfig
+from mlharness.telemetry.framework_profile import SharedProfiler
 
 log = logging.getLogger(__name__)
 
 _DTYPES = ("float32", "float16", "bfloat16")
 _OPTIONS = {"dtype", "factory_args", "channels_last", "strict_load"}
+# torch.profiler is process-wide: one session serves every instance of a run
+_PROFILER = SharedProfiler()
 
 
 class PyTorchPredictor(Predictor):
@@ -143,6 +146,37 @@ class PyTorchPredictor(Predictor):
                 t = t.float()
             result.append(t.cpu().numpy())
         return result
+
+    def profile_start(self, tracer: Any) -> None:
+        _PROFILER.start(self._begin_profile)
+
+    def _begin_profile(self) -> Any:
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if self.device is not None and self.device.type == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        kwargs: dict[str, Any] = {}
+        try:  # predict runs on the SUT's worker threads, not the thread that starts the profiler
+            from torch._C._profiler import _ExperimentalConfig
+
+            kwargs["experimental_config"] = _ExperimentalConfig(profile_all_threads=True)
+        except (ImportError, TypeError):
+            log.warning("this torch cannot profile every thread; the framework trace may miss operators")
+        prof = profile(activities=activities, record_shapes=True, **kwargs)
+        prof.start()
+        return prof
+
+    def profile_stop(self, tracer: Any) -> None:
+        from mlharness.telemetry.framework_profile import thread_names, torch_events
+
+        def end(prof: Any, align: Any) -> list[dict[str, Any]]:
+            prof.stop()
+            return torch_events(prof.profiler.kineto_results.events(), align, tracer.t0_ns, tracer.pid)
+
+        events = _PROFILER.stop(end)
+        names = thread_names(events, "pytorch", tracer.pid, tracer.native_ids.values())
+        tracer.extra_events.extend(names + events)
 
     def close(self) -> None:
         self.module = None

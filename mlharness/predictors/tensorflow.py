@@ -12,10 +12,13 @@ import numpy as np
 
 from mlharness.errors import PredictorError
 from mlharness.predictors.base import Predictor, PredictorConfig
+from mlharness.telemetry.framework_profile import SharedProfiler
 
 log = logging.getLogger(__name__)
 
 _OPTIONS = {"signature", "inter_op_threads"}
+# TensorFlow's profiler is process-wide: one session serves every instance of a run
+_PROFILER = SharedProfiler()
 
 
 class TensorFlowPredictor(Predictor):
@@ -127,6 +130,16 @@ class TensorFlowPredictor(Predictor):
             out = self._fn(**{n: tf.constant(x) for n, x in zip(self._feeds, inputs, strict=True)})
         return [out[n].numpy() for n in self._fetches]
 
+    def profile_start(self, tracer: Any) -> None:
+        _PROFILER.start(_begin_tf_profile)
+
+    def profile_stop(self, tracer: Any) -> None:
+        from mlharness.telemetry.framework_profile import thread_names
+
+        events = _PROFILER.stop(lambda logdir, align: _end_tf_profile(logdir, align, tracer))
+        names = thread_names(events, "tensorflow", tracer.pid, tracer.native_ids.values())
+        tracer.extra_events.extend(names + events)
+
     def close(self) -> None:
         if self._session is not None:
             self._session.close()
@@ -141,3 +154,35 @@ class TensorFlowPredictor(Predictor):
 
 def _tensor(name: str) -> str:
     return name if ":" in name else f"{name}:0"
+
+
+def _begin_tf_profile() -> str:
+    """Start TensorFlow's profiler (host TraceMe events of every thread, device activity on GPUs); its
+    XSpace is written to a temporary log folder on stop and converted from there."""
+    import tempfile
+
+    import tensorflow as tf
+
+    logdir = tempfile.mkdtemp(prefix="mlharness-tf-profile-")
+    options = tf.profiler.experimental.ProfilerOptions(host_tracer_level=2, python_tracer_level=0,
+                                                       device_tracer_level=1)
+    tf.profiler.experimental.start(logdir, options=options)
+    return logdir
+
+
+def _end_tf_profile(logdir: str, align: Any, tracer: Any) -> list[dict[str, Any]]:
+    import shutil
+
+    import tensorflow as tf
+
+    from mlharness.telemetry.framework_profile import tf_events
+
+    try:
+        tf.profiler.experimental.stop()
+        events: list[dict[str, Any]] = []
+        for path in sorted(Path(logdir).rglob("*.xplane.pb")):
+            events += tf_events(path.read_bytes(), align, tracer.t0_ns, tracer.pid,
+                                tid_map=tracer.native_ids)
+        return events
+    finally:
+        shutil.rmtree(logdir, ignore_errors=True)

@@ -35,6 +35,9 @@ class Tracer:
         self._lists: list[list[tuple]] = []
         self._lists_lock = threading.Lock()
         self._thread_names: dict[int, str] = {}
+        # OS thread id -> Python ident of every recording thread: framework profilers stamp events with OS ids,
+        # and mapping them puts a framework's operators on the same timeline row as the span that called them
+        self.native_ids: dict[int, int] = {}
         self.extra_events: list[dict[str, Any]] = []  # already-formatted events (framework profilers, counters)
 
     def _events(self) -> list[tuple]:
@@ -45,6 +48,8 @@ class Tracer:
                 self._lists.append(events)
                 t = threading.current_thread()
                 self._thread_names[t.ident or 0] = t.name
+                if t.native_id is not None:
+                    self.native_ids[t.native_id] = t.ident or 0
         return events
 
     @staticmethod

@@ -1,0 +1,236 @@
+"""Connections to one or more Open Inference Protocol servers, shared by the remote predictor and the network QDL.
+
+Requests go to the live agent with the fewest outstanding requests. A request that fails because its agent
+went away (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED) marks that agent dead and is sent once more to another
+live agent; any other failure, or a second one, is an :class:`AgentError` naming the gRPC status. Both a
+blocking (:meth:`AgentPool.infer`) and a callback (:meth:`AgentPool.infer_async`) path are offered; either is
+safe to call from many threads at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from mlharness.agent.protos import grpc_predict_v2_pb2 as pb
+from mlharness.agent.protos import grpc_predict_v2_pb2_grpc as pb_grpc
+from mlharness.errors import AgentError
+
+log = logging.getLogger(__name__)
+
+TOKEN_ENV = "MLHARNESS_AGENT_TOKEN"
+TLS_CA_ENV = "MLHARNESS_AGENT_TLS_CA"
+RETRIABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED})
+
+
+@dataclass
+class ConnectOptions:
+    token: str | None = None  # sent as "authorization: Bearer <token>"
+    tls_ca: str | None = None  # PEM bundle that signs the agents' certificates; enables TLS
+    tls_cert: str | None = None  # client certificate and key, for agents that verify clients
+    tls_key: str | None = None
+    tls_server_name: str | None = None  # the name to check in the agent's certificate, if not the host
+    deadline_s: float = 60.0  # per request
+    connect_timeout_s: float = 10.0
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any]) -> ConnectOptions:
+        known = {"token", "tls_ca", "tls_cert", "tls_key", "tls_server_name", "deadline_s", "connect_timeout_s"}
+        kw = {k: options[k] for k in known if options.get(k) is not None}
+        kw.setdefault("token", os.environ.get(TOKEN_ENV) or None)
+        kw.setdefault("tls_ca", os.environ.get(TLS_CA_ENV) or None)
+        for k in ("deadline_s", "connect_timeout_s"):
+            if k in kw:
+                kw[k] = float(kw[k])
+        return cls(**kw)
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.token}"),) if self.token else ()
+
+
+def _read(path: str | None, what: str) -> bytes | None:
+    if not path:
+        return None
+    try:
+        return Path(path).expanduser().read_bytes()
+    except OSError as e:
+        raise AgentError(f"cannot read the {what} {path}: {e}") from e
+
+
+def make_channel(address: str, opts: ConnectOptions) -> grpc.Channel:
+    # the agent bounds message sizes; the client accepts whatever the agent accepted to send
+    options: list[tuple[str, Any]] = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+    if opts.tls_ca or opts.tls_cert:
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=_read(opts.tls_ca, "TLS CA bundle"),
+            private_key=_read(opts.tls_key, "TLS client key"),
+            certificate_chain=_read(opts.tls_cert, "TLS client certificate"),
+        )
+        if opts.tls_server_name:
+            options.append(("grpc.ssl_target_name_override", opts.tls_server_name))
+        return grpc.secure_channel(address, creds, options=options)
+    return grpc.insecure_channel(address, options=options)
+
+
+def rpc_error(e: grpc.RpcError, address: str, what: str) -> AgentError:
+    code = e.code() if hasattr(e, "code") else None
+    detail = e.details() if hasattr(e, "details") else str(e)
+    name = code.name if code is not None else "UNKNOWN"
+    hint = ""
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        hint = f" (pass the agent's token: framework option 'token' or ${TOKEN_ENV})"
+    elif code == grpc.StatusCode.UNAVAILABLE:
+        hint = " (is the agent running, and is it the right host:port?)"
+    return AgentError(f"agent {address}: {what} failed: {detail}{hint}", name)
+
+
+class Agent:
+    """One endpoint: its channel, stub and load."""
+
+    def __init__(self, address: str, opts: ConnectOptions):
+        self.address = address
+        self.channel = make_channel(address, opts)
+        self.stub = pb_grpc.GRPCInferenceServiceStub(self.channel)
+        self.outstanding = 0
+        self.alive = True
+        self.served = 0
+        self.server: pb.ServerMetadataResponse | None = None
+        self.model: pb.ModelMetadataResponse | None = None
+
+
+class AgentPool:
+    def __init__(self, addresses: list[str], opts: ConnectOptions):
+        if not addresses:
+            raise AgentError("no agents given (host:port)")
+        self.opts = opts
+        self.agents = [Agent(a, opts) for a in addresses]
+        self._lock = threading.Lock()
+        self._turn = 0
+
+    # -- set-up ------------------------------------------------------------------------------------------------
+    def connect(self, model_name: str) -> list[pb.ModelMetadataResponse]:
+        """ServerReady, ModelReady and ModelMetadata on every agent; an unreachable agent fails the run here."""
+        md, timeout = self.opts.metadata, self.opts.connect_timeout_s
+        for agent in self.agents:
+            what = "ServerReady"
+            try:
+                if not agent.stub.ServerReady(pb.ServerReadyRequest(), timeout=timeout, metadata=md).ready:
+                    raise AgentError(f"agent {agent.address} is not ready", "UNAVAILABLE")
+                what = "ServerMetadata"
+                agent.server = agent.stub.ServerMetadata(pb.ServerMetadataRequest(), timeout=timeout, metadata=md)
+                what = f"ModelReady('{model_name}')"
+                ready = agent.stub.ModelReady(pb.ModelReadyRequest(name=model_name), timeout=timeout, metadata=md)
+                if not ready.ready:
+                    raise AgentError(f"agent {agent.address}: model '{model_name}' is not ready there (is it the "
+                                     f"model name the agent serves?)", "UNAVAILABLE")
+                what = f"ModelMetadata('{model_name}')"
+                agent.model = agent.stub.ModelMetadata(pb.ModelMetadataRequest(name=model_name), timeout=timeout,
+                                                       metadata=md)
+            except grpc.RpcError as e:
+                raise rpc_error(e, agent.address, what) from e
+        return [a.model for a in self.agents]  # type: ignore[misc]
+
+    def close(self) -> None:
+        for agent in self.agents:
+            agent.channel.close()
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [{"address": a.address, "alive": a.alive, "requests": a.served,
+                 "server": f"{a.server.name} {a.server.version}" if a.server else None} for a in self.agents]
+
+    # -- load balancing ----------------------------------------------------------------------------------------
+    def _pick(self, exclude: Agent | None) -> Agent | None:
+        with self._lock:
+            live = [a for a in self.agents if a.alive and a is not exclude]
+            if not live:
+                return None
+            self._turn += 1
+            start = self._turn % len(live)
+            best = min(live[start:] + live[:start], key=lambda a: a.outstanding)
+            best.outstanding += 1
+            return best
+
+    def _done(self, agent: Agent, error: grpc.RpcError | None) -> bool:
+        """Book a finished request; True when it failed in a way another agent may fix."""
+        with self._lock:
+            agent.outstanding -= 1
+            agent.served += 1
+            if error is None or error.code() not in RETRIABLE:
+                return False
+            if agent.alive:
+                agent.alive = False
+                others = any(a.alive for a in self.agents)
+                log.warning("agent %s failed (%s: %s); %s", agent.address, error.code().name, error.details(),
+                            "sending its requests to the other agents" if others else "no other agent is left")
+            return True
+
+    def _none_left(self, last: AgentError | None) -> AgentError:
+        dead = ", ".join(a.address for a in self.agents if not a.alive)
+        msg = f"no live agent left to send the request to (failed: {dead})"
+        if last is not None:
+            msg += f"; last error: {str(last).removesuffix(f' (status {last.status})')}"
+        return AgentError(msg, "UNAVAILABLE")
+
+    # -- requests ----------------------------------------------------------------------------------------------
+    def infer(self, request: pb.ModelInferRequest, deadline_s: float | None = None) -> pb.ModelInferResponse:
+        """Blocking ModelInfer with one retry on another agent."""
+        timeout = deadline_s or self.opts.deadline_s
+        exclude: Agent | None = None
+        last: AgentError | None = None
+        for _attempt in range(2):
+            agent = self._pick(exclude)
+            if agent is None:
+                raise self._none_left(last)
+            try:
+                response = agent.stub.ModelInfer(request, timeout=timeout, metadata=self.opts.metadata)
+            except grpc.RpcError as e:
+                last = rpc_error(e, agent.address, "ModelInfer")
+                if not self._done(agent, e):
+                    raise last from e
+                exclude = agent
+                continue
+            self._done(agent, None)
+            return response
+        raise last  # type: ignore[misc]
+
+    def infer_async(self, request: pb.ModelInferRequest,
+                    done: Callable[[pb.ModelInferResponse | None, AgentError | None], None],
+                    deadline_s: float | None = None) -> None:
+        """Non-blocking ModelInfer: ``done(response, None)`` or ``done(None, error)`` is called exactly once, on a
+        gRPC thread (or on this one when no agent is left)."""
+        self._send_async(request, done, deadline_s or self.opts.deadline_s, None, 0, None)
+
+    def _send_async(self, request: pb.ModelInferRequest, done: Callable[..., None], timeout: float,
+                    exclude: Agent | None, attempt: int, last: AgentError | None) -> None:
+        agent = self._pick(exclude)
+        if agent is None:
+            done(None, self._none_left(last))
+            return
+        future = agent.stub.ModelInfer.future(request, timeout=timeout, metadata=self.opts.metadata)
+
+        def finished(f: grpc.Future) -> None:
+            try:
+                response = f.result()
+            except grpc.RpcError as e:
+                error = rpc_error(e, agent.address, "ModelInfer")
+                if self._done(agent, e) and attempt == 0:
+                    self._send_async(request, done, timeout, agent, 1, error)
+                else:
+                    done(None, error)
+                return
+            except BaseException as e:  # noqa: BLE001 - a callback must always report back
+                self._done(agent, None)
+                done(None, AgentError(f"agent {agent.address}: ModelInfer failed: {e}"))
+                return
+            self._done(agent, None)
+            done(response, None)
+
+        future.add_done_callback(finished)

@@ -1,0 +1,1 @@
+"""Reports over result directories: ``mlharness report`` (collect → render → HTML / Markdown / terminal)."""

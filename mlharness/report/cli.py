@@ -1,0 +1,120 @@
+"""``mlharness report RESULTS_DIR [--html OUT] [--md OUT] [--compare OTHER_DIR]`` and
+``mlharness report layers TRACE_JSON`` (also ``report PATH --layers``).
+
+Kept light: matplotlib and the report modules are imported inside the handler."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="one page over every run of a results directory (HTML, Markdown); "
+                                      "'report layers TRACE' for a per-layer breakdown",
+                       description="Summarise every run found under RESULTS_DIR (any folder holding "
+                       "mlperf_log_summary.txt): metric, VALID/INVALID and why, accuracy against the MLPerf "
+                       "targets, latency percentiles, non-submittable settings, telemetry and figures. "
+                       "'mlharness report layers TRACE_JSON' prints the per-operator breakdown of a trace "
+                       "recorded with --trace framework.")
+    p.add_argument("path", type=Path, help="results directory (or 'layers' followed by a trace file)")
+    p.add_argument("trace", type=Path, nargs="?", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--html", type=Path, default=None, metavar="OUT", help="write the report as one HTML page")
+    p.add_argument("--md", type=Path, default=None, metavar="OUT", help="write the report as Markdown")
+    p.add_argument("--compare", type=Path, default=None, metavar="OTHER_DIR", help="put a second results "
+                   "directory side by side, with ratios")
+    p.add_argument("--layers", action="store_true", help="PATH is a trace file (or a run folder holding "
+                   "mlharness_trace.json): print its per-layer breakdown")
+    p.add_argument("--top", type=int, default=20, help="rows per per-layer table (default 20)")
+    p.add_argument("--json", action="store_true", help="with --layers: print the breakdown as JSON")
+    p.set_defaults(func=cmd_report)
+
+
+def _trace_path(path: Path) -> Path:
+    from mlharness.errors import MLHarnessError
+
+    if path.is_dir():
+        path = path / "mlharness_trace.json"
+    if not path.is_file():
+        raise MLHarnessError(f"no trace at {path}: record one with `mlharness run ... --trace framework`")
+    return path
+
+
+def cmd_layers(path: Path, top: int, as_json: bool, console: Any) -> int:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from mlharness.telemetry.breakdown import layer_breakdown, load_events, summary_lines
+
+    b = layer_breakdown(load_events(_trace_path(path)))
+    if as_json:
+        print(json.dumps(b.to_dict(), indent=2))
+        return 0
+    for title, rows in (("operators by type", b.by_type), ("operators by layer (type and input shapes)",
+                                                           b.by_layer)):
+        table = Table("operator", "count", "total ms", "mean us", "share", title=title, title_justify="left")
+        for r in rows[:top]:
+            table.add_row(escape(r.key), str(r.count), f"{r.total_us / 1000:.3f}", f"{r.mean_us:.1f}",
+                          f"{100 * r.share:.1f}%")
+        if len(rows) > top:
+            rest = rows[top:]
+            table.add_row(f"({len(rest)} more)", str(sum(r.count for r in rest)),
+                          f"{sum(r.total_us for r in rest) / 1000:.3f}", "",
+                          f"{100 * sum(r.share for r in rest):.1f}%")
+        console.print(table)
+    for line in summary_lines(b):
+        console.print(escape(line), highlight=False)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace, console: Any) -> int:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from mlharness.errors import MLHarnessError
+    from mlharness.report import render
+
+    if args.trace is not None:
+        if str(args.path) != "layers":
+            raise MLHarnessError(f"unexpected argument {args.trace}: use `mlharness report layers "
+                                 "TRACE_JSON` or `mlharness report RESULTS_DIR`")
+        return cmd_layers(args.trace, args.top, args.json, console)
+    if args.layers:
+        return cmd_layers(args.path, args.top, args.json, console)
+    report = render.build(args.path, args.compare)
+    if args.md is not None:
+        args.md.parent.mkdir(parents=True, exist_ok=True)
+        args.md.write_text(render.markdown(report))
+    if args.html is not None:
+        from mlharness.report import html
+
+        args.html.parent.mkdir(parents=True, exist_ok=True)
+        args.html.write_text(html.render(report))
+    # the terminal gets the essentials; the files carry every column
+    table = Table("run", "scenario", "mode", "batch", "value", "result", "accuracy", "p99 (ns)")
+    for r in report.runs:
+        cells = render.row(r)
+        result = cells[7]
+        styled = f"[green]{result}[/]" if result == "VALID" else f"[red]{result}[/]" if result else ""
+        value = f"{r.metric_text} {r.metric_unit}" if r.metric_text else ""
+        acc = " ".join(x for x in (cells[8], cells[9]) if x)
+        table.add_row(escape(r.rel), escape(cells[2]), escape(cells[3]), cells[4], escape(value), styled,
+                      escape(acc), cells[12])
+    console.print(table)
+    if report.other is not None:
+        rows, only_a, only_b = render.compare_rows(report)
+        cmp = Table(*render.COMPARE_COLUMNS, title=f"compared with {escape(str(args.compare))}",
+                    title_justify="left")
+        for r in rows:
+            cmp.add_row(*(escape(c) for c in r))
+        console.print(cmp)
+        for r in only_a:
+            console.print(f"only in {escape(str(args.path))}: {escape(r.rel)}", highlight=False)
+        for r in only_b:
+            console.print(f"only in {escape(str(args.compare))}: {escape(r.rel)}", highlight=False)
+    for what, out in (("HTML", args.html), ("Markdown", args.md)):
+        if out is not None:
+            console.print(f"wrote {what} report {escape(str(out))}", highlight=False)
+    return 0

@@ -1,0 +1,243 @@
+"""Find the runs under a results directory and read what each left behind: LoadGen's summary (kept as the
+exact text of each value, so reports carry the same numbers), mlharness_run.json, accuracy.txt, the telemetry
+series and the trace."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlharness.errors import MLHarnessError
+from mlharness.loadgen.rundir import METRIC_LINES
+
+SUMMARY = "mlperf_log_summary.txt"
+PERCENTILES = ("50.00", "90.00", "95.00", "97.00", "99.00", "99.90")
+
+# MLPerf Inference reference accuracies and the fractions closed-division results must reach
+REFERENCE = {
+    "resnet50": ("top-1 %", 76.46, (0.99,)),
+    "bert": ("F1", 90.874, (0.99, 0.999)),
+    "3d-unet": ("mean DICE", 0.86170, (0.99, 0.999)),
+}
+_BENCH_PREFIX = (("resnet", "resnet50"), ("bert", "bert"), ("3d-unet", "3d-unet"))
+_ACCURACY_PATTERNS = (re.compile(r"accuracy=([0-9.]+)%"), re.compile(r'"f1":\s*([0-9.]+)'),
+                      re.compile(r"mean = ([0-9.]+)"))
+
+
+@dataclass
+class Target:
+    model: str
+    metric: str
+    reference: float
+    fractions: tuple[float, ...]
+
+    def thresholds(self) -> list[tuple[float, float]]:
+        return [(f, self.reference * f) for f in self.fractions]
+
+
+@dataclass
+class Run:
+    path: Path
+    rel: str
+    fields: dict[str, str]  # summary key -> value, verbatim
+    scenario: str | None
+    mode: str  # performance / accuracy / LoadGen's mode text for anything else
+    result: str | None  # VALID / INVALID (performance runs)
+    metric_name: str | None
+    metric_text: str | None  # exactly as the summary prints it
+    metric_unit: str
+    satisfied: list[tuple[str, str]] = field(default_factory=list)
+    recommendations: list[str] = field(default_factory=list)
+    early_stopping: list[str] = field(default_factory=list)
+    meta: dict[str, Any] | None = None
+    accuracy_text: str | None = None
+    accuracy_value: float | None = None
+    target: Target | None = None
+    series: dict[str, Any] | None = None
+    trace: Path | None = None
+
+    @property
+    def metric_value(self) -> float | None:
+        try:
+            return float(self.metric_text) if self.metric_text else None
+        except ValueError:
+            return None
+
+    @property
+    def benchmark(self) -> str:
+        if self.meta and self.meta.get("benchmark"):
+            return str(self.meta["benchmark"])
+        parts = Path(self.rel).parts
+        return parts[-4] if self.mode == "performance" and len(parts) >= 4 else (parts[-3] if len(parts) >= 3
+                                                                                   else self.rel)
+
+    @property
+    def batch(self) -> int | None:
+        b = ((self.meta or {}).get("batching") or {}).get("max_batchsize")
+        return int(b) if isinstance(b, int) else None
+
+    @property
+    def latencies(self) -> dict[str, str]:
+        """percentile -> latency in ns, verbatim from the summary."""
+        return {p: self.fields[f"{p} percentile latency (ns)"] for p in PERCENTILES
+                if f"{p} percentile latency (ns)" in self.fields}
+
+    @property
+    def failures(self) -> list[str]:
+        """Why LoadGen said INVALID: its 'satisfied' lines that are not Yes."""
+        return [name for name, value in self.satisfied if value.lower() != "yes"]
+
+    @property
+    def not_submittable(self) -> list[str]:
+        return list((self.meta or {}).get("not_submittable_reasons") or [])
+
+    @property
+    def telemetry(self) -> dict[str, Any] | None:
+        t = (self.meta or {}).get("telemetry")
+        return t if isinstance(t, dict) and t.get("enabled") else None
+
+    def accuracy_status(self) -> list[tuple[str, bool]]:
+        """(label, reached) per target fraction."""
+        if self.target is None or self.accuracy_value is None:
+            return []
+        return [(f"{100 * f:g}% = {t:.5g}", self.accuracy_value >= t) for f, t in self.target.thresholds()]
+
+
+def parse_summary_text(text: str) -> dict[str, Any]:
+    """Fields plus the structured parts: satisfied lines, recommendations, early stopping notes."""
+    fields: dict[str, str] = {}
+    satisfied: list[tuple[str, str]] = []
+    sections: dict[str, list[str]] = {"Recommendations": [], "Early Stopping Result": []}
+    current: str | None = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.rstrip(":") in sections and stripped.endswith(":"):
+            current = stripped.rstrip(":")
+            continue
+        if current is not None:
+            if stripped.startswith("* "):
+                sections[current].append(stripped[2:])
+                continue
+            if stripped and line.startswith(" ") and sections[current] and ":" not in stripped:
+                sections[current][-1] += " " + stripped  # a wrapped note
+                continue
+            current = None
+        key, sep, value = line.partition(":")
+        if not sep or not key.strip() or stripped.startswith("="):
+            continue
+        key = key.strip()
+        if "satisfied" in key:
+            satisfied.append((key, value.strip()))
+        fields.setdefault(key, value.strip())
+    return {"fields": fields, "satisfied": satisfied, "recommendations": sections["Recommendations"],
+            "early_stopping": sections["Early Stopping Result"]}
+
+
+def _mode(fields: dict[str, str]) -> str:
+    mode = fields.get("Mode", "")
+    return {"PerformanceOnly": "performance", "AccuracyOnly": "accuracy"}.get(mode, mode or "unknown")
+
+
+def target_for(meta: dict[str, Any] | None, rel: str) -> Target | None:
+    # the benchmark name first: it says which target applies (bert-99.9), the model name does not
+    names = [str((meta or {}).get(k) or "") for k in ("benchmark", "conf_model")] + list(Path(rel).parts)
+    for name in names:
+        for prefix, model in _BENCH_PREFIX:
+            if name == model or name.startswith(prefix):
+                metric, ref, fractions = REFERENCE[model]
+                if name.endswith("-99.9"):
+                    fractions = (0.999,)
+                elif name.endswith("-99"):
+                    fractions = (0.99,)
+                return Target(model, metric, ref, fractions)
+    return None
+
+
+def _json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def read_run(summary_path: Path, root: Path) -> Run:
+    d = summary_path.parent
+    parsed = parse_summary_text(summary_path.read_text(errors="replace"))
+    fields = parsed["fields"]
+    meta = _json(d / "mlharness_run.json")
+    # an accuracy run's summary names no scenario: mlharness's metadata does
+    scenario = fields.get("Scenario") or (meta or {}).get("scenario")
+    metric_name, unit = METRIC_LINES.get(scenario or "", (None, ""))
+    run = Run(
+        path=d, rel=str(d.relative_to(root)) if d != root else ".", fields=fields, scenario=scenario,
+        mode=_mode(fields) if fields.get("Mode") else str((meta or {}).get("mode") or "unknown"),
+        result=fields.get("Result is"), metric_name=metric_name,
+        metric_text=fields.get(metric_name) if metric_name else None, metric_unit=unit,
+        satisfied=parsed["satisfied"], recommendations=parsed["recommendations"],
+        early_stopping=parsed["early_stopping"], meta=meta,
+    )
+    if run.mode == "unknown" and (d / "accuracy.txt").is_file():
+        run.mode = "accuracy"
+    if run.mode == "accuracy":  # LoadGen reports no metric in accuracy mode
+        run.metric_name = run.metric_text = None
+    if (d / "accuracy.txt").is_file():
+        run.accuracy_text = (d / "accuracy.txt").read_text(errors="replace").strip()
+    acc = (meta or {}).get("accuracy")
+    if isinstance(acc, dict) and isinstance(acc.get("value"), int | float):
+        run.accuracy_value = float(acc["value"])
+    elif run.accuracy_text:
+        for pattern in _ACCURACY_PATTERNS:
+            m = pattern.search(run.accuracy_text)
+            if m:
+                run.accuracy_value = float(m.group(1))
+                break
+    run.target = target_for(meta, run.rel)
+    run.series = _json(d / "mlharness_telemetry.json")
+    trace = d / "mlharness_trace.json"
+    run.trace = trace if trace.is_file() else None
+    return run
+
+
+def find_runs(root: Path) -> tuple[list[Run], list[Path]]:
+    """Every run under ``root`` (or ``root`` itself), sorted by path; second: failed or partial run folders,
+    left out of the report."""
+    root = Path(root)
+    if not root.is_dir():
+        raise MLHarnessError(f"{root} is not a directory")
+    runs: list[Run] = []
+    skipped: list[Path] = []
+    for summary in sorted(root.rglob(SUMMARY)):
+        rel_parts = summary.parent.relative_to(root).parts
+        if any(p.startswith(".") or ".failed-" in p for p in rel_parts):
+            skipped.append(summary.parent)
+            continue
+        runs.append(read_run(summary, root))
+    return runs, skipped
+
+
+def pair_runs(a: list[Run], b: list[Run]) -> tuple[list[tuple[Run, Run]], list[Run], list[Run]]:
+    """Match the runs of two result directories: by relative path, else by benchmark, scenario, mode and
+    batch size."""
+    by_rel = {r.rel: r for r in b}
+    pairs: list[tuple[Run, Run]] = []
+    used: set[str] = set()
+    rest: list[Run] = []
+    for r in a:
+        if r.rel in by_rel:
+            pairs.append((r, by_rel[r.rel]))
+            used.add(r.rel)
+        else:
+            rest.append(r)
+    key = lambda r: (r.benchmark, r.scenario, r.mode, r.batch)  # noqa: E731
+    remaining = {key(r): r for r in b if r.rel not in used}
+    only_a = []
+    for r in rest:
+        other = remaining.pop(key(r), None)
+        if other is None:
+            only_a.append(r)
+        else:
+            pairs.append((r, other))
+    return pairs, only_a, list(remaining.values())

@@ -1,0 +1,150 @@
+"""The report's figures, drawn with matplotlib's object API (no pyplot state, no GUI backend) and returned as
+inline SVG text: the page needs no external file and no JavaScript. Text stays text (``svg.fonttype`` none),
+so the figures are small and carry no glyph definitions whose ids could clash between figures on one page."""
+
+from __future__ import annotations
+
+import io
+from collections import defaultdict
+from typing import Any
+
+from mlharness.report.collect import PERCENTILES, Run
+
+STAGES = ("queue_wait", "gather", "predict", "postprocess", "complete")
+# legends beside the axes (run paths are long and would hide the lines); bbox_inches="tight" keeps them in
+_OUTSIDE = {"fontsize": "x-small", "loc": "upper left", "bbox_to_anchor": (1.01, 1.0)}
+
+
+def _svg(fig: Any) -> str:
+    import matplotlib
+
+    buf = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": None}):
+        # no metadata block: no date (reports of the same runs are identical), no RDF namespaces
+        fig.savefig(buf, format="svg", bbox_inches="tight",
+                    metadata={"Creator": None, "Date": None, "Format": None, "Type": None})
+    text = buf.getvalue()
+    return text[text.index("<svg"):]  # drop the XML prolog and DOCTYPE: the SVG is inlined in HTML
+
+
+def _figure(width: float = 7.0, height: float = 3.6) -> tuple[Any, Any]:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=100)
+    return fig, fig.add_subplot(1, 1, 1)
+
+
+def latency_percentiles(runs: list[Run]) -> str | None:
+    """Latency per percentile, one line per performance run."""
+    runs = [r for r in runs if r.mode == "performance" and r.latencies]
+    if not runs:
+        return None
+    fig, ax = _figure()
+    xs = list(range(len(PERCENTILES)))
+    for r in runs:
+        lat = r.latencies
+        ys = [float(lat[p]) / 1e6 if p in lat else float("nan") for p in PERCENTILES]
+        ax.plot(xs, ys, marker="o", label=r.rel)
+    ax.set_xticks(xs, [f"p{float(p):g}" for p in PERCENTILES])
+    ax.set_ylabel("latency (ms)")
+    ax.set_yscale("log")
+    ax.set_title("Latency percentiles (LoadGen)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(**_OUTSIDE)
+    return _svg(fig)
+
+
+def throughput_vs_batch(runs: list[Run]) -> str | None:
+    """Samples/s against batch size, for each benchmark and scenario whose runs differ in batch size."""
+    groups: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
+    for r in runs:
+        if r.mode == "performance" and r.metric_unit == "samples/s" and r.batch and r.metric_value:
+            groups[(r.benchmark, r.scenario or "")].append((r.batch, r.metric_value))
+    groups = {k: sorted(v) for k, v in groups.items() if len({b for b, _ in v}) > 1}
+    if not groups:
+        return None
+    fig, ax = _figure()
+    for (bench, scenario), points in sorted(groups.items()):
+        ax.plot([b for b, _ in points], [v for _, v in points], marker="o", label=f"{bench} {scenario}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("max batch size")
+    ax.set_ylabel("samples/s")
+    ax.set_title("Throughput vs batch size")
+    ax.grid(True, alpha=0.3)
+    ax.legend(**_OUTSIDE)
+    return _svg(fig)
+
+
+def stage_totals(events: list[dict[str, Any]]) -> dict[str, float]:
+    """Total milliseconds per model-level stage of a trace."""
+    totals: dict[str, float] = defaultdict(float)
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "model" and e.get("name") in STAGES:
+            totals[e["name"]] += float(e.get("dur", 0)) / 1000.0
+    return dict(totals)
+
+
+def stage_breakdown(per_run: dict[str, dict[str, float]]) -> str | None:
+    """One stacked bar per traced run: where the time of the timed path went."""
+    per_run = {k: v for k, v in per_run.items() if v}
+    if not per_run:
+        return None
+    fig, ax = _figure(height=max(1.8, 0.5 * len(per_run) + 1.2))
+    names = list(per_run)
+    left = [0.0] * len(names)
+    for stage in STAGES:
+        widths = [per_run[n].get(stage, 0.0) for n in names]
+        if any(widths):
+            ax.barh(names, widths, left=left, label=stage)
+            left = [a + b for a, b in zip(left, widths, strict=True)]
+    ax.set_xlabel("total time (ms)")
+    ax.set_title("Stage breakdown (model-level trace)")
+    ax.invert_yaxis()
+    ax.legend(fontsize="x-small", ncols=len(STAGES), loc="upper center", bbox_to_anchor=(0.5, -0.3))
+    return _svg(fig)
+
+
+def gpu_utilisation(runs: list[Run]) -> str | None:
+    """GPU utilisation over time, from each run's telemetry series."""
+    lines = []
+    for r in runs:
+        s = r.series or {}
+        for g in s.get("gpus") or []:
+            util = g.get("utilization_percent")
+            if util and any(v is not None for v in util):
+                lines.append((f"{r.rel} gpu{g.get('index', '?')}", s.get("t_s") or [], util))
+    if not lines:
+        return None
+    fig, ax = _figure()
+    for label, t, util in lines:
+        pts = [(a, b) for a, b in zip(t, util, strict=False) if b is not None]
+        ax.plot([a for a, _ in pts], [b for _, b in pts], label=label)
+    ax.set_xlabel("time since the run started (s)")
+    ax.set_ylabel("GPU utilisation (%)")
+    ax.set_ylim(0, 105)
+    ax.set_title("GPU utilisation (NVML)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(**_OUTSIDE)
+    return _svg(fig)
+
+
+def cpu_utilisation(runs: list[Run]) -> str | None:
+    """The harness process's CPU utilisation over time (100% = one core), from the telemetry series."""
+    lines = []
+    for r in runs:
+        s = r.series or {}
+        cpu = (s.get("host") or {}).get("process_cpu_percent")
+        if cpu and len(cpu) > 1:
+            lines.append((r.rel, s.get("t_s") or [], cpu))
+    if not lines:
+        return None
+    fig, ax = _figure()
+    for label, t, cpu in lines:
+        pts = [(a, b) for a, b in zip(t, cpu, strict=False) if b is not None]
+        ax.plot([a for a, _ in pts], [b for _, b in pts], label=label)
+    ax.set_xlabel("time since the run started (s)")
+    ax.set_ylabel("process CPU (%, 100 = one core)")
+    ax.set_title("CPU utilisation of the harness process")
+    ax.grid(True, alpha=0.3)
+    ax.legend(**_OUTSIDE)
+    return _svg(fig)

@@ -1,0 +1,192 @@
+"""``mlharness report`` over a results directory of real demo runs: the Markdown table carries LoadGen's
+numbers verbatim, the HTML page is self-contained and opens in headless Chromium without a console message,
+INVALID and non-submittable runs say why, accuracy is judged against the MLPerf targets, and --compare gives
+ratios."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mlharness.report.collect import find_runs, parse_summary_text, target_for
+
+CHROMIUM = next((p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
+                 if Path(p).exists()), None) or shutil.which("chromium")
+DEMO = ("--count", "64", "--no-progress", "--telemetry-interval-ms", "50")
+PERF = ("--mode", "performance", "--min-duration-ms", "300", "--min-query-count", "16")
+
+
+def _summary_fields(path: Path) -> dict[str, str]:
+    return parse_summary_text(path.read_text())["fields"]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory, shared_cache) -> Path:
+    """Six demo runs: Offline at two batch sizes (one traced), SingleStream, Server, accuracy, and an INVALID
+    MultiStream run."""
+    import os
+    import sys
+
+    root = tmp_path_factory.mktemp("results")
+    env = {**os.environ, "MLHARNESS_CACHE": str(shared_cache)}
+    runs = {
+        "sys/demo/Offline/performance/run_1": ("--scenario", "Offline", *PERF, "--target-qps", "3000",
+                                               "--max-batchsize", "32", "--trace", "model"),
+        "sys-b8/demo/Offline/performance/run_1": ("--scenario", "Offline", *PERF, "--target-qps", "3000",
+                                                  "--max-batchsize", "8"),
+        "sys/demo/SingleStream/performance/run_1": ("--scenario", "SingleStream", *PERF,
+                                                    "--target-latency-ms", "0.5"),
+        "sys/demo/Server/performance/run_1": ("--scenario", "Server", *PERF, "--target-qps", "100"),
+        "sys/demo/Offline/accuracy": ("--scenario", "Offline", "--mode", "accuracy"),
+        # far too few queries for 2 s: LoadGen says INVALID and why
+        "sys/demo/MultiStream/performance/run_1": ("--scenario", "MultiStream", "--mode", "performance",
+                                                   "--min-duration-ms", "2000", "--target-latency-ms", "50"),
+    }
+    for rel, args in runs.items():
+        proc = subprocess.run([sys.executable, "-m", "mlharness.cli", "run", *args, *DEMO, "--output",
+                               str(root / rel)], capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+    (root / "sys" / "demo" / "Offline" / ".run_2.partial-x").mkdir()  # a staging folder is not a run
+    return root
+
+
+def _md_rows(md: str, header_start: str) -> list[dict[str, str]]:
+    lines = md.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    header = [c.strip() for c in lines[start].strip("|").split("|")]
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(dict(zip(header, (c.strip() for c in line.strip("|").split(" | ")), strict=True)))
+    return rows
+
+
+@pytest.mark.slow
+def test_markdown_numbers_equal_loadgen_summaries(run_cli, results, tmp_path):
+    md_path = tmp_path / "report.md"
+    proc = run_cli("report", str(results), "--md", str(md_path))
+    assert proc.returncode == 0, proc.stderr
+    md = md_path.read_text()
+    rows = _md_rows(md, "| run |")
+    summaries = sorted(p for p in results.rglob("mlperf_log_summary.txt") if ".partial" not in str(p))
+    assert sorted(r["run"] for r in rows) == sorted(str(p.parent.relative_to(results)) for p in summaries)
+    checked = 0
+    for r in rows:
+        fields = _summary_fields(results / r["run"] / "mlperf_log_summary.txt")
+        meta = json.loads((results / r["run"] / "mlharness_run.json").read_text())
+        assert r["scenario"] == meta["scenario"] and r["mode"] == meta["mode"]
+        assert r["batch"] == str(meta["batching"]["max_batchsize"])
+        if r["mode"] == "performance":
+            assert r["value"] == fields[r["metric"]] and r["result"] == fields["Result is"]
+            assert r["p50 (ns)"] == fields["50.00 percentile latency (ns)"]
+            assert r["p90 (ns)"] == fields["90.00 percentile latency (ns)"]
+            assert r["p99 (ns)"] == fields["99.00 percentile latency (ns)"]
+            # the metric is the number mlharness reported for the run
+            assert float(r["value"]) == meta["result"]["metric_value"]
+            checked += 1
+        else:
+            assert r["accuracy"] == f"{meta['accuracy']['value']:.5g}" == "100"
+        assert r["submittable"] == f"no ({len(meta['not_submittable_reasons'])})"
+    assert checked == 5
+    # why the INVALID run is INVALID, in LoadGen's words, and why none is submittable
+    ms = md.split("## sys/demo/MultiStream/performance/run_1", 1)[1].split("\n## ", 1)[0]
+    fields = _summary_fields(results / "sys/demo/MultiStream/performance/run_1/mlperf_log_summary.txt")
+    assert fields["Result is"] == "INVALID"
+    failed = [k for k, v in fields.items() if "satisfied" in k and v.lower() != "yes"]
+    assert failed and all(f"{k}: {fields[k]}" in ms for k in failed)
+    assert "not submittable: --count 64 limits the dataset" in ms
+    assert "telemetry: process CPU %" in md and "stages (total ms): " in md
+
+
+@pytest.mark.slow
+def test_html_is_self_contained_and_opens_cleanly(run_cli, results, tmp_path):
+    html_path = tmp_path / "report.html"
+    proc = run_cli("report", str(results), "--html", str(html_path))
+    assert proc.returncode == 0, proc.stderr
+    html = html_path.read_text()
+    assert "<script" not in html.lower()
+    assert not re.search(r"""(src|href)\s*=\s*["'](?!data:|#)""", html), "external resource in the page"
+    assert not re.findall(r"http://(?!www.w3.org/)", html)  # SVG namespaces only
+    # latency percentiles, throughput vs batch size (8 and 32), stage breakdown (traced run), CPU over time
+    # (and GPU utilisation on a host with NVML and GPUs)
+    for caption in ("Latency percentiles", "Throughput of runs", "Time per stage", "CPU utilisation"):
+        assert f"<figcaption>{caption}" in html
+    figures = html.count("<svg")
+    assert figures == html.count("<figcaption>") >= 4
+    assert ">sys/demo/MultiStream/performance/run_1<" in html and 'class="INVALID"' in html
+    if CHROMIUM is None:
+        pytest.skip("no chromium binary")
+    # the detector itself must see a console error on a page that has one
+    bad = tmp_path / "bad.html"
+    bad.write_text('<!DOCTYPE html><html><head><link rel="icon" href="data:,"></head><body><p>x</p>'
+                   "<script>undefined_function();</script></body></html>")
+    dom, console = _chromium(bad, tmp_path / "profile-bad")
+    assert any("undefined_function" in line for line in console), console
+    dom, console = _chromium(html_path, tmp_path / "profile")
+    assert console == []
+    assert dom.count("<svg") == figures and dom.count("<tr>") >= 7
+
+
+def _chromium(page: Path, profile: Path) -> tuple[str, list[str]]:
+    """The DOM Chromium built and every console message it logged (the page has no script, so any message is
+    an error: a failed resource, a parse error, a script that should not be there)."""
+    proc = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
+         "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
+    return proc.stdout, console
+
+
+@pytest.mark.slow
+def test_compare_gives_ratios(run_cli, results, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(results / "sys", other / "sys")
+    summary = other / "sys/demo/Server/performance/run_1/mlperf_log_summary.txt"
+    value = _summary_fields(summary)["Completed samples per second"]
+    summary.write_text(summary.read_text().replace(f": {value}", f": {float(value) * 2:.2f}", 1))
+    md_path = tmp_path / "cmp.md"
+    proc = run_cli("report", str(results), "--compare", str(other), "--md", str(md_path))
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["run"]: r for r in _md_rows(md_path.read_text(), "| run | other run |")}
+    server = rows["sys/demo/Server/performance/run_1"]
+    assert server["value"] == value
+    assert float(server["other value"]) == pytest.approx(2 * float(value), abs=0.01)
+    assert float(server["other / this"]) == pytest.approx(2.0, abs=2e-3)
+    assert rows["sys/demo/Offline/accuracy"]["other / this"] == "1.000"
+    assert "only in" in md_path.read_text() and "sys-b8/demo/Offline/performance/run_1" in md_path.read_text()
+    assert "compared with" in proc.stdout
+
+
+def test_accuracy_targets(tmp_path):
+    run = tmp_path / "res" / "sys" / "resnet" / "Offline" / "accuracy"
+    run.mkdir(parents=True)
+    (run / "mlperf_log_summary.txt").write_text("No warnings encountered during test.\n")
+    (run / "accuracy.txt").write_text("accuracy=76.000%, good=38000, total=50000\n")
+    (runs, skipped) = find_runs(tmp_path / "res")
+    assert not skipped and runs[0].accuracy_value == 76.0 and runs[0].mode == "accuracy"
+    assert runs[0].accuracy_status() == [("99% = 75.695", True)]
+    bert = target_for({"conf_model": "bert", "benchmark": "bert-99.9"}, "x")
+    assert bert.thresholds() == [(0.999, pytest.approx(90.874 * 0.999))]
+    unet = target_for(None, "sys/3d-unet-99/Offline/accuracy")
+    assert unet.thresholds() == [(0.99, pytest.approx(0.86170 * 0.99))]
+    assert len(target_for({"conf_model": "3d-unet", "benchmark": "3d-unet-random"}, "x").thresholds()) == 2
+    assert target_for({"conf_model": "demo", "benchmark": "demo"}, "sys/demo/Offline/accuracy") is None
+
+
+def test_layers_needs_a_framework_trace(run_cli, tmp_path):
+    trace = tmp_path / "mlharness_trace.json"
+    trace.write_text(json.dumps({"traceEvents": [{"name": "predict", "cat": "model", "ph": "X", "ts": 0,
+                                                  "dur": 5, "pid": 1, "tid": 1}]}))
+    proc = run_cli("report", "layers", str(trace))
+    assert proc.returncode == 2 and "--trace framework" in proc.stderr
+    proc = run_cli("report", str(tmp_path))
+    assert proc.returncode == 2 and "no runs under" in proc.stderr
