@@ -1,0 +1,73 @@
+"""Glue between results trees and :mod:`~mlharness.submission.compliance`: which scenario directories hold
+which audits, and how to score sampled responses for TEST01's non-deterministic fallback (the accuracy metric
+of the manifest the accuracy run used, on the dataset it used, as recorded in its mlharness_run.json)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from mlharness.errors import MLHarnessError
+from mlharness.submission.compliance import Scorer, Verdict, verify_scenario
+from mlharness.submission.layout import ARCHIVE, Tree
+from mlharness.submission.rules import benchmark_for
+
+log = logging.getLogger(__name__)
+
+
+def scorer_from_record(metadata_path: Path) -> Scorer | None:
+    """A function scoring an accuracy log with the metric, options and dataset of a recorded accuracy run, or
+    None when the run's manifest declares no metric (or the record is gone)."""
+    try:
+        meta = json.loads(Path(metadata_path).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    from mlharness.manifest.loader import load_manifest
+    from mlharness.tasks import METRICS
+    from mlharness.tasks.base import AccuracyContext
+
+    try:
+        loaded = load_manifest(meta["manifest"]["path"])
+    except (MLHarnessError, KeyError) as e:
+        log.warning("cannot load the manifest of %s: %s", metadata_path, e)
+        return None
+    spec = loaded.model.accuracy
+    if spec is None:
+        return None
+    metric = METRICS.get(spec.metric)()
+    ctx = AccuracyContext(dataset_path=Path(meta["dataset_path"]) if meta.get("dataset_path") else None,
+                          count=int(meta.get("samples", {}).get("total") or 0), options=dict(spec.options))
+    return lambda accuracy_log: metric.score(accuracy_log, ctx)
+
+
+def delta_percent(benchmark: str) -> float:
+    """TEST01 fallback tolerance: 1% for 99% targets (and models that are not MLPerf benchmarks), 0.1% for 99.9%."""
+    info = benchmark_for(benchmark)
+    return info.test01_delta_percent if info else 1.0
+
+
+def scenario_verdicts(tree: Tree, ids: tuple[str, str, str], tests: list[str], dtype: str = "byte") -> list[Verdict]:
+    scorer = scorer_from_record(tree.record_dir(*ids, "accuracy") / "mlharness_run.json")
+    return verify_scenario(tree.scenario_dir(*ids), tests, dtype, scorer, delta_percent(ids[1]))
+
+
+def find_audited(root: Path, test: str) -> list[Path]:
+    """Scenario directories under ``root`` (or ``root`` itself) that hold ``test``'s directory."""
+    root = Path(root).resolve()
+    candidates = [root] + sorted(p.parent for p in root.rglob(test) if p.is_dir() and ARCHIVE not in p.parts)
+    return [c for c in dict.fromkeys(candidates) if (c / test).is_dir() and (c / "performance").is_dir()]
+
+
+def verify_directory(scenario_dir: Path, test: str, dtype: str = "byte") -> list[Verdict]:
+    """Re-verify one audit of a scenario directory, finding its results tree's archive (for the TEST01
+    fallback) when the directory is inside one."""
+    scenario_dir = Path(scenario_dir).resolve()
+    for parent in scenario_dir.parents:
+        if (parent / ARCHIVE).is_dir():
+            rel = scenario_dir.relative_to(parent).parts
+            if len(rel) == 3:
+                return scenario_verdicts(Tree(parent), (rel[0], rel[1], rel[2]), [test], dtype)
+            break
+    return verify_scenario(scenario_dir, [test], dtype, None, delta_percent(scenario_dir.parent.name))
+

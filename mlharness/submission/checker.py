@@ -1,0 +1,263 @@
+"""``mlharness submission check``: the submission checker's rules (v6.0) for a package tree.
+
+Structure (required files, no extra files, truncated accuracy logs, files under 50 MB), system descriptions
+(every field present, the meaningful ones non-empty), the runs themselves (:mod:`checker_logs`: LoadGen's
+seeds, validity and errors, 600 s minimum duration, minimum query and sample counts from the embedded
+mlperf.conf, whole-dataset accuracy runs, accuracy targets in the closed division), the compliance audits
+(required in closed), and the scenario set each system type must submit.
+
+The open division is held to the rules it is held to officially: no accuracy target, no required audits,
+and its scenario set is advice. ``allow_development`` turns the rules a short development run cannot meet
+(duration, counts, partial dataset, early stopping) into warnings, so trees made with short settings check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlharness.submission.rules import (
+    DIVISIONS,
+    FILE_SIZE_LIMIT,
+    REQUIRED_SCENARIOS,
+    SCENARIOS,
+    STATUSES,
+    SYSTEM_DESC_MEANINGFUL_FIELDS,
+    SYSTEM_DESC_REQUIRED_FIELDS,
+    SYSTEM_TYPES,
+)
+
+SUBMITTER_ENTRIES = {"results", "systems", "src", "documentation", "model_mapping.json"}
+
+
+@dataclass
+class Finding:
+    level: str  # "error" or "warning"
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.level.upper()} {self.path}: {self.message}"
+
+
+@dataclass
+class Row:
+    division: str
+    submitter: str
+    system: str
+    benchmark: str
+    scenario: str
+    result: str = "-"
+    accuracy: str = "-"
+    compliance: str = "-"
+    problems: int = 0
+
+
+@dataclass
+class Report:
+    root: Path
+    findings: list[Finding] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.level == "error"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.level == "warning"]
+
+    @property
+    def passed(self) -> bool:
+        return not self.errors
+
+
+class Checker:
+    def __init__(self, root: Path, allow_development: bool = False):
+        self.root = Path(root).resolve()
+        self.allow_development = allow_development
+        self.report = Report(self.root)
+        self._row: Row | None = None
+        self._advisory = False
+
+    # ------------------------------------------------------------------------------------------ findings
+    def _rel(self, path: Path | str) -> str:
+        path = Path(path)
+        try:
+            return str(path.relative_to(self.root)) or "."
+        except ValueError:
+            return str(path)
+
+    def error(self, path: Path | str, message: str) -> None:
+        if self._advisory:
+            self.warning(path, message)
+            return
+        self.report.findings.append(Finding("error", self._rel(path), message))
+        if self._row is not None:
+            self._row.problems += 1
+
+    @contextlib.contextmanager
+    def advisory(self, on: bool = True) -> Iterator[None]:
+        """Within: problems are warnings (the open division's compliance directories, which it need not have)."""
+        previous, self._advisory = self._advisory, on or self._advisory
+        try:
+            yield
+        finally:
+            self._advisory = previous
+
+    def warning(self, path: Path | str, message: str) -> None:
+        self.report.findings.append(Finding("warning", self._rel(path), message))
+
+    def development(self, path: Path | str, message: str) -> None:
+        """A rule a short development run cannot meet."""
+        if self.allow_development:
+            self.warning(path, message + " (tolerated: --allow-development)")
+        else:
+            self.error(path, message)
+
+    def by_division(self, division: str, path: Path | str, message: str) -> None:
+        """Required in closed and network; advice in open."""
+        (self.warning if division == "open" else self.error)(path, message)
+
+    # ----------------------------------------------------------------------------------------- walking
+    def run(self) -> Report:
+        if not self.root.is_dir():
+            self.error(self.root, "does not exist")
+            return self.report
+        submitters = []
+        if (self.root / "results").is_dir() or (self.root / "systems").is_dir():
+            submitters.append((self.root.parent.name, self.root))
+        else:
+            for division in sorted(p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+                if division.name not in DIVISIONS:
+                    self.warning(division, f"not a division ({', '.join(DIVISIONS)}): ignored")
+                    continue
+                submitters += [(division.name, s) for s in sorted(division.iterdir()) if s.is_dir()]
+        if not submitters:
+            self.error(self.root, "holds no submission (<division>/<submitter>/results)")
+        for division, sub_dir in submitters:
+            self.check_submitter(division, sub_dir)
+        return self.report
+
+    def check_submitter(self, division: str, sub_dir: Path) -> None:
+        if division not in DIVISIONS:
+            self.error(sub_dir, f"division '{division}' is not one of {', '.join(DIVISIONS)}")
+        for name in ("results", "systems", "src"):
+            if not (sub_dir / name).is_dir():
+                self.error(sub_dir / name, "missing")
+        if (sub_dir / "src").is_dir() and not any((sub_dir / "src").iterdir()):
+            self.error(sub_dir / "src", "is empty: the code (manifests, configs) must be submitted")
+        for entry in sorted(sub_dir.iterdir()):
+            if entry.name not in SUBMITTER_ENTRIES:
+                self.warning(entry, "not part of the submission layout")
+        for path in sorted(p for p in sub_dir.rglob("*") if p.is_file()):
+            if path.stat().st_size > FILE_SIZE_LIMIT:
+                self.error(path, f"is {path.stat().st_size / 2**20:.1f} MB; files must be under 50 MB")
+        mapping = self._json(sub_dir / "model_mapping.json") if (sub_dir / "model_mapping.json").is_file() else {}
+        if mapping and division != "open":
+            self.error(sub_dir / "model_mapping.json", "model mappings are allowed in the open division only")
+        results = sub_dir / "results"
+        for system_dir in sorted(p for p in results.iterdir() if p.is_dir()) if results.is_dir() else []:
+            system = self.check_system(division, sub_dir.name, sub_dir / "systems" / f"{system_dir.name}.json")
+            for bench_dir in sorted(p for p in system_dir.iterdir() if p.is_dir()):
+                self.check_benchmark(division, sub_dir.name, system, bench_dir, mapping)
+
+    def check_system(self, division: str, submitter: str, path: Path) -> dict[str, Any]:
+        if not path.is_file():
+            self.error(path, "missing: every system in results/ needs its system description")
+            return {}
+        desc = self._json(path)
+        for key in SYSTEM_DESC_REQUIRED_FIELDS:
+            if key not in desc:
+                self.error(path, f"required field '{key}' is missing")
+            elif key in SYSTEM_DESC_MEANINGFUL_FIELDS and not str(desc[key]).strip():
+                self.error(path, f"required field '{key}' is empty")
+        if desc.get("division") and desc["division"] != division:
+            self.error(path, f"division is '{desc['division']}' but the system is submitted in '{division}'")
+        if desc.get("submitter") and desc["submitter"] != submitter:
+            self.error(path, f"submitter is '{desc['submitter']}', not '{submitter}'")
+        if desc.get("status") and desc["status"] not in STATUSES:
+            self.error(path, f"status '{desc['status']}' is not one of {', '.join(STATUSES)}")
+        if desc.get("system_type") and desc["system_type"] not in SYSTEM_TYPES:
+            self.error(path, f"system_type '{desc['system_type']}' is not one of {', '.join(SYSTEM_TYPES)}")
+        return desc
+
+    def check_benchmark(self, division: str, submitter: str, system: dict[str, Any], bench_dir: Path,
+                        mapping: dict[str, str]) -> None:
+        from mlharness.submission.checker_logs import check_scenario
+        from mlharness.submission.rules import BENCHMARKS, benchmark_for
+
+        name = bench_dir.name
+        info = benchmark_for(name, mapping if division == "open" else None)
+        if info is None:
+            self.by_division(division, bench_dir, f"'{name}' is not a {'/'.join(BENCHMARKS)} benchmark: only "
+                                                  f"structural rules apply")
+        scenarios = sorted(p.name for p in bench_dir.iterdir() if p.is_dir())
+        system_type = system.get("system_type")
+        if info is not None and system_type in REQUIRED_SCENARIOS:
+            required = REQUIRED_SCENARIOS[system_type].get(info.name)
+            if required is None:
+                self.by_division(division, bench_dir, f"{info.name} is not a benchmark of the '{system_type}' "
+                                                      f"category in this round")
+            else:
+                missing = [s for s in required if s not in scenarios]
+                unknown = [s for s in scenarios if s in SCENARIOS and s not in required]
+                if missing:
+                    self.by_division(division, bench_dir, f"missing required scenario(s) for {system_type} "
+                                                          f"systems: {', '.join(missing)}")
+                if unknown:
+                    self.by_division(division, bench_dir, f"scenario(s) not allowed for {system_type} systems: "
+                                                          f"{', '.join(unknown)}")
+        for scenario in scenarios:
+            self._row = Row(division, submitter, bench_dir.parent.name, name, scenario)
+            check_scenario(self, division, info, bench_dir / scenario)
+            self.report.rows.append(self._row)
+            self._row = None
+
+    # --------------------------------------------------------------------------------------- helpers
+    @property
+    def row(self) -> Row:
+        assert self._row is not None
+        return self._row
+
+    def _json(self, path: Path) -> dict[str, Any]:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            self.error(path, f"is not valid JSON: {e}")
+            return {}
+        if not isinstance(data, dict):
+            self.error(path, "must hold a JSON object")
+            return {}
+        return data
+
+
+def check(root: Path, allow_development: bool = False) -> Report:
+    return Checker(root, allow_development).run()
+
+
+def print_report(report: Report, console: Any) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    for finding in report.findings:
+        colour = "red" if finding.level == "error" else "yellow"
+        console.print(f"[{colour}]{finding.level.upper()}[/] {escape(finding.path)}: {escape(finding.message)}",
+                      highlight=False, soft_wrap=True)
+    groups: dict[tuple[str, str], list[Row]] = {}
+    for r in report.rows:
+        groups.setdefault((r.division, r.submitter), []).append(r)
+    for (division, submitter), rows in groups.items():
+        table = Table(title=f"submission check: {escape(division)}/{escape(submitter)}")
+        for column in ("system", "benchmark", "scenario", "result", "accuracy", "compliance", "problems"):
+            table.add_column(column)
+        for r in rows:
+            table.add_row(escape(r.system), escape(r.benchmark), r.scenario, escape(r.result), escape(r.accuracy),
+                          r.compliance, "[green]0[/]" if not r.problems else f"[red]{r.problems}[/]")
+        console.print(table)
+    verdict = "[green]PASSED[/]" if report.passed else "[red]FAILED[/]"
+    console.print(f"{verdict}: {len(report.errors)} problem(s), {len(report.warnings)} warning(s)", highlight=False)

@@ -1,0 +1,241 @@
+"""The checker's rules for one <system>/<benchmark>/<scenario> directory: its files, the accuracy run, the
+performance run and the compliance audits (see :mod:`mlharness.submission.checker`)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mlharness.errors import MLHarnessError
+from mlharness.loadgen.rundir import detail_values
+from mlharness.loadgen.settings import embedded_seeds
+from mlharness.submission.compliance import result_score
+from mlharness.submission.rules import (
+    ACC_PATTERNS,
+    COMPLIANCE_TESTS,
+    EARLY_STOPPING_SCENARIOS,
+    HASH_PATTERN,
+    MAX_ACCURACY_LOG_SIZE,
+    MEASUREMENTS_FIELDS,
+    MIN_DURATION_MS,
+    OPTIONAL_LOG_FILES,
+    REQUIRED_ACC_FILES,
+    REQUIRED_PERF_FILES,
+    SCENARIO_FILES,
+    SCENARIOS,
+    SERVER_LATENCY_NS,
+    TEST01_ACC_FALLBACK_FILES,
+    Benchmark,
+    conf_minimums,
+)
+
+if TYPE_CHECKING:
+    from mlharness.submission.checker import Checker
+
+SCENARIO_ENTRIES = {"accuracy", "performance", *COMPLIANCE_TESTS, *SCENARIO_FILES}
+TEST_ENTRIES = {"TEST01": {"accuracy", "performance", "verify_accuracy.txt", "verify_performance.txt"},
+                "TEST04": {"performance", "verify_performance.txt"},
+                "TEST05": {"performance", "verify_performance.txt"}}
+OPEN_MODEL = "mlharness-open-model"  # a name mlperf.conf does not know: LoadGen's '*' settings apply
+SEED_KEYS = ("qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed")
+# LoadGen logs this for audit runs (the audit config is a second conf file); the official checker tolerates it there
+AUDIT_TOLERATED_ERROR = "Multiple conf files are used"
+
+
+def check_scenario(c: Checker, division: str, info: Benchmark | None, scen_dir: Path) -> None:
+    scenario = scen_dir.name
+    if scenario not in SCENARIOS:
+        c.error(scen_dir, f"'{scenario}' is not a scenario ({', '.join(SCENARIOS)})")
+        return
+    for entry in sorted(scen_dir.iterdir()):
+        if entry.name not in SCENARIO_ENTRIES:
+            c.error(entry, "extra file: the checker accepts only accuracy/, performance/, TEST0x/, "
+                           "measurements.json, user.conf and README.md here")
+    for name in SCENARIO_FILES:
+        if not (scen_dir / name).is_file():
+            c.error(scen_dir / name, "missing")
+    if (scen_dir / "measurements.json").is_file():
+        data = c._json(scen_dir / "measurements.json")
+        for key in MEASUREMENTS_FIELDS:
+            if not str(data.get(key, "")).strip():
+                c.error(scen_dir / "measurements.json", f"field '{key}' is missing or empty")
+    check_accuracy(c, division, info, scen_dir / "accuracy")
+    perf = scen_dir / "performance"
+    if not perf.is_dir():
+        c.error(perf, "missing")
+    else:
+        for entry in sorted(perf.iterdir()):
+            if entry.name != "run_1":
+                c.error(entry, "extra entry: a performance directory holds run_1 only")
+        c.row.result = check_perf_run(c, division, info, scenario, perf / "run_1", None)
+    check_compliance(c, division, info, scenario, scen_dir)
+
+
+def check_files(c: Checker, folder: Path, required: tuple[str, ...] | set[str],
+                optional: tuple[str, ...] = ()) -> bool:
+    if not folder.is_dir():
+        c.error(folder, "missing")
+        return False
+    present = {p.name for p in folder.iterdir()}
+    for name in sorted(set(required) - present):
+        c.error(folder / name, "missing")
+    for name in sorted(present - set(required) - set(optional)):
+        c.error(folder / name, "extra file: not allowed here")
+    return not set(required) - present
+
+
+def check_accuracy(c: Checker, division: str, info: Benchmark | None, acc: Path) -> None:
+    if not check_files(c, acc, REQUIRED_ACC_FILES, ("mlperf_log_trace.json",)):
+        if not (acc / "accuracy.txt").is_file():
+            return
+    log = acc / "mlperf_log_accuracy.json"
+    if log.is_file() and log.stat().st_size > MAX_ACCURACY_LOG_SIZE:
+        c.error(log, f"is {log.stat().st_size} bytes: not truncated (at most {MAX_ACCURACY_LOG_SIZE} bytes; "
+                     f"mlharness submission package truncates it)")
+    lines = (acc / "accuracy.txt").read_text(errors="replace").splitlines() if (acc / "accuracy.txt").is_file() \
+        else []
+    if not any(re.match(HASH_PATTERN, line.strip()) for line in lines):
+        c.error(acc / "accuracy.txt", "has no 'hash=' line: the accuracy log was not truncated the official way")
+    kinds = [info.accuracy_kind] if info else list(ACC_PATTERNS)
+    value, kind = accuracy_value(lines, kinds)
+    if value is not None:
+        c.row.accuracy = f"{kind} {value:g}"
+    if division != "open" and info is not None:
+        if value is None:
+            c.error(acc / "accuracy.txt", f"holds no {info.accuracy_kind} figure")
+        elif value < info.accuracy_target:
+            c.error(acc / "accuracy.txt", f"{info.accuracy_kind} {value:g} is below the closed-division target "
+                                          f"{info.accuracy_target:.7g} for {info.name}")
+    if (acc / "mlperf_log_detail.txt").is_file():
+        values = detail_values(acc / "mlperf_log_detail.txt")
+        loadgen_errors(c, acc / "mlperf_log_detail.txt", values, audit=False)
+        if values.get("effective_test_mode") != "AccuracyOnly":
+            c.error(acc, f"was run in {values.get('effective_test_mode')} mode, not AccuracyOnly")
+        covered = values.get("effective_accuracy_sample_count", values.get("qsl_reported_total_count"))
+        if info is not None and covered != info.dataset_size:
+            c.development(acc, f"the accuracy run covers {covered} samples; {info.name} needs the whole dataset "
+                               f"({info.dataset_size})")
+
+
+def accuracy_value(lines: list[str], kinds: list[str]) -> tuple[float | None, str | None]:
+    for line in lines:
+        for kind in kinds:
+            m = re.match(ACC_PATTERNS[kind], line.strip())
+            if m:
+                return float(m.group(1)), kind
+    return None, None
+
+
+def loadgen_errors(c: Checker, detail: Path, values: dict[str, Any], audit: bool) -> None:
+    errors = [e for e in values["errors"] if not (audit and AUDIT_TOLERATED_ERROR in str(e.get("value")))]
+    if errors:
+        c.error(detail, "LoadGen logged errors: " + "; ".join(f"{e['key']}: {e['value']}" for e in errors))
+
+
+def check_perf_run(c: Checker, division: str, info: Benchmark | None, scenario: str, run: Path,
+                   test: str | None) -> str:
+    """The rules of one performance run (the submission run, or an audit's); returns its result for the table."""
+    optional = OPTIONAL_LOG_FILES
+    if not check_files(c, run, REQUIRED_PERF_FILES, optional):
+        return "-"
+    detail = run / "mlperf_log_detail.txt"
+    values = detail_values(detail)
+    if values.get("effective_scenario") != scenario:
+        c.error(detail, f"is a {values.get('effective_scenario')} run in the {scenario} directory")
+        return "-"
+    if values.get("result_validity") != "VALID":
+        c.error(detail, f"the result is {values.get('result_validity')}: {values.get('result_invalid_reason', '')}"
+                .rstrip(": "))
+    loadgen_errors(c, detail, values, audit=test is not None)
+    seeds = embedded_seeds()
+    for key in SEED_KEYS:
+        expected = seeds[f"test05_{key}" if test == "TEST05" else key]
+        if values.get(f"effective_{key}") != expected:
+            c.error(detail, f"{key} is {values.get(f'effective_{key}')}, expected {expected} (LoadGen's embedded "
+                            f"mlperf.conf{' test05 seed' if test == 'TEST05' else ''})")
+    mins = conf_minimums(info.model if info else OPEN_MODEL, scenario)
+    duration = values.get("effective_min_duration_ms", 0)
+    if duration < MIN_DURATION_MS:
+        c.development(detail, f"min_duration is {duration} ms; runs must last at least {MIN_DURATION_MS} ms")
+    key = "effective_samples_per_query" if scenario == "Offline" else "effective_min_query_count"
+    if values.get(key, 0) < mins["min_query_count"]:
+        what = "samples in the Offline query" if scenario == "Offline" else "min_query_count"
+        c.development(detail, f"{values.get(key)} {what}; mlperf.conf requires at least {mins['min_query_count']}")
+    needed = mins["performance_sample_count"] or (info.dataset_size if info else 0)
+    if values.get("effective_performance_sample_count", 0) < needed:
+        c.development(detail, f"performance_sample_count is {values.get('effective_performance_sample_count')}; "
+                              f"at least {needed} required")
+    if scenario in EARLY_STOPPING_SCENARIOS and values.get("early_stopping_met") is False:
+        c.development(detail, "LoadGen's early-stopping condition was not met (too few queries)")
+    bound = SERVER_LATENCY_NS.get(info.name) if info and scenario == "Server" else None
+    if bound and values.get("effective_target_latency_ns", 0) > bound:
+        c.error(detail, f"target latency {values['effective_target_latency_ns']} ns exceeds the {bound} ns bound")
+    if mins["sample_concatenate_permutation"] and not values.get("effective_sample_concatenate_permutation"):
+        c.error(detail, "the benchmark requires equal-issue mode (sample_concatenate_permutation)")
+    try:
+        scen, score, _, _, _ = result_score(detail)
+    except MLHarnessError:
+        return "-"
+    return f"{score / 1e6:,.3f} ms" if scen in ("SingleStream", "MultiStream") else f"{score:,.1f} samples/s"
+
+
+def check_compliance(c: Checker, division: str, info: Benchmark | None, scenario: str, scen_dir: Path) -> None:
+    required = info.compliance if info is not None and division != "open" else ()
+    for test in required:
+        if not (scen_dir / test).is_dir():
+            c.error(scen_dir / test, f"missing: {info.name if info else ''} results need the {test} audit")
+    labels = []
+    for test in COMPLIANCE_TESTS:
+        test_dir = scen_dir / test
+        if test_dir.is_dir():
+            with c.advisory(division == "open"):  # open results need no audits: what they have is advice
+                labels.append(_check_test_dir(c, division, info, scenario, test, test_dir))
+    c.row.compliance = ", ".join(labels) or "-"
+
+
+def _check_test_dir(c: Checker, division: str, info: Benchmark | None, scenario: str, test: str,
+                    test_dir: Path) -> str:
+    for entry in sorted(test_dir.iterdir()):
+        if entry.name not in TEST_ENTRIES[test]:
+            c.error(entry, f"extra file: not part of a {test} directory")
+    perf = test_dir / "performance"
+    if perf.is_dir():
+        for entry in sorted(perf.iterdir()):
+            if entry.name != "run_1":
+                c.error(entry, "extra entry: a performance directory holds run_1 only")
+    check_perf_run(c, division, info, scenario, perf / "run_1", test)
+    passed = _verify_file_passes(c, test_dir / "verify_performance.txt")
+    if test == "TEST01":
+        check_files(c, test_dir / "accuracy", ("mlperf_log_accuracy.json",), TEST01_ACC_FALLBACK_FILES)
+        passed &= _test01_accuracy_passes(c, info, test_dir)
+    if not passed:
+        c.error(test_dir, f"{test} did not pass")
+    return f"{test} {'PASS' if passed else 'FAIL'}"
+
+
+def _verify_file_passes(c: Checker, path: Path) -> bool:
+    if not path.is_file():
+        c.error(path, "missing")
+        return False
+    return any("TEST PASS" in line for line in path.read_text(errors="replace").splitlines())
+
+
+def _test01_accuracy_passes(c: Checker, info: Benchmark | None, test_dir: Path) -> bool:
+    path = test_dir / "verify_accuracy.txt"
+    if not path.is_file():
+        c.error(path, "missing")
+        return False
+    if "TEST PASS" in [line.strip() for line in path.read_text(errors="replace").splitlines()]:
+        return True
+    acc = test_dir / "accuracy"  # the non-deterministic fallback: sampled accuracy within the benchmark's delta
+    files = [acc / "baseline_accuracy.txt", acc / "compliance_accuracy.txt"]
+    if not all(f.is_file() for f in files):
+        return False
+    kinds = [info.accuracy_kind] if info else list(ACC_PATTERNS)
+    (baseline, _), (compliance, _) = (accuracy_value(f.read_text().splitlines(), kinds) for f in files)
+    if not baseline or not compliance:
+        return False
+    allowed = info.test01_delta_percent if info else 1.0
+    return abs(1 - baseline / compliance) * 100 <= allowed
+

@@ -1,0 +1,211 @@
+"""``mlharness submission run|package|check`` and ``mlharness audit verify``.
+
+Kept light: the submission modules (and through them LoadGen, numpy, rich tables) are imported inside the
+handlers, so ``mlharness --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+from pathlib import Path
+from typing import Any
+
+DIVISIONS = ("open", "closed", "network")
+DEV_FLAGS = (  # `mlharness run`'s development overrides: (flag, type)
+    ("--min-duration-ms", int), ("--min-query-count", int), ("--max-query-count", int), ("--target-qps", float),
+    ("--target-latency-ms", float), ("--samples-per-query", int), ("--performance-sample-count", int),
+)  # fmt: skip
+EXECUTION_FLAGS = (("--device", str), ("--max-batchsize", int), ("--server-max-wait-ms", float),
+                   ("--threads", int), ("--workers", int), ("--load-workers", int))
+AUDIT_TESTS = ("TEST01", "TEST04", "TEST05")
+DTYPES = ("byte", "float32", "int32", "int64")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    group = sub.add_parser("submission", help="submission-style result trees: run, package, check")
+    actions = group.add_subparsers(dest="action", required=True)
+
+    r = actions.add_parser("run", help="accuracy, performance and compliance runs of a benchmark, one LoadGen "
+                                       "test per process, into a results tree")
+    r.add_argument("--manifest", default="demo", help="model manifest: a path or a built-in name (default: demo)")
+    r.add_argument("--scenarios", nargs="+", required=True, metavar="SCENARIO")
+    r.add_argument("--division", required=True, choices=DIVISIONS)
+    r.add_argument("--submitter", required=True, help="organisation name (a directory name in the package)")
+    r.add_argument("--system-name", default=os.environ.get("MLHARNESS_SYSTEM", "default"),
+                   help="system description id: the systems/<name>.json of the package (default: $MLHARNESS_SYSTEM"
+                        " or 'default')")
+    r.add_argument("--results", type=Path, default=Path("results"), help="results tree (default: results)")
+    r.add_argument("--resume", action="store_true", help="skip LoadGen tests whose results are complete and were "
+                                                         "made with the same command and manifest")
+    r.add_argument("--framework", default=None)
+    r.add_argument("--dataset", default=None, help="dataset manifest overriding the model's")
+    r.add_argument("--dataset-path", default=None)
+    r.add_argument("--user-conf", type=Path, default=None)
+    r.add_argument("--system-overrides", type=Path, default=None, help="YAML of system-description fields that "
+                   "cannot be detected (status, system_type, cooling, ...)")
+    r.add_argument("--extra-tests", nargs="+", default=[], choices=AUDIT_TESTS, help="audits to run beyond the "
+                   "benchmark's required ones (TEST05 for older rounds)")
+    r.add_argument("--compliance-dtype", default="byte", choices=DTYPES, help="TEST01 compares the first "
+                   "element of each response in this dtype (default: byte)")
+    dev = r.add_argument_group("development overrides (results not submittable in the closed division)")
+    dev.add_argument("--count", type=int, default=None, help="use only the first N dataset samples")
+    for flag, kind in DEV_FLAGS:
+        dev.add_argument(flag, type=kind, default=None)
+    ex = r.add_argument_group("execution (passed to every run)")
+    for flag, kind in EXECUTION_FLAGS:
+        ex.add_argument(flag, type=kind, default=None)
+    ex.add_argument("--ignore-framework-version", action="store_true")
+    r.set_defaults(func=cmd_run)
+
+    p = actions.add_parser("package", help="a submission package: <division>/<submitter>/{src,systems,results} "
+                                           "with truncated accuracy logs")
+    p.add_argument("--results", type=Path, required=True, help="results tree made by `submission run`")
+    p.add_argument("--out", type=Path, required=True, help="package root (a new or empty folder)")
+    p.add_argument("--archive", type=Path, default=None, help="where the full accuracy logs are kept (default: "
+                                                              "<out>-accuracy-logs beside the package)")
+    p.add_argument("--system-overrides", type=Path, default=None, help="YAML of system-description fields, "
+                                                                       "applied over those recorded by the runs")
+    p.add_argument("--force", action="store_true", help="replace an existing package for this submitter")
+    p.set_defaults(func=cmd_package)
+
+    c = actions.add_parser("check", help="check a submission package against the submission rules")
+    c.add_argument("path", type=Path, help="package root (holding closed/, open/...) or a <division>/<submitter>")
+    c.add_argument("--allow-development", action="store_true", help="short durations, small counts and partial "
+                   "datasets are warnings instead of problems")
+    c.set_defaults(func=cmd_check)
+
+    audit = sub.add_parser("audit", help="compliance audits").add_subparsers(dest="action", required=True)
+    v = audit.add_parser("verify", help="re-verify a compliance test of every scenario that ran it")
+    v.add_argument("test", choices=AUDIT_TESTS)
+    v.add_argument("--results", type=Path, required=True, help="results tree, or one scenario directory")
+    v.add_argument("--dtype", default="byte", choices=DTYPES, help="TEST01 response comparison dtype")
+    v.set_defaults(func=cmd_audit_verify)
+
+
+PATH_OPTIONS = ("dataset", "dataset_path", "user_conf", "system_overrides")
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def _manifest_ref(ref: str) -> str:
+    """A manifest file made absolute; a built-in name left as it is."""
+    return str(Path(ref).resolve()) if Path(ref).is_file() else str(ref)
+
+
+def _reproduce(args: argparse.Namespace) -> str:
+    """The submission run as one command line, with absolute paths, that redoes exactly these runs."""
+    parts = ["mlharness", "submission", "run", "--manifest", _manifest_ref(args.manifest),
+             "--scenarios", *args.scenarios, "--division", args.division, "--submitter", args.submitter,
+             "--system-name", args.system_name, "--results", str(args.results.resolve())]
+    options = ("framework", *PATH_OPTIONS, "count", *(_dest(f) for f, _ in DEV_FLAGS + EXECUTION_FLAGS))
+    for name in options:
+        value = getattr(args, name)
+        if value is not None:
+            parts += ["--" + name.replace("_", "-"), _abs(value) if name in PATH_OPTIONS else str(value)]
+    if args.extra_tests:
+        parts += ["--extra-tests", *args.extra_tests]
+    if args.compliance_dtype != "byte":
+        parts += ["--compliance-dtype", args.compliance_dtype]
+    if args.ignore_framework_version:
+        parts.append("--ignore-framework-version")
+    return shlex.join(parts)
+
+
+def _abs(value: Any) -> str:
+    """A path made absolute when it names an existing file or folder (built-in names stay as they are)."""
+    path = Path(str(value)).expanduser()
+    return str(path.resolve()) if path.exists() else str(value)
+
+
+def cmd_run(args: argparse.Namespace, console: Any) -> int:
+    from mlharness.errors import AuditFailed
+    from mlharness.manifest.loader import split_reference
+    from mlharness.submission.orchestrate import SubmissionRequest, run_submission
+
+    manifest, fw = split_reference(args.manifest)
+    execution: list[str] = []
+    for flag, _ in EXECUTION_FLAGS:
+        value = getattr(args, _dest(flag))
+        if value is not None:
+            execution += [flag, str(value)]
+    if args.ignore_framework_version:
+        execution.append("--ignore-framework-version")
+    req = SubmissionRequest(
+        manifest=_manifest_ref(str(manifest)), scenarios=args.scenarios, division=args.division,
+        submitter=args.submitter, system=args.system_name, results=args.results, resume=args.resume,
+        framework=args.framework or fw, dataset=_abs(args.dataset) if args.dataset else None,
+        dataset_path=_abs(args.dataset_path) if args.dataset_path else None, user_conf=args.user_conf,
+        count=args.count, overrides={_dest(f): getattr(args, _dest(f)) for f, _ in DEV_FLAGS},
+        execution=execution, extra_tests=args.extra_tests, system_overrides=args.system_overrides,
+        dtype=args.compliance_dtype, command=_reproduce(args),
+    )
+    outcome = run_submission(req, console)
+    _print_rows(console, outcome.rows)
+    console.print(f"{outcome.ran} LoadGen test(s) run, {outcome.skipped} skipped; results in "
+                  f"{args.results.resolve()}", highlight=False, soft_wrap=True)
+    if outcome.failed_audits:
+        raise AuditFailed("compliance audit(s) failed: " + "; ".join(outcome.failed_audits))
+    return 0
+
+
+def _print_rows(console: Any, rows: list[dict[str, str]]) -> None:
+    from rich.table import Table
+
+    if not rows:
+        return
+    table = Table(title="results")
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(_colour(row.get(c, "-")) for c in columns))
+    console.print(table)
+
+
+def _colour(value: str) -> str:
+    from rich.markup import escape
+
+    return {"PASS": "[green]PASS[/]", "FAIL": "[red]FAIL[/]"}.get(value, escape(value))
+
+
+def cmd_package(args: argparse.Namespace, console: Any) -> int:
+    from mlharness.submission.package import package
+
+    report = package(args.results, args.out, args.archive, args.system_overrides, args.force)
+    for note in report.notes:
+        console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+    console.print(f"package: {report.submitter_dir}\nfull accuracy logs: {report.archive}", highlight=False,
+                  soft_wrap=True)
+    return 0
+
+
+def cmd_check(args: argparse.Namespace, console: Any) -> int:
+    from mlharness.submission.checker import check, print_report
+
+    report = check(args.path, allow_development=args.allow_development)
+    print_report(report, console)
+    return 0 if report.passed else 1
+
+
+def cmd_audit_verify(args: argparse.Namespace, console: Any) -> int:
+    from mlharness.errors import AuditFailed, MLHarnessError
+    from mlharness.submission.audits import find_audited, verify_directory
+
+    dirs = find_audited(args.results, args.test)
+    if not dirs:
+        raise MLHarnessError(f"no scenario directory under {args.results} holds a {args.test} directory")
+    failed = []
+    for scen in dirs:
+        for verdict in verify_directory(scen, args.test, args.dtype):
+            colour = "green" if verdict.passed else "red"
+            console.print(f"{scen}: {verdict.test} {verdict.check} [{colour}]{verdict.label}[/]", highlight=False,
+                          soft_wrap=True)
+            if not verdict.passed:
+                failed.append(f"{scen} {verdict.check}")
+    if failed:
+        raise AuditFailed(f"{args.test} failed: " + "; ".join(failed))
+    return 0

@@ -1,0 +1,213 @@
+"""``mlharness submission run``: every LoadGen test a benchmark's result needs, each in its own process.
+
+Per scenario: the accuracy run, the performance run and the compliance audits of the benchmark (TEST01, plus
+TEST04 for ResNet50), then their verification. Each test is ``python -m mlharness.cli run ...`` writing into
+the archive's work folder; only when it succeeds do its LoadGen logs move into the results tree (whole folders
+swapped at once), while its metadata, log and any other file go to ``.mlharness/runs/``. A failed test stops
+the command and leaves every earlier result as it was; its output and log are kept under ``.mlharness/failed/``.
+One LoadGen test per process also keeps LoadGen's "one conf file per process" rule.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlharness import __version__
+from mlharness.errors import SettingsError
+from mlharness.loadgen import settings as lgs
+from mlharness.manifest.loader import PACKAGE_ROOT, load_manifest
+from mlharness.submission import records
+from mlharness.submission.audits import scenario_verdicts
+from mlharness.submission.layout import Tree, check_system_name
+from mlharness.submission.rules import compliance_tests_for_model
+from mlharness.submission.steps import StepFailed, complete, result_line, run_step
+from mlharness.submission.system import describe_system, load_overrides
+
+log = logging.getLogger(__name__)
+
+AUDIT_ROOT = PACKAGE_ROOT / "audit"
+__all__ = ["StepFailed", "SubmissionRequest", "Outcome", "run_submission", "audit_config"]
+
+
+@dataclass
+class SubmissionRequest:
+    manifest: str
+    scenarios: list[str]
+    division: str
+    submitter: str
+    system: str
+    results: Path
+    resume: bool = False
+    framework: str | None = None
+    dataset: str | None = None
+    dataset_path: str | None = None
+    user_conf: Path | None = None
+    count: int | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)  # development overrides (min_duration_ms=...)
+    execution: list[str] = field(default_factory=list)  # further `mlharness run` flags (--threads 2 ...)
+    extra_tests: list[str] = field(default_factory=list)
+    system_overrides: Path | None = None
+    dtype: str = "byte"  # TEST01 response comparison
+    command: str = ""  # the command line that reproduces this submission run
+
+
+@dataclass
+class Outcome:
+    rows: list[dict[str, str]] = field(default_factory=list)  # one per scenario, for the summary table
+    failed_audits: list[str] = field(default_factory=list)
+    ran: int = 0
+    skipped: int = 0
+
+
+def audit_config(test: str, mlperf_model: str | None) -> Path:
+    """audit/<TEST>/<model>/audit.config when the benchmark has its own variant, else audit/<TEST>/audit.config."""
+    specific = AUDIT_ROOT / test / (mlperf_model or "") / "audit.config"
+    path = specific if mlperf_model and specific.is_file() else AUDIT_ROOT / test / "audit.config"
+    if not path.is_file():
+        raise SettingsError(f"audit config {path} is missing from the mlharness installation")
+    return path
+
+
+def run_submission(req: SubmissionRequest, console: Any) -> Outcome:
+    check_system_name(req.system)
+    for scenario in req.scenarios:
+        lgs.check_scenario(scenario)
+    loaded = load_manifest(req.manifest, req.dataset, req.framework)
+    m = loaded.model
+    if req.division == "closed" and m.mlperf.model is None:
+        raise SettingsError(f"{loaded.path} names no MLPerf benchmark (mlperf.model): it can only be submitted in "
+                            f"the open division")
+    conf_model = m.mlperf.model or m.name
+    benchmark = m.mlperf.benchmark or conf_model
+    user_conf = req.user_conf.resolve() if req.user_conf else lgs.default_user_conf(conf_model)
+    tests = list(dict.fromkeys([*compliance_tests_for_model(m.mlperf.model), *req.extra_tests]))
+    audits = {t: audit_config(t, m.mlperf.model) for t in tests}
+    tree = Tree(req.results)
+    tree.root.mkdir(parents=True, exist_ok=True)
+    state = _update_state(tree, req, loaded, benchmark, conf_model)
+    for moved in tree.sweep_leftovers():
+        console.print(f"moved leftover run folder to {moved}", highlight=False, soft_wrap=True)
+    records.snapshot_sources(loaded, tree.src_dir(req.system, benchmark), user_conf, list(audits.values()),
+                             AUDIT_ROOT, req.command)
+    content, notes = records.measurements(loaded)
+    state["benchmarks"][f"{req.system}/{benchmark}"]["measurements_notes"] = notes
+    tree.write_state(state)
+    dev = {k: v for k, v in req.overrides.items() if v is not None}
+    if dev or req.count:
+        where = "they are not submittable in the closed division" if req.division == "closed" else "fine for open"
+        console.print(f"[yellow]development settings[/] ({', '.join(f'{k}={v}' for k, v in dev.items())}"
+                      f"{', count=' + str(req.count) if req.count else ''}): {where}", highlight=False, soft_wrap=True)
+    for note in notes:
+        console.print(f"[yellow]measurements.json:[/] {note}", highlight=False, soft_wrap=True)
+
+    steps = ["accuracy", "performance", *tests]
+    outcome = Outcome()
+    progress = {"n": 0, "total": len(steps) * len(req.scenarios)}
+    for scenario in req.scenarios:
+        ids = (req.system, benchmark, scenario)
+        argvs = {step: _child_argv(req, loaded.path, scenario, step, tree.work_dir(*ids) / step, user_conf,
+                                   audits.get(step)) for step in steps}
+        files = {
+            "user.conf": records.effective_user_conf(user_conf, conf_model, scenario, dev),
+            "measurements.json": json.dumps(content, indent=2) + "\n",
+            "README.md": records.readme(benchmark, scenario, req.system, req.command,
+                                        [(s, _display(a)) for s, a in argvs.items()], notes),
+        }
+        _run_scenario(tree, req, ids, argvs, files, loaded, user_conf, console, outcome, progress)
+        row = {"benchmark": benchmark, "scenario": scenario,
+               "accuracy": result_line(tree.scenario_dir(*ids), "accuracy", scenario),
+               "performance": result_line(tree.scenario_dir(*ids), "performance", scenario)}
+        for verdict in scenario_verdicts(tree, ids, tests, req.dtype):
+            colour = "green" if verdict.passed else "red"
+            console.print(f"  {verdict.test} {verdict.check}: [{colour}]{verdict.label}[/]", highlight=False)
+            row[verdict.test] = "PASS" if verdict.passed and row.get(verdict.test, "PASS") == "PASS" else "FAIL"
+            if not verdict.passed:
+                outcome.failed_audits.append(f"{benchmark}/{scenario} {verdict.test} {verdict.check}")
+        outcome.rows.append(row)
+    tree.sweep_leftovers()
+    return outcome
+
+
+def _run_scenario(tree: Tree, req: SubmissionRequest, ids: tuple[str, str, str], argvs: dict[str, list[str]],
+                  files: dict[str, str], loaded: Any, user_conf: Path | None, console: Any, outcome: Outcome,
+                  progress: dict[str, int]) -> None:
+    """The scenario's LoadGen tests in order. Its user.conf, measurements.json and README.md are written once
+    a test has succeeded, so a scenario that never ran leaves no directory behind."""
+    scen_dir = tree.scenario_dir(*ids)
+    for step, argv in argvs.items():
+        progress["n"] += 1
+        label = f"[{progress['n']}/{progress['total']}] {ids[1]} {ids[2]} {step}"
+        signature = _signature(argv, loaded, user_conf)
+        if req.resume and complete(tree, ids, step, signature):
+            console.print(f"[dim]- {label}: complete, skipped (--resume)[/]", highlight=False)
+            outcome.skipped += 1
+        else:
+            with console.status(f"{label} ..."):
+                seconds = run_step(tree, ids, step, argv, signature)
+            console.print(f"[green]✓[/] {label} ({seconds:.1f} s): {result_line(scen_dir, step, ids[2])}",
+                          highlight=False, soft_wrap=True)
+            outcome.ran += 1
+        for name, text in files.items():
+            (scen_dir / name).write_text(text)
+
+
+def _update_state(tree: Tree, req: SubmissionRequest, loaded: Any, benchmark: str, conf_model: str) -> dict:
+    state = tree.read_state()
+    for key in ("division", "submitter"):
+        if state.get(key) not in (None, getattr(req, key)):
+            raise SettingsError(f"{tree.root} holds results for {key} '{state[key]}', not '{getattr(req, key)}': "
+                                f"use another --results folder")
+    state.update(division=req.division, submitter=req.submitter, mlharness_version=__version__)
+    # overrides given once stay recorded: a later run without --system-overrides keeps them
+    recorded = state.setdefault("systems", {}).get(req.system, {}).get("overrides", {})
+    overrides = {**recorded, **load_overrides(req.system_overrides)}
+    desc = describe_system(overrides, submission={"division": req.division, "submitter": req.submitter,
+                                                  "system_name": req.system})
+    state["systems"][req.system] = {"fields": desc.fields, "sources": desc.sources, "overrides": overrides}
+    entry = state.setdefault("benchmarks", {}).setdefault(f"{req.system}/{benchmark}", {})
+    entry.update(manifest=str(loaded.path), mlperf_model=loaded.model.mlperf.model, conf_model=conf_model,
+                 command=req.command)
+    entry["scenarios"] = sorted(set(entry.get("scenarios", [])) | set(req.scenarios))
+    return state
+
+
+def _child_argv(req: SubmissionRequest, manifest: Path, scenario: str, step: str, output: Path,
+                user_conf: Path | None, audit: Path | None) -> list[str]:
+    argv = [sys.executable, "-m", "mlharness.cli", "run", "--manifest", str(manifest), "--scenario", scenario,
+            "--mode", "accuracy" if step == "accuracy" else "performance", "--output", str(output),
+            "--system", req.system, "--no-progress"]
+    for flag, value in (("--framework", req.framework), ("--dataset", req.dataset),
+                        ("--dataset-path", req.dataset_path), ("--user-conf", user_conf), ("--count", req.count)):
+        if value is not None:
+            argv += [flag, str(value)]
+    for key, value in req.overrides.items():
+        if value is None or not _applies(key, scenario):
+            continue
+        argv += ["--" + key.replace("_", "-"), str(value)]
+    argv += req.execution
+    if audit is not None:
+        argv += ["--audit-config", str(audit)]
+    return argv
+
+
+def _applies(override: str, scenario: str) -> bool:
+    """Development overrides that only exist for some scenarios are passed to those only."""
+    return {"target_qps": scenario in ("Offline", "Server"), "target_latency_ms": scenario != "Offline",
+            "samples_per_query": scenario == "MultiStream"}.get(override, True)
+
+
+def _display(argv: list[str]) -> str:
+    return shlex.join(["mlharness", *argv[3:]])
+
+
+def _signature(argv: list[str], loaded: Any, user_conf: Path | None) -> str:
+    import hashlib
+
+    parts = [json.dumps(argv), loaded.source.sha256, user_conf.read_text() if user_conf else ""]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()

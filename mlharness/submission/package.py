@@ -1,0 +1,167 @@
+"""``mlharness submission package``: a results tree made by ``submission run`` → the submission layout
+
+    <out>/<division>/<submitter>/
+        src/<system>/<benchmark>/...     manifests, hook files, user.conf, audit configs, versions
+        systems/<system>.json            the system description
+        results/<system>/<benchmark>/<scenario>/...
+        model_mapping.json               open division: custom benchmark names -> MLPerf benchmarks
+
+Accuracy logs are truncated the official way (tools/submission/truncate_accuracy_log.py): ``hash=<sha256 of the
+full log>`` is appended to accuracy.txt and the log keeps its first and last 4096 characters. The full logs are
+copied first into an archive folder beside the package (the results tree keeps its own copy as well).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlharness.errors import MLHarnessError, SettingsError
+from mlharness.submission.layout import Tree, unique
+from mlharness.submission.rules import (
+    BENCHMARKS,
+    DEFAULT_BENCHMARK_FOR_MODEL,
+    MAX_ACCURACY_LOG_SIZE,
+    TRUNCATION_MARK,
+    VIEWABLE_SIZE,
+)
+from mlharness.submission.system import finalize, load_overrides
+
+ACCURACY_LOG = "mlperf_log_accuracy.json"
+
+
+@dataclass
+class PackageReport:
+    submitter_dir: Path
+    archive: Path
+    notes: list[str] = field(default_factory=list)
+    truncated: list[Path] = field(default_factory=list)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def truncate_accuracy_log(log_path: Path, accuracy_txt: Path, archive_path: Path) -> str:
+    """Archive the full log, append its sha256 to accuracy.txt, keep its first and last 4096 characters.
+    Returns the hash. A log short enough to be kept whole (at most 8192 characters) is left as it is."""
+    digest = sha256_file(log_path)
+    archive_path.parent.mkdir(parents=True, exist_ok=True)
+    if archive_path.exists() and sha256_file(archive_path) != digest:
+        archive_path.rename(unique(archive_path.with_name(archive_path.name + ".previous")))
+    shutil.copy2(log_path, archive_path)
+    if sha256_file(archive_path) != digest:
+        raise MLHarnessError(f"copying {log_path} to {archive_path} did not preserve it; nothing was truncated")
+    text = accuracy_txt.read_text() if accuracy_txt.exists() else ""
+    if text and not text.endswith("\n"):
+        text += "\n"
+    accuracy_txt.write_text(text + f"hash={digest}\n")
+    size = log_path.stat().st_size
+    if size > 2 * VIEWABLE_SIZE:  # LoadGen's logs are ASCII: 4096 bytes are 4096 characters
+        with open(log_path, "rb") as f:
+            head = f.read(VIEWABLE_SIZE)
+            f.seek(size - VIEWABLE_SIZE)
+            tail = f.read(VIEWABLE_SIZE)
+        log_path.write_bytes(head + TRUNCATION_MARK.encode() + tail)
+    if log_path.stat().st_size > MAX_ACCURACY_LOG_SIZE:  # only with multi-byte characters, never in LoadGen's logs
+        raise MLHarnessError(f"{log_path} is still larger than {MAX_ACCURACY_LOG_SIZE} bytes after truncation")
+    return digest
+
+
+def package(results: Path, out: Path, archive: Path | None = None, system_overrides: Path | None = None,
+            force: bool = False) -> PackageReport:
+    tree = Tree(results)
+    state = tree.read_state()
+    if not state:
+        raise SettingsError(f"{tree.root} is not a results tree made by `mlharness submission run` (no "
+                            f"{tree.archive.name}/submission.json)")
+    division, submitter = state["division"], state["submitter"]
+    out = Path(out).resolve()
+    sub_dir = out / division / submitter
+    archive = Path(archive).resolve() if archive else out.parent / f"{out.name}-accuracy-logs"
+    if sub_dir.exists():
+        if not force:
+            raise SettingsError(f"{sub_dir} already exists (--force replaces it)")
+        shutil.rmtree(sub_dir)
+    report = PackageReport(sub_dir, archive)
+    for moved in tree.sweep_leftovers():
+        report.notes.append(f"moved a failed run's folder out of the results tree: {moved}")
+    scenarios = tree.scenario_dirs()
+    if not scenarios:
+        raise SettingsError(f"{tree.root} holds no results")
+    systems = sorted({s for s, _, _, _ in scenarios})
+    for system, bench, scen, path in scenarios:
+        dest = sub_dir / "results" / system / bench / scen
+        shutil.copytree(path, dest)
+        acc = dest / "accuracy"
+        if (acc / ACCURACY_LOG).is_file():
+            rel = acc.relative_to(out) / ACCURACY_LOG
+            truncate_accuracy_log(acc / ACCURACY_LOG, acc / "accuracy.txt", archive / rel)
+            report.truncated.append(acc / ACCURACY_LOG)
+    if (tree.archive / "src").is_dir():
+        shutil.copytree(tree.archive / "src", sub_dir / "src")
+    else:
+        report.notes.append("no src/ snapshot in the results tree: src/ holds only the versions")
+    (sub_dir / "src").mkdir(exist_ok=True)
+    _write_systems(tree, state, systems, sub_dir, load_overrides(system_overrides), report)
+    mapping = _model_mapping(state, division)
+    if mapping:
+        (sub_dir / "model_mapping.json").write_text(json.dumps(mapping, indent=2) + "\n")
+    for key, entry in sorted(state.get("benchmarks", {}).items()):
+        for note in entry.get("measurements_notes", []):
+            report.notes.append(f"{key} measurements.json: {note}")
+    return report
+
+
+def _write_systems(tree: Tree, state: dict, systems: list[str], sub_dir: Path, overrides: dict[str, str],
+                   report: PackageReport) -> None:
+    (sub_dir / "systems").mkdir(parents=True, exist_ok=True)
+    for system in systems:
+        recorded = state.get("systems", {}).get(system)
+        if recorded is None:
+            raise SettingsError(f"no system description was recorded for '{system}' (run `submission run` for it)")
+        layer = {"division": state["division"], "submitter": state["submitter"], "system_name": system}
+        frameworks = _frameworks_used(tree, system)
+        if frameworks:
+            layer["framework"] = ", ".join(frameworks)
+        desc = finalize(recorded["fields"], recorded["sources"], layer, "submission")
+        if overrides:
+            desc = finalize(desc.fields, desc.sources, overrides, "override")
+        (sub_dir / "systems" / f"{system}.json").write_text(json.dumps(desc.to_json(), indent=2) + "\n")
+        if desc.missing:
+            report.notes.append(f"systems/{system}.json: no value for {', '.join(desc.missing)} (set them with "
+                                f"--system-overrides FILE.yaml)")
+        report.notes.extend(f"systems/{system}.json: {p}" for p in desc.problems)
+
+
+def _frameworks_used(tree: Tree, system: str) -> list[str]:
+    """'onnxruntime 1.20.1' for every framework the system's performance runs used (from their metadata)."""
+    found = []
+    for meta in sorted((tree.archive / "runs" / system).glob("*/*/performance/mlharness_run.json")):
+        try:
+            fw = json.loads(meta.read_text())["framework"]
+        except (OSError, json.JSONDecodeError, KeyError):
+            continue
+        found.append(f"{fw['name']} {fw['version']}")
+    return list(dict.fromkeys(found))
+
+
+def _model_mapping(state: dict, division: str) -> dict[str, str]:
+    """Open division: results directories named after a custom benchmark map to the MLPerf benchmark of their
+    mlperf.model, as the checker's model_mapping.json expects."""
+    if division != "open":
+        return {}
+    mapping = {}
+    for key, entry in state.get("benchmarks", {}).items():
+        bench = key.split("/", 1)[1]
+        model = entry.get("mlperf_model")
+        if bench not in BENCHMARKS and model in DEFAULT_BENCHMARK_FOR_MODEL:
+            mapping[bench] = DEFAULT_BENCHMARK_FOR_MODEL[model]
+    return mapping

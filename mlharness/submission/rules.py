@@ -1,0 +1,150 @@
+"""The MLPerf Inference v6.0 submission rules mlharness enforces, as data.
+
+Sources: the MLCommons submission checker v6.0 (constants, structure, performance, accuracy and compliance
+checks), the compliance tests' READMEs and the mlperf.conf compiled into LoadGen 6.0.17. Only the benchmarks
+mlharness ships manifests for are described in full; any other benchmark is an open-division model to which
+only the structural rules apply.
+
+Minimum durations, query counts and performance sample counts are NOT copied here: they are read from the
+mlperf.conf embedded in the installed LoadGen (:func:`conf_minimums`), so they always match the LoadGen that
+produced the logs.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+ROUND = "v6.0"
+DIVISIONS = ("closed", "open", "network")
+STATUSES = ("available", "preview", "rdi")
+SYSTEM_TYPES = ("datacenter", "edge", "datacenter,edge")
+SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
+COMPLIANCE_TESTS = ("TEST01", "TEST04", "TEST05")
+
+# File layout of one <system>/<benchmark>/<scenario> directory.
+REQUIRED_ACC_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt", "accuracy.txt", "mlperf_log_accuracy.json")
+REQUIRED_PERF_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt")
+OPTIONAL_LOG_FILES = ("mlperf_log_accuracy.json", "mlperf_log_trace.json")  # tolerated beside the required ones
+SCENARIO_FILES = ("measurements.json", "user.conf", "README.md")
+TEST01_ACC_FALLBACK_FILES = ("accuracy.txt", "baseline_accuracy.txt", "compliance_accuracy.txt")
+
+MAX_ACCURACY_LOG_SIZE = 10 * 1024  # a truncated mlperf_log_accuracy.json is at most this big
+VIEWABLE_SIZE = 4096  # characters kept from each end of a truncated accuracy log
+TRUNCATION_MARK = "\n\n...\n\n"
+FILE_SIZE_LIMIT = 50 * 1024 * 1024
+MIN_DURATION_MS = 600_000
+
+# TEST01 samples responses in a performance run with this seed; 3D U-Net responses are whole volumes, so it
+# samples only 64 of them (audit/TEST01/3d-unet/audit.config).
+TEST01_ACCURACY_LOG_RNG_SEED = 720381539243781796
+
+MEASUREMENTS_FIELDS = (
+    "input_data_types", "retraining", "starting_weights_filename", "weight_data_types", "weight_transformations",
+)  # fmt: skip
+
+SYSTEM_DESC_REQUIRED_FIELDS = (
+    "division", "submitter", "status", "system_name", "number_of_nodes", "host_processor_model_name",
+    "host_processors_per_node", "host_processor_core_count", "host_memory_capacity", "host_storage_capacity",
+    "host_storage_type", "accelerators_per_node", "accelerator_model_name", "accelerator_memory_capacity",
+    "framework", "operating_system", "system_type", "other_software_stack", "host_processor_frequency",
+    "host_processor_caches", "host_memory_configuration", "host_processor_interconnect", "host_networking",
+    "host_networking_topology", "accelerator_frequency", "accelerator_host_interconnect", "accelerator_interconnect",
+    "accelerator_interconnect_topology", "accelerator_memory_configuration", "accelerator_on-chip_memories",
+    "cooling", "hw_notes", "sw_notes", "host_network_card_count", "system_type_detail",
+)  # fmt: skip
+# Of those, the ones that must hold a meaningful (non-empty) value; the others must be present but may be "".
+SYSTEM_DESC_MEANINGFUL_FIELDS = (
+    "division", "submitter", "system_type", "status", "system_name", "number_of_nodes",
+    "host_processor_model_name", "host_processors_per_node", "host_processor_core_count", "host_memory_capacity",
+    "host_memory_configuration", "host_storage_capacity", "host_storage_type", "host_networking",
+    "host_network_card_count", "host_networking_topology", "accelerators_per_node", "accelerator_model_name",
+    "accelerator_memory_capacity", "accelerator_host_interconnect", "accelerator_memory_configuration",
+    "accelerator_interconnect", "cooling", "framework", "operating_system", "other_software_stack",
+)  # fmt: skip
+
+# accuracy.txt patterns of the official accuracy scripts (group 1 is the figure compared with the target).
+ACC_PATTERNS = {
+    "acc": r"^accuracy=([\d.]+)",
+    "F1": r"^\{[\"']exact_match[\"']:\s*[\d.]+,\s*[\"']f1[\"']:\s*([\d.]+)\}",
+    "DICE": r"Accuracy:\s*mean\s*=\s*([\d.]+)",
+}
+HASH_PATTERN = r"^hash=([0-9a-fA-F]+)$"
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str  # results directory name
+    model: str  # LoadGen conf model name (mlperf.model)
+    dataset_size: int  # an accuracy run must cover this many samples
+    accuracy_kind: str  # key of ACC_PATTERNS
+    accuracy_target: float  # closed division: accuracy.txt must reach this
+    test01_delta_percent: float  # TEST01 non-deterministic fallback: largest accuracy change allowed
+    compliance: tuple[str, ...]  # audits a closed result needs
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    b.name: b
+    for b in (
+        Benchmark("resnet", "resnet50", 50000, "acc", 76.46 * 0.99, 1.0, ("TEST01", "TEST04")),
+        Benchmark("bert-99", "bert", 10833, "F1", 90.874 * 0.99, 1.0, ("TEST01",)),
+        Benchmark("bert-99.9", "bert", 10833, "F1", 90.874 * 0.999, 0.1, ("TEST01",)),
+        Benchmark("3d-unet-99", "3d-unet", 43, "DICE", 0.86170 * 0.99, 1.0, ("TEST01",)),
+        Benchmark("3d-unet-99.9", "3d-unet", 43, "DICE", 0.86170 * 0.999, 0.1, ("TEST01",)),
+    )
+}
+# The benchmark an open-division result of an mlperf.model is mapped to (model_mapping.json).
+DEFAULT_BENCHMARK_FOR_MODEL = {"resnet50": "resnet", "bert": "bert-99", "3d-unet": "3d-unet-99"}
+
+# Scenarios each system type must (and may) submit, checker v6.0. ResNet50 and BERT are edge benchmarks only
+# (datacenter systems submit them as "datacenter,edge").
+REQUIRED_SCENARIOS: dict[str, dict[str, tuple[str, ...]]] = {
+    "edge": {
+        "resnet": ("SingleStream", "MultiStream", "Offline"),
+        "bert-99": ("SingleStream", "Offline"), "bert-99.9": ("SingleStream", "Offline"),
+        "3d-unet-99": ("SingleStream", "Offline"), "3d-unet-99.9": ("SingleStream", "Offline"),
+    },
+    "datacenter": {"3d-unet-99": ("Offline",), "3d-unet-99.9": ("Offline",)},
+    "datacenter,edge": {
+        "resnet": ("SingleStream", "MultiStream", "Offline", "Server"),
+        "bert-99": ("SingleStream", "Offline"), "bert-99.9": ("SingleStream", "Offline"),
+        "3d-unet-99": ("SingleStream", "Offline"), "3d-unet-99.9": ("SingleStream", "Offline"),
+    },
+}  # fmt: skip
+# Server latency bound (ns) the early-stopping target latency must respect.
+SERVER_LATENCY_NS = {"resnet": 15_000_000, "bert-99": 130_000_000, "bert-99.9": 130_000_000}
+# Scenarios whose result LoadGen derives with early stopping (no fixed minimum query count in the checker).
+EARLY_STOPPING_SCENARIOS = ("SingleStream", "MultiStream", "Server")
+
+
+def compliance_tests_for_model(mlperf_model: str | None) -> tuple[str, ...]:
+    """Audits `submission run` performs: TEST01 for every benchmark (and for models that are not official
+    MLPerf benchmarks), TEST04 for ResNet50 only."""
+    if mlperf_model == "resnet50":
+        return ("TEST01", "TEST04")
+    return ("TEST01",)
+
+
+def benchmark_for(name: str, mapping: dict[str, str] | None = None) -> Benchmark | None:
+    """The official benchmark a results directory name stands for (through model_mapping.json in open)."""
+    if name in BENCHMARKS:
+        return BENCHMARKS[name]
+    mapped = (mapping or {}).get(name)
+    return BENCHMARKS.get(mapped) if mapped else None
+
+
+@functools.lru_cache(maxsize=64)
+def conf_minimums(model: str, scenario: str) -> dict[str, int]:
+    """min_duration_ms, min_query_count and performance_sample_count_override of the embedded mlperf.conf
+    for (model, scenario), as LoadGen itself resolves them (model names it does not know get the '*' lines)."""
+    import mlperf_loadgen as lg
+
+    settings = lg.TestSettings()
+    settings.scenario = getattr(lg.TestScenario, scenario)
+    settings.FromConfig("", model, scenario, 0)
+    return {
+        "min_duration_ms": int(settings.min_duration_ms),
+        "min_query_count": int(settings.min_query_count),
+        "performance_sample_count": int(settings.performance_sample_count_override),
+        "sample_concatenate_permutation": int(bool(settings.sample_concatenate_permutation)),
+    }

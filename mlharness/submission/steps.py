@@ -1,0 +1,135 @@
+"""One LoadGen test of ``mlharness submission run``: run it in its own process, then move its files where
+they belong (LoadGen logs into the results tree, the rest into the archive), or keep a failed attempt's output
+and log under ``.mlharness/failed/``."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from mlharness.errors import MLHarnessError
+from mlharness.loadgen.rundir import parse_summary
+from mlharness.submission.layout import Tree, replace_dir, stamp, unique
+from mlharness.submission.rules import OPTIONAL_LOG_FILES, REQUIRED_ACC_FILES, REQUIRED_PERF_FILES
+
+NO_METRIC_TEXT = "accuracy: not scored (the manifest declares no accuracy metric)\n"
+# where each step's files land, relative to the scenario directory: (folder, required files)
+STEP_FILES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
+    "accuracy": [("accuracy", REQUIRED_ACC_FILES)],
+    "performance": [("performance/run_1", REQUIRED_PERF_FILES)],
+    "TEST01": [("TEST01/performance/run_1", REQUIRED_PERF_FILES), ("TEST01/accuracy", ("mlperf_log_accuracy.json",))],
+    "TEST04": [("TEST04/performance/run_1", REQUIRED_PERF_FILES)],
+    "TEST05": [("TEST05/performance/run_1", REQUIRED_PERF_FILES)],
+}
+
+
+class StepFailed(MLHarnessError):
+    """A LoadGen test of the submission failed; the command exits with the run's status (2: the user's input,
+    3: the run itself)."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code if exit_code in (2, 3) else 3
+
+
+def complete(tree: Tree, ids: tuple[str, str, str], step: str, signature: str) -> bool:
+    """The step's files are in the results tree and were made by the same command, manifest and user.conf."""
+    scen_dir = tree.scenario_dir(*ids)
+    for folder, names in STEP_FILES[step]:
+        if not all((scen_dir / folder / name).is_file() for name in names):
+            return False
+    info = tree.record_dir(*ids, step) / "step.json"
+    try:
+        return json.loads(info.read_text()).get("signature") == signature
+    except (OSError, json.JSONDecodeError):
+        return False
+
+
+def run_step(tree: Tree, ids: tuple[str, str, str], step: str, argv: list[str], signature: str) -> float:
+    """Run one LoadGen test as a child process and put its files in place; returns its duration in seconds."""
+    work = tree.work_dir(*ids)
+    out = work / step
+    if work.exists():  # what an interrupted earlier attempt left behind
+        for stale in [p for p in work.iterdir() if p.name == step or p.name.startswith((f"{step}.", f".{step}."))]:
+            target = unique(tree.failed_dir(*ids) / f"{stale.name.lstrip('.')}-interrupted-{stamp()}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(stale), str(target))
+    work.mkdir(parents=True, exist_ok=True)
+    log_path = work / f"{step}.run.log"
+    started = time.monotonic()
+    with open(log_path, "w") as logf:
+        logf.write(f"$ {shlex.join(argv)}\n\n")
+        logf.flush()
+        rc = subprocess.run(argv, stdout=logf, stderr=subprocess.STDOUT, check=False).returncode
+    seconds = time.monotonic() - started
+    if rc != 0:
+        _fail(tree, ids, step, rc, log_path)
+    _place(tree, ids, step, out, log_path, {"step": step, "argv": argv, "signature": signature,
+                                             "seconds": round(seconds, 3), "finished": stamp()})
+    return seconds
+
+
+def _fail(tree: Tree, ids: tuple[str, str, str], step: str, rc: int, log_path: Path) -> None:
+    work = tree.work_dir(*ids)
+    failed = unique(tree.failed_dir(*ids) / f"{step}-{stamp()}")
+    failed.mkdir(parents=True)
+    for leftover in work.iterdir():
+        if leftover.name.startswith((f"{step}.failed-", f".{step}.partial-")) or leftover.name == step:
+            shutil.move(str(leftover), str(failed / leftover.name.lstrip(".")))
+    shutil.move(str(log_path), str(failed / "run.log"))
+    lines = (failed / "run.log").read_text(errors="replace").splitlines()[2:]  # after the command line
+    # the run's own error message (one paragraph after 'error:'), else the end of its log
+    start = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith("error:")), None)
+    if start is not None:
+        reason = " ".join(line.strip() for line in lines[start:])[len("error:"):].strip()
+    else:
+        reason = "\n".join(line for line in lines[-12:] if line.strip())
+    raise StepFailed(f"{'/'.join(ids)}: the {step} run failed (exit status {rc}): {reason}\nEarlier results are "
+                     f"untouched; the failed run's output and log are in {failed}", rc)
+
+
+def _place(tree: Tree, ids: tuple[str, str, str], step: str, out: Path, log_path: Path,
+           info: dict[str, Any]) -> None:
+    """Move the LoadGen logs into the results tree and everything else into the run's record folder."""
+    scen_dir = tree.scenario_dir(*ids)
+    work = tree.work_dir(*ids)
+    assembled = work / f"{step}.assembled"
+    shutil.rmtree(assembled, ignore_errors=True)
+    if step == "accuracy" and not (out / "accuracy.txt").exists():
+        (out / "accuracy.txt").write_text(NO_METRIC_TEXT)  # the tree needs one; the checker reads its lines
+    for folder, names in STEP_FILES[step]:
+        extra = tuple(n for n in OPTIONAL_LOG_FILES if n == "mlperf_log_trace.json" and (out / n).is_file())
+        target = assembled / folder
+        target.mkdir(parents=True, exist_ok=True)
+        for name in (*names, *extra):
+            if not (out / name).is_file():
+                raise MLHarnessError(f"{'/'.join(ids)} {step}: the run wrote no {name} in {out}")
+            shutil.move(str(out / name), str(target / name))
+    record = tree.record_dir(*ids, step)
+    new_record = work / f"{step}.record"
+    shutil.rmtree(new_record, ignore_errors=True)
+    shutil.move(str(out), str(new_record))  # what is left: mlharness_run.json and any file not submitted
+    shutil.move(str(log_path), str(new_record / "run.log"))
+    (new_record / "step.json").write_text(json.dumps(info, indent=2) + "\n")
+    root = "performance/run_1" if step == "performance" else step  # the folder swapped in as a whole
+    replace_dir(assembled / root, scen_dir / root, work / f"{step}.trash")
+    replace_dir(new_record, record, work / f"{step}.record-trash")
+    shutil.rmtree(assembled, ignore_errors=True)
+
+
+def result_line(scen_dir: Path, step: str, scenario: str) -> str:
+    if step == "accuracy":
+        path = scen_dir / "accuracy" / "accuracy.txt"
+        return path.read_text().splitlines()[0].strip() if path.is_file() else "-"
+    folder = scen_dir / ("performance" if step == "performance" else f"{step}/performance") / "run_1"
+    try:
+        summary = parse_summary(folder / "mlperf_log_summary.txt", scenario)
+    except MLHarnessError:
+        return "-"
+    value = "n/a" if summary.metric_value is None else f"{summary.metric_value:,.1f} {summary.metric_unit}"
+    return f"{'VALID' if summary.valid else 'INVALID'}, {value}"
