@@ -368,3 +368,15 @@ def test_strategy_for_scenario():
     for sc in ("SingleStream", "MultiStream", "Offline"):
         s = Strategy.for_scenario(sc, 4, 2.5)
         assert s.name == f"{sc}Strategy" and s.coalesce_wait_s is None
+
+
+def test_latency_scenarios_run_inline_only_with_one_worker():
+    """SingleStream/MultiStream with one worker process each query on LoadGen's issue thread (LoadGen waits
+    for it anyway); more workers, or the throughput scenarios, keep the queue."""
+    from mlharness.loadgen.sut import Strategy, SystemUnderTest
+
+    p = Pipeline(EchoPredictor(), FakeHooks(None), {}, make_store(4), np.dtype(np.float32))
+    for scenario, workers, inline in [("SingleStream", 1, True), ("MultiStream", 1, True),
+                                      ("SingleStream", 2, False), ("Offline", 1, False), ("Server", 1, False)]:
+        sut = SystemUnderTest(p, Strategy.for_scenario(scenario, 4), workers=workers)
+        assert sut.inline is inline, (scenario, workers)
