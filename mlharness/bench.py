@@ -58,9 +58,9 @@ class BenchConfig:
 
 
 def _run(cfg: BenchConfig, manifest: str, scenario: str, out: Path, dataset_path: str | None = None,
-         **overrides: Any) -> RunResult:
+         trace: str = "none", **overrides: Any) -> RunResult:
     return run(RunOptions(scenario=scenario, mode="performance", manifest=manifest, dataset_path=dataset_path,
-                          output=out, count=cfg.count, threads=cfg.threads,
+                          output=out, count=cfg.count, threads=cfg.threads, trace=trace,
                           overrides=lgs.Overrides(**overrides)))
 
 
@@ -156,6 +156,13 @@ def bench_overhead(cfg: BenchConfig) -> dict[str, Any]:
     null_off = _run(cfg, str(null_path), "Offline", work / "null_off", min_duration_ms=int(min(cfg.seconds, 3) * 1000),
                     target_qps=400_000, min_query_count=100)
     null_ss_p90 = float(null_ss.summary.fields["90.0th percentile latency (ns)"])
+    cfg.say("null model with --trace model")
+    traced = _run(cfg, str(null_path), "Offline", work / "null_off_traced",
+                  min_duration_ms=int(min(cfg.seconds, 3) * 1000), target_qps=400_000, min_query_count=100,
+                  trace="model")
+    plain_sps, traced_sps = float(null_off.summary.metric_value or 0), float(traced.summary.metric_value or 0)
+    figures.update(null_offline_traced_sps=traced_sps,
+                   trace_model_cost_us=(1e6 / traced_sps - 1e6 / plain_sps) if plain_sps and traced_sps else None)
     figures.update(
         loadgen_null_singlestream_p90_us=floor_ss["p90_ns"] / 1e3,
         loadgen_null_offline_sps=floor_off["sps"],
@@ -235,6 +242,8 @@ def format_figures(f: dict[str, Any]) -> str:
         ("null model through mlharness, SingleStream p90", f"{f['null_singlestream_p90_us']:.1f} us"),
         ("  harness cost per sample above the floor", f"{f['null_overhead_us']:.1f} us  (goal <= 30)"),
         ("null model through mlharness, Offline", f"{f['null_offline_sps']:,.0f} samples/s  (goal >= 100,000)"),
+        ("  with --trace model", f"{f['null_offline_traced_sps']:,.0f} samples/s "
+                                 f"({f['trace_model_cost_us'] or 0:+.2f} us per sample)"),
     ]
     if "offline_ratio" in f:
         rows += [
