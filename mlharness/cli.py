@@ -16,8 +16,9 @@ from mlharness import __version__
 from mlharness.errors import MLHarnessError
 from mlharness.manifest.schema import SCENARIOS
 
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+# Piped output (logs, CI) gets wide lines instead of rich's 80-column wrapping of tables.
+out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
