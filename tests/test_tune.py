@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize("scenario,key", [("Offline", "target_qps"), ("SingleStream", "target_latency")])
 def test_tune_writes_a_conf_that_makes_a_valid_run(run_cli, tmp_path, scenario, key):
     conf = tmp_path / "user.conf"
-    proc = run_cli("tune", "--scenario", scenario, "--seconds", "0.4", "--count", "64", "--output", str(conf),
+    proc = run_cli("tune", "--scenario", scenario, "--seconds", "0.6", "--count", "64", "--output", str(conf),
                    timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "confirmation run: VALID" in proc.stdout
