@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.loadgen import settings as lgs
+from mlharness.loadgen.rundir import parse_summary
 from mlharness.loadgen.runner import RunOptions, RunResult, run
 from mlharness.session import ModelSession
 
@@ -93,19 +94,10 @@ def loadgen_floor(scenario: str, seconds: float, out: Path) -> dict[str, float]:
     finally:
         lg.DestroyFastSUT(sut)
         lg.DestroyQSL(qsl)
-    fields = _summary_fields(out / "mlperf_log_summary.txt")
+    fields = parse_summary(out / "mlperf_log_summary.txt", scenario).fields
     if scenario == "Offline":
         return {"sps": float(fields["Samples per second"])}
     return {"p90_ns": float(fields["90.0th percentile latency (ns)"]), "p50_ns": float(fields["50.00 percentile latency (ns)"])}
-
-
-def _summary_fields(path: Path) -> dict[str, str]:
-    fields: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            fields.setdefault(key.strip(), value.strip())
-    return fields
 
 
 def bare_offline(session: ModelSession, n: int, batch: int, seconds: float) -> float:
@@ -139,6 +131,19 @@ def bare_latencies(session: ModelSession, n: int, seconds: float) -> np.ndarray:
 
 def _p90(lat_ns: np.ndarray) -> float:
     return float(np.percentile(lat_ns, 90))
+
+
+def default_dataset(manifest: str, dataset_path: str | None, count: int) -> str | None:
+    """``dataset_path``, or for the ResNet50 manifests a synthetic ImageNet of ``count`` images in the cache."""
+    if dataset_path is not None or not manifest.startswith("resnet50"):
+        return dataset_path
+    from mlharness.manifest.assets import cache_dir
+    from mlharness.tasks.imagenet_synth import write_synthetic_imagenet
+
+    folder = cache_dir() / "bench" / f"imagenet-synth-{count}"
+    if not (folder / "val_map.txt").is_file():
+        write_synthetic_imagenet(folder, count)
+    return str(folder)
 
 
 def bench_overhead(cfg: BenchConfig) -> dict[str, Any]:

@@ -250,17 +250,9 @@ def cmd_parity(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     import json
 
-    from mlharness.bench import BenchConfig, bench_overhead, format_figures
+    from mlharness.bench import BenchConfig, bench_overhead, default_dataset, format_figures
 
-    dataset_path = args.dataset_path
-    if dataset_path is None and args.manifest.startswith("resnet50"):
-        from mlharness.manifest.assets import cache_dir
-        from mlharness.tasks.imagenet_synth import write_synthetic_imagenet
-
-        folder = cache_dir() / "bench" / f"imagenet-synth-{args.count}"
-        if not (folder / "val_map.txt").is_file():
-            write_synthetic_imagenet(folder, args.count)
-        dataset_path = str(folder)
+    dataset_path = default_dataset(args.manifest, args.dataset_path, args.count)
     cfg = BenchConfig(manifest=args.manifest, dataset_path=dataset_path, count=args.count,
                       rounds=1 if args.quick else args.rounds, seconds=min(args.seconds, 3.0) if args.quick
                       else args.seconds, threads=args.threads, server_search_steps=3 if args.quick else 5,

@@ -83,15 +83,9 @@ def main() -> int:
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
 
-    dataset_path = args.dataset_path
-    if dataset_path is None and args.manifest.startswith("resnet50"):
-        from mlharness.manifest.assets import cache_dir
-        from mlharness.tasks.imagenet_synth import write_synthetic_imagenet
+    from mlharness.bench import default_dataset
 
-        folder = cache_dir() / "bench" / f"imagenet-synth-{args.count}"
-        if not (folder / "val_map.txt").is_file():
-            write_synthetic_imagenet(folder, args.count)
-        dataset_path = str(folder)
+    dataset_path = default_dataset(args.manifest, args.dataset_path, args.count)
 
     work = Path(tempfile.mkdtemp(prefix="mlharness-bench-remote-"))
     ms = int(args.seconds * 1000)

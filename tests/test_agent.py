@@ -228,6 +228,8 @@ def test_tensor_codec_round_trips():
     with pytest.raises(AgentError, match="bytes of raw contents") as e:
         from_raw("FP32", [2, 2], b"x" * 12, "input 'x'")
     assert e.value.status == "INVALID_ARGUMENT"
+    with pytest.raises(AgentError, match="complex64 cannot be sent"):
+        to_raw(np.zeros(2, dtype=np.complex64))
 
 
 def _echo_request(n: int):

@@ -100,6 +100,26 @@ def test_ensure_demo_model_reuses_and_is_atomic(tmp_path: Path) -> None:
     assert [p.name for p in path.parent.iterdir()] == ["m.onnx"]
 
 
+def test_atomic_write_keeps_the_old_file_and_no_temporary_on_failure(tmp_path: Path) -> None:
+    from mlharness.tasks._files import atomic_write, atomic_write_bytes
+
+    path = atomic_write_bytes(tmp_path / "sub" / "f.bin", b"old")
+    seen: list[str] = []
+
+    def fail(tmp: str) -> None:
+        seen.append(tmp)
+        Path(tmp).write_bytes(b"half")
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        atomic_write(path, fail, suffix=".npz")
+    assert Path(seen[0]).parent == path.parent and seen[0].endswith(".npz")  # same folder: os.replace is atomic
+    assert path.read_bytes() == b"old"
+    assert [p.name for p in path.parent.iterdir()] == ["f.bin"]
+    assert atomic_write(path, lambda tmp: Path(tmp).write_bytes(b"new")) == path and path.read_bytes() == b"new"
+    assert [p.name for p in path.parent.iterdir()] == ["f.bin"]
+
+
 def test_preprocess_layouts(demo: tuple[Path, Path]) -> None:
     root, _ = demo
     f = root / "ILSVRC2012_val_00000001.JPEG"

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from mlharness.loadgen.rundir import parse_summary
+
 pytestmark = pytest.mark.slow
 
 # Short, VALID-capable settings: a small min duration, and expected performance set well above what the
@@ -21,12 +23,7 @@ SHORT = {
 
 
 def _summary(path: Path) -> dict[str, str]:
-    fields = {}
-    for line in path.read_text().splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            fields.setdefault(key.strip(), value.strip())
-    return fields
+    return parse_summary(path, "Offline").fields
 
 
 def test_demo_accuracy_is_exactly_100_percent(run_cli, tmp_path):

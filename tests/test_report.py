@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from mlharness.report.collect import find_runs, parse_summary_text, target_for
+from mlharness.loadgen.rundir import parse_summary
+from mlharness.report.collect import find_runs, target_for
 
 CHROMIUM = next((p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
                  if Path(p).exists()), None) or shutil.which("chromium")
@@ -21,8 +22,9 @@ DEMO = ("--count", "64", "--no-progress", "--telemetry-interval-ms", "50")
 PERF = ("--mode", "performance", "--min-duration-ms", "300", "--min-query-count", "16")
 
 
-def _summary_fields(path: Path) -> dict[str, str]:
-    return parse_summary_text(path.read_text())["fields"]
+def _summary_fields(path: Path, scenario: str) -> dict[str, str]:
+    """LoadGen's summary read by the run's own reader (rundir), not by the report's parser under test."""
+    return parse_summary(path, scenario).fields
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +80,8 @@ def test_markdown_numbers_equal_loadgen_summaries(run_cli, results, tmp_path):
     assert sorted(r["run"] for r in rows) == sorted(str(p.parent.relative_to(results)) for p in summaries)
     checked = 0
     for r in rows:
-        fields = _summary_fields(results / r["run"] / "mlperf_log_summary.txt")
         meta = json.loads((results / r["run"] / "mlharness_run.json").read_text())
+        fields = _summary_fields(results / r["run"] / "mlperf_log_summary.txt", meta["scenario"])
         assert r["scenario"] == meta["scenario"] and r["mode"] == meta["mode"]
         assert r["batch"] == str(meta["batching"]["max_batchsize"])
         if r["mode"] == "performance":
@@ -96,7 +98,8 @@ def test_markdown_numbers_equal_loadgen_summaries(run_cli, results, tmp_path):
     assert checked == 5
     # why the INVALID run is INVALID, in LoadGen's words, and why none is submittable
     ms = md.split("## sys/demo/MultiStream/performance/run_1", 1)[1].split("\n## ", 1)[0]
-    fields = _summary_fields(results / "sys/demo/MultiStream/performance/run_1/mlperf_log_summary.txt")
+    fields = _summary_fields(results / "sys/demo/MultiStream/performance/run_1/mlperf_log_summary.txt",
+                             "MultiStream")
     assert fields["Result is"] == "INVALID"
     failed = [k for k, v in fields.items() if "satisfied" in k and v.lower() != "yes"]
     assert failed and all(f"{k}: {fields[k]}" in ms for k in failed)
@@ -151,7 +154,7 @@ def test_compare_gives_ratios(run_cli, results, tmp_path):
     other = tmp_path / "other"
     shutil.copytree(results / "sys", other / "sys")
     summary = other / "sys/demo/Server/performance/run_1/mlperf_log_summary.txt"
-    value = _summary_fields(summary)["Completed samples per second"]
+    value = _summary_fields(summary, "Server")["Completed samples per second"]
     summary.write_text(summary.read_text().replace(f": {value}", f": {float(value) * 2:.2f}", 1))
     md_path = tmp_path / "cmp.md"
     proc = run_cli("report", str(results), "--compare", str(other), "--md", str(md_path))

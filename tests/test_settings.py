@@ -429,3 +429,18 @@ def test_stray_audit_config_in_cwd_is_ignored(tmp_path):
     detail = detail_values(tmp_path / "audited" / "mlperf_log_detail.txt")
     assert detail["effective_test_mode"] == "PerformanceOnly"
     assert detail["effective_accuracy_log_sampling_target"] == 8
+
+
+def test_test05_audit_config_switches_to_the_alternate_seeds(run_cli, tmp_path):
+    """LoadGen 6.0.x ignores 'test05' in an audit config; mlharness applies it, so the run uses the embedded
+    test05_* seeds (and a normal run does not)."""
+    audit = Path(__file__).resolve().parents[1] / "audit" / "TEST05" / "audit.config"
+    seeds = lgs.embedded_seeds()
+    for extra, expected in (([], seeds["qsl_rng_seed"]), (["--audit-config", str(audit)],
+                                                            seeds["test05_qsl_rng_seed"])):
+        out = tmp_path / ("audit" if extra else "plain")
+        proc = run_cli("run", "--scenario", "Offline", "--mode", "performance", "--count", "32",
+                       "--min-duration-ms", "50", "--target-qps", "1000", "--output", str(out), "--no-progress",
+                       *extra)
+        assert proc.returncode == 0, proc.stderr
+        assert detail_values(out / "mlperf_log_detail.txt")["effective_qsl_rng_seed"] == expected

@@ -64,3 +64,21 @@ def test_unknown_trace_level(run_cli, tmp_path):
     proc = run_cli("run", "--scenario", "Offline", "--mode", "accuracy", "--trace", "modle", "--output",
                    str(tmp_path / "x"), "--no-progress")
     assert proc.returncode == 2 and "Did you mean 'model'?" in proc.stderr
+
+
+def test_tracing_off_builds_nothing_for_the_timed_path():
+    """Level none: no tracer object (the SUT then takes its untraced path), no framework profiler, and the
+    telemetry sampler records no counters; counters start at level system, profilers at framework."""
+    from mlharness.telemetry.observe import RunObservers, wants_profile
+    from mlharness.telemetry.trace import Tracer, make_tracer
+
+    for off in (None, "", "none"):
+        assert make_tracer(off) is None and not wants_profile(off)
+        obs = RunObservers([], make_tracer(off), 500)
+        assert obs.tracer is None and not obs.profiling and obs.sampler.tracer is None
+    model = RunObservers([], Tracer("model"), 500)
+    assert not model.profiling and model.sampler.tracer is None and not wants_profile("model")
+    fw = RunObservers([], Tracer("framework"), 500)
+    assert fw.profiling and fw.sampler.tracer is None and wants_profile("framework")
+    system = RunObservers([], Tracer("system"), 500)
+    assert system.profiling and system.sampler.tracer is system.tracer

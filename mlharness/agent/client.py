@@ -9,6 +9,7 @@ safe to call from many threads at once.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -51,7 +52,7 @@ class ConnectOptions:
                 kw[k] = float(kw[k])
         return cls(**kw)
 
-    @property
+    @functools.cached_property  # sent with every request: built once
     def metadata(self) -> tuple[tuple[str, str], ...]:
         return (("authorization", f"Bearer {self.token}"),) if self.token else ()
 

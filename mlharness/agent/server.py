@@ -110,6 +110,10 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
         self.backend = backend
         self.batcher = batcher
         self.draining = False
+        self._output_names = [t.name for t in backend.outputs]
+        self._output_index: dict[str, int] = {}  # output name -> its first position
+        for k, t in enumerate(backend.outputs):
+            self._output_index.setdefault(t.name, k)
 
     def _check_model(self, name: str, version: str = "") -> None:
         # an empty name means the one model this agent serves (handy for `mlharness agent info`)
@@ -201,15 +205,16 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
         return arrays
 
     def _response(self, request: pb.ModelInferRequest, outputs: list[Any]) -> pb.ModelInferResponse:
-        names = [t.name for t in self.backend.outputs]
-        wanted = [o.name for o in request.outputs] or names
+        index = self._output_index
+        wanted = [o.name for o in request.outputs] or self._output_names
         response = pb.ModelInferResponse(model_name=self.backend.name, model_version=self.backend.version,
                                          id=request.id)
         for name in wanted:
-            if name not in names:
-                raise AgentError(f"the model has no output '{name}' (outputs: {', '.join(names)})",
+            k = index.get(name)
+            if k is None:
+                raise AgentError(f"the model has no output '{name}' (outputs: {', '.join(self._output_names)})",
                                  "INVALID_ARGUMENT")
-            datatype, shape, raw = to_raw(outputs[names.index(name)])
+            datatype, shape, raw = to_raw(outputs[k])
             response.outputs.add(name=name, datatype=datatype, shape=shape)
             response.raw_output_contents.append(raw)
         return response

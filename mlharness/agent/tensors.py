@@ -24,6 +24,7 @@ DATATYPES: dict[str, str] = {
 _NUMPY: dict[str, np.dtype] = {
     dt: np.dtype(et) for et, dt in DATATYPES.items() if et not in ("bytes", "bfloat16")
 }
+_DATATYPE_OF_NUMPY: dict[np.dtype, str] = {np_dtype: dt for dt, np_dtype in _NUMPY.items()}
 # which typed-contents field carries each datatype (FP16/BF16 only travel raw)
 _CONTENTS_FIELD = {
     "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
@@ -52,9 +53,9 @@ def numpy_of(datatype: str) -> np.dtype:
 def datatype_of_array(a: np.ndarray) -> str:
     if a.dtype == object or a.dtype.kind in "SU":
         return "BYTES"
-    for dt, np_dtype in _NUMPY.items():
-        if a.dtype == np_dtype:
-            return dt
+    dt = _DATATYPE_OF_NUMPY.get(a.dtype)
+    if dt is not None:
+        return dt
     raise AgentError(f"arrays of dtype {a.dtype} cannot be sent over the Open Inference Protocol")
 
 

@@ -174,8 +174,12 @@ def check_framework_version(loaded: LoadedManifest, ignore: bool) -> str:
     return installed
 
 
-def make_predictor(loaded: LoadedManifest, opts: RunOptions, model_file: Path | None, batch: int) -> Predictor:
+def make_predictor(loaded: LoadedManifest, opts: RunOptions, model_file: Path | None, batch: int,
+                   weights_file: Path | None = None) -> Predictor:
+    """A loaded predictor. ``weights_file``: the factory's resolved state dict (resolved here when not given)."""
     m = loaded.model
+    if weights_file is None:
+        weights_file = resolve_weights_file(loaded)
     config = PredictorConfig(
         model_path=str(model_file) if model_file else None,
         input_names=[i.name for i in m.inputs],
@@ -185,7 +189,7 @@ def make_predictor(loaded: LoadedManifest, opts: RunOptions, model_file: Path | 
         options=dict(m.framework.options),
         max_batchsize=batch,
         factory=m.model.factory if m.model else None,
-        weights_path=str(weights) if (weights := resolve_weights_file(loaded)) else None,
+        weights_path=str(weights_file) if weights_file else None,
         input_specs=[i.model_dump() for i in m.inputs],
         output_specs=[o.model_dump() for o in m.outputs],
         model_name=m.name,
@@ -228,7 +232,7 @@ def run(opts: RunOptions) -> RunResult:
         plan = lgs.SettingsPlan(
             model=conf_model, official=official, scenario=opts.scenario, mode=opts.mode,
             user_conf=opts.user_conf if opts.user_conf is not None else lgs.default_user_conf(conf_model),
-            overrides=opts.overrides, audit_config=opts.audit_config or Path("/nonexistent"),
+            overrides=opts.overrides, audit_config=opts.audit_config,
         )
         settings = lgs.build_test_settings(plan)
         perf_count = _performance_count(settings, total, plan)
@@ -263,10 +267,11 @@ def make_instances(loaded: LoadedManifest, opts: RunOptions, model_file: Path | 
     if n > 1 and threads is None:
         threads = max(1, (os.cpu_count() or 1) // n)
     per = replace(opts, threads=threads)
+    weights_file = resolve_weights_file(loaded)  # once: verifying a large state dict's checksum takes seconds
     predictors: list[Predictor] = []
     try:
         for _ in range(n):
-            predictors.append(make_predictor(loaded, per, model_file, batch))
+            predictors.append(make_predictor(loaded, per, model_file, batch, weights_file))
     except BaseException:
         for p in predictors:
             p.close()
@@ -429,7 +434,8 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictors, settings, plan, outdir, t
         "overrides": given,
         "settings": lgs.describe_settings(settings),
         "batching": {"strategy": strategy.name, "max_batchsize": batch,
-                     "coalesce_wait_s": strategy.coalesce_wait_s, "workers": opts.workers},
+                     "coalesce_wait_s": strategy.coalesce_wait_s,
+                     "workers": getattr(sut, "n_workers", None), "inline": getattr(sut, "inline", False)},
         "samples": {"total": total, "performance_sample_count": perf_count, "issued": sut.issued,
                     "completed": sut.completed, "batches": sut.batches},
         "result": {**asdict(summary), "fields": None},

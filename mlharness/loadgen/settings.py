@@ -178,7 +178,7 @@ class SettingsPlan:
     mode: str
     user_conf: Path | None
     overrides: Overrides
-    audit_config: Path
+    audit_config: Path | None  # None: a normal run (the runner still passes LoadGen an explicit, absent path)
     not_submittable: list[str] = field(default_factory=list)
 
 
@@ -233,7 +233,7 @@ def build_test_settings(plan: SettingsPlan) -> Any:
 
 def _audit_requests_test05(plan: SettingsPlan) -> bool:
     """True when the audit config (TEST05's) has a '*.<scenario>.test05 = 1' line for this run."""
-    if not Path(plan.audit_config).is_file():
+    if plan.audit_config is None or not Path(plan.audit_config).is_file():
         return False
     lines = parse_conf(Path(plan.audit_config).read_text(), str(plan.audit_config))
     return any(k == "test05" and m in ("*", plan.model) and s in ("*", plan.scenario) and float(v) != 0

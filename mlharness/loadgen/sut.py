@@ -80,24 +80,7 @@ class Pipeline:
         """Returns (buffer uint8, byte offsets of each response [n+1])."""
         if self.tracer is not None:
             return self._run_traced(indices)
-        batch = self.store.gather(indices)
-        if self._predict is None:
-            outputs = self.predictor.predict(batch)
-        else:
-            try:
-                outputs = self._predict(self.ctx, self.predictor.predict, batch)
-            except MLHarnessError:
-                raise
-            except Exception as e:
-                raise self.hooks._runtime_error("predict", e) from e
-        if self._post is None:
-            responses: Any = outputs[0]
-        else:
-            try:
-                responses = self._post(self.ctx, outputs)
-            except Exception as e:
-                raise self.hooks._runtime_error("postprocess", e) from e
-        return self.encode(responses, len(indices))
+        return self._respond(self._infer(self.store.gather(indices)), len(indices))
 
     def _run_traced(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``run`` with a span per stage; a separate method so the untraced path carries no checks."""
@@ -106,36 +89,39 @@ class Pipeline:
         batch = self.store.gather(indices)
         t1 = now()
         tr.span("gather", "model", t0, t1, {"samples": len(indices)})
-        if self._predict is None:
-            outputs = self.predictor.predict(batch)
-        else:
-            try:
-                outputs = self._predict(self.ctx, self.predictor.predict, batch)
-            except MLHarnessError:
-                raise
-            except Exception as e:
-                raise self.hooks._runtime_error("predict", e) from e
+        outputs = self._infer(batch)
         t2 = now()
         tr.span("predict", "model", t1, t2, {"samples": len(indices)})
-        if self._post is None:
-            responses: Any = outputs[0]
-        else:
-            try:
-                responses = self._post(self.ctx, outputs)
-            except Exception as e:
-                raise self.hooks._runtime_error("postprocess", e) from e
-        encoded = self.encode(responses, len(indices))
+        encoded = self._respond(outputs, len(indices))
         tr.span("postprocess", "model", t2, now(), {"samples": len(indices)})
         return encoded
+
+    def _infer(self, batch: list[np.ndarray]) -> Any:
+        """The model on one batch: the predictor, or the manifest's ``predict(ctx, run, inputs)`` hook."""
+        if self._predict is None:
+            return self.predictor.predict(batch)
+        try:
+            return self._predict(self.ctx, self.predictor.predict, batch)
+        except MLHarnessError:
+            raise
+        except Exception as e:
+            raise self.hooks._runtime_error("predict", e) from e
+
+    def _respond(self, outputs: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """postprocess (or the first output as is) and the encoding of one response per sample."""
+        if self._post is None:
+            return self.encode(outputs[0], n)
+        try:
+            responses = self._post(self.ctx, outputs)
+        except Exception as e:
+            raise self.hooks._runtime_error("postprocess", e) from e
+        return self.encode(responses, n)
 
     def warmup(self, indices: np.ndarray, n: int) -> None:
         """Run the model (not the hooks around it) ``n`` times on real samples, before LoadGen times anything."""
         batch = self.store.gather(indices)
         for _ in range(n):
-            if self._predict is None:
-                self.predictor.predict(batch)
-            else:
-                self._predict(self.ctx, self.predictor.predict, batch)
+            self._infer(batch)
 
     def encode(self, responses: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
         if isinstance(responses, np.ndarray) and responses.ndim >= 1 and responses.shape[0] == n:
@@ -179,11 +165,72 @@ class Pipeline:
                             f"response {i} cannot be encoded as {self.dtype}: {e}") from e
 
 
-class SystemUnderTest:
+class _Completions:
+    """The completion contract SystemUnderTest and NetworkQDL share: count what was issued and completed,
+    keep the first error, complete a batch from one buffer, or with empty responses once the run has failed."""
+
+    failure_label = "the timed path"
+
+    def __init__(self, on_failure: Callable[[BaseException], None] | None):
+        self.on_failure = on_failure
+        self._count_lock = threading.Lock()
+        self.issued = 0
+        self.completed = 0
+        self.batches = 0
+        self.error: BaseException | None = None
+        self._lg: Any = None
+
+    def _count_issued(self, n: int) -> None:
+        with self._count_lock:
+            self.issued += n
+
+    def _count(self, n: int) -> None:
+        with self._count_lock:
+            self.completed += n
+            self.batches += 1
+
+    def _fail(self, e: BaseException) -> None:
+        with self._count_lock:
+            first = self.error is None
+            if first:
+                self.error = e
+        if first:
+            log.error("%s failed: %s", self.failure_label, e)
+            if self.on_failure is not None:
+                self.on_failure(e)
+
+    def _complete(self, ids: list[int], buf: np.ndarray, offsets: np.ndarray) -> None:
+        """Complete sample ``ids[k]`` with ``buf[offsets[k]:offsets[k+1]]``; ``buf`` is alive until the call returns."""
+        lg = self._lg
+        base = buf.ctypes.data
+        # plain ints from tolist(): building the response objects is the per-sample cost here
+        sizes = np.diff(offsets).tolist()
+        starts = (offsets[:-1] + base).tolist()
+        lg.QuerySamplesComplete([lg.QuerySampleResponse(i, s, n) for i, s, n in zip(ids, starts, sizes, strict=True)])
+        self._count(len(ids))
+
+    def _complete_empty(self, ids: list[int]) -> None:
+        """After a failure: complete at once with empty responses so LoadGen can finish."""
+        lg = self._lg
+        lg.QuerySamplesComplete([lg.QuerySampleResponse(int(i), 0, 0) for i in ids])
+        self._count(len(ids))
+
+    def _raise_if_failed(self) -> None:
+        if self.issued != self.completed:
+            raise RunFailed(f"internal error: {self.issued} samples issued but {self.completed} completed")
+        if self.error is not None:
+            err = self.error
+            if isinstance(err, MLHarnessError):
+                raise RunFailed(f"the run failed: {err}") from err
+            raise RunFailed(f"the run failed: {type(err).__name__}: {err}") from err
+
+
+class SystemUnderTest(_Completions):
     """Worker threads + queue; hands LoadGen its callbacks. Use :meth:`run_test` to run one LoadGen test."""
 
     def __init__(self, pipeline: Pipeline | list[Pipeline], strategy: Strategy, workers: int = 1,
                  on_failure: Callable[[BaseException], None] | None = None, tracer: Any = None):
+        super().__init__(on_failure)
         self.tracer = tracer
         # one pipeline per predictor instance; worker i drives instance i % len(pipelines)
         self.pipelines = list(pipeline) if isinstance(pipeline, list | tuple) else [pipeline]
@@ -192,16 +239,9 @@ class SystemUnderTest:
         self.n_workers = max(1, workers, len(self.pipelines))
         # one query at a time by construction, one pipeline: process on LoadGen's thread (see issue_inline)
         self.inline = strategy.one_query_at_a_time and self.n_workers == 1
-        self.on_failure = on_failure
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._flushed = threading.Event()
-        self._count_lock = threading.Lock()
-        self.issued = 0
-        self.completed = 0
-        self.batches = 0
-        self.error: BaseException | None = None
-        self._lg: Any = None
 
     # -- LoadGen callbacks ---------------------------------------------------------------------------------
     def issue(self, query_samples: Any) -> None:
@@ -219,8 +259,7 @@ class SystemUnderTest:
         wake-ups (to a worker and back to LoadGen) that cost tens of microseconds per query on an idle CPU."""
         ids_a = np.asarray(ids, dtype=np.uint64)
         idx_a = np.asarray(indices, dtype=np.int64)
-        with self._count_lock:
-            self.issued += len(ids_a)
+        self._count_issued(len(ids_a))
         mb = self.strategy.max_batchsize
         for start in range(0, len(ids_a), mb):
             self._process(ids_a[start:start + mb], idx_a[start:start + mb], self.pipeline)
@@ -253,16 +292,14 @@ class SystemUnderTest:
         elif isinstance(item, _Fresh):
             ids = np.asarray(item.ids, dtype=np.uint64)
             idx = np.asarray(item.indices, dtype=np.int64)
-            with self._count_lock:
-                self.issued += len(ids)
+            self._count_issued(len(ids))
             if item.t_ns and self.tracer is not None:
                 self.tracer.span("queue_wait", "model", item.t_ns, self.tracer.now(), {"samples": len(ids)})
         else:
             n = len(item)
             ids = np.fromiter((s.id for s in item), dtype=np.uint64, count=n)
             idx = np.fromiter((s.index for s in item), dtype=np.int64, count=n)
-            with self._count_lock:
-                self.issued += n
+            self._count_issued(n)
         mb = self.strategy.max_batchsize
         if len(ids) > mb:
             for start in range(mb, len(ids), mb):
@@ -318,23 +355,14 @@ class SystemUnderTest:
         return np.concatenate(ids_parts), np.concatenate(idx_parts), stop
 
     def _process(self, ids: np.ndarray, idx: np.ndarray, pipeline: Pipeline | None = None) -> None:
-        lg = self._lg
         pipeline = pipeline or self.pipeline
         tracer = self.tracer
         t_batch = tracer.now() if tracer is not None else 0
         if self.error is None:
             try:
                 buf, offsets = pipeline.run(idx)
-                base = buf.ctypes.data
-                # plain ints from tolist(): building the response objects is the per-sample cost here
-                sizes = np.diff(offsets).tolist()
-                starts = (offsets[:-1] + base).tolist()
-                responses = [
-                    lg.QuerySampleResponse(i, s, n) for i, s, n in zip(ids.tolist(), starts, sizes, strict=True)
-                ]
                 t_complete = tracer.now() if tracer is not None else 0
-                lg.QuerySamplesComplete(responses)  # buf stays referenced until this returns
-                self._count(len(ids))
+                self._complete(ids.tolist(), buf, offsets)
                 if tracer is not None:
                     end = tracer.now()
                     tracer.span("complete", "model", t_complete, end, {"samples": len(ids)})
@@ -343,24 +371,7 @@ class SystemUnderTest:
                 return
             except BaseException as e:  # noqa: BLE001 - every failure must still complete the samples
                 self._fail(e)
-        # failed run: complete at once with empty responses so LoadGen can finish
-        lg.QuerySamplesComplete([lg.QuerySampleResponse(int(i), 0, 0) for i in ids])
-        self._count(len(ids))
-
-    def _count(self, n: int) -> None:
-        with self._count_lock:
-            self.completed += n
-            self.batches += 1
-
-    def _fail(self, e: BaseException) -> None:
-        with self._count_lock:
-            first = self.error is None
-            if first:
-                self.error = e
-        if first:
-            log.error("the timed path failed: %s", e)
-            if self.on_failure is not None:
-                self.on_failure(e)
+        self._complete_empty(ids.tolist())
 
     # -- one LoadGen test ----------------------------------------------------------------------------------
     def run_test(self, loader: SampleLoader, total_count: int, performance_count: int, settings: Any,
@@ -403,16 +414,10 @@ class SystemUnderTest:
             self.stop()
             lg.DestroyFastSUT(sut)
             lg.DestroyQSL(qsl)
-        if self.issued != self.completed:
-            raise RunFailed(f"internal error: {self.issued} samples issued but {self.completed} completed")
-        if self.error is not None:
-            err = self.error
-            if isinstance(err, MLHarnessError):
-                raise RunFailed(f"the run failed: {err}") from err
-            raise RunFailed(f"the run failed: {type(err).__name__}: {err}") from err
+        self._raise_if_failed()
 
 
-class NetworkQDL:
+class NetworkQDL(_Completions):
     """LoadGen over the network: LoadGen's query dispatch library (QDL) on this node, the SUT on agents.
 
     The QDL does no pre-processing, batching or post-processing: ``issue`` forwards each query's sample indices
@@ -426,25 +431,21 @@ class NetworkQDL:
     :class:`SystemUnderTest`: every sample is completed exactly once, with empty responses after a failure.
     """
 
+    failure_label = "the network SUT"
+
     def __init__(self, client: Any, on_failure: Callable[[BaseException], None] | None = None):
+        super().__init__(on_failure)
         self.client = client
-        self.on_failure = on_failure
         self.chunk = max(1, int(getattr(client, "max_samples", 1024)))
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._in_flight = 0
-        self.issued = 0
-        self.completed = 0
-        self.batches = 0
-        self.error: BaseException | None = None
-        self._lg: Any = None
 
     # -- LoadGen callbacks -------------------------------------------------------------------------------------
     def issue(self, query_samples: Any) -> None:
         ids = [s.id for s in query_samples]
         indices = [s.index for s in query_samples]
-        with self._lock:
-            self.issued += len(ids)
+        self._count_issued(len(ids))
         for start in range(0, len(ids), self.chunk):
             self._send(ids[start:start + self.chunk], indices[start:start + self.chunk])
 
@@ -461,7 +462,7 @@ class NetworkQDL:
     # -- requests ----------------------------------------------------------------------------------------------
     def _send(self, ids: list[int], indices: list[int]) -> None:
         if self.error is not None:
-            self._complete(ids, None)
+            self._complete_empty(ids)
             return
         with self._lock:
             self._in_flight += 1
@@ -476,38 +477,17 @@ class NetworkQDL:
                 error = RunFailed(f"an agent answered {len(responses)} responses for {len(ids)} samples")
             if error is not None:
                 self._fail(error)
-                responses = None
-            self._complete(ids, responses)
+            if responses is None or self.error is not None:
+                self._complete_empty(ids)
+            else:
+                sizes = np.fromiter((len(r) for r in responses), dtype=np.int64, count=len(responses))
+                offsets = np.zeros(len(responses) + 1, dtype=np.int64)
+                np.cumsum(sizes, out=offsets[1:])
+                self._complete(ids, np.frombuffer(b"".join(responses) or b"\0", dtype=np.uint8), offsets)
         finally:
             with self._lock:
                 self._in_flight -= 1
                 self._idle.notify_all()
-
-    def _complete(self, ids: list[int], responses: list[bytes] | None) -> None:
-        lg = self._lg
-        if responses is None or self.error is not None:
-            lg.QuerySamplesComplete([lg.QuerySampleResponse(i, 0, 0) for i in ids])
-        else:
-            data = b"".join(responses)
-            base = np.frombuffer(data, dtype=np.uint8).ctypes.data if data else 0
-            out, pos = [], 0
-            for i, r in zip(ids, responses, strict=True):
-                out.append(lg.QuerySampleResponse(i, base + pos, len(r)))
-                pos += len(r)
-            lg.QuerySamplesComplete(out)  # ``data`` stays referenced until this returns
-        with self._lock:
-            self.completed += len(ids)
-            self.batches += 1
-
-    def _fail(self, e: BaseException) -> None:
-        with self._lock:
-            first = self.error is None
-            if first:
-                self.error = e
-        if first:
-            log.error("the network SUT failed: %s", e)
-            if self.on_failure is not None:
-                self.on_failure(e)
 
     # -- one LoadGen test ----------------------------------------------------------------------------------
     def run_test(self, loader: SampleLoader, total_count: int, performance_count: int, settings: Any,
@@ -538,10 +518,4 @@ class NetworkQDL:
                 self._idle.wait_for(lambda: self._in_flight == 0, timeout=30)
             lg.DestroyQDL(qdl)
             lg.DestroyQSL(qsl)
-        if self.issued != self.completed:
-            raise RunFailed(f"internal error: {self.issued} samples issued but {self.completed} completed")
-        if self.error is not None:
-            err = self.error
-            if isinstance(err, MLHarnessError):
-                raise RunFailed(f"the run failed: {err}") from err
-            raise RunFailed(f"the run failed: {type(err).__name__}: {err}") from err
+        self._raise_if_failed()

@@ -97,7 +97,7 @@ def list_manifests(out: Console, extra: list[Path]) -> int:
 
 
 def validate(out: Console, ref: str, dataset_path: str | None) -> int:
-    from mlharness.manifest.assets import cache_dir, verify_checksum
+    from mlharness.manifest.assets import verify_checksum
 
     loaded = load_manifest(ref)
     hooks = check_hooks(loaded)
@@ -138,7 +138,6 @@ def validate(out: Console, ref: str, dataset_path: str | None) -> int:
         if not p.exists():
             raise MLHarnessError(f"dataset path {p} does not exist")
         notes.append(f"dataset path {p} present")
-    del cache_dir
     out.print(f"[green]valid[/]: {escape(str(loaded.path))}")
     out.print(f"  hooks: {', '.join(hooks) or 'none'}")
     for n in notes:

@@ -61,7 +61,7 @@ class HookSet:
         self._filenames[filename] = (key, first_line)
         linecache.cache[filename] = (len(hook), None, hook.splitlines(keepends=True), filename)
         code = self._compile(key, hook, filename, str(source.path), first_line)
-        self._exec(key, code, str(source.path))
+        self._exec(key, code)
         fn = self.namespace.get(key)
         if not callable(fn):
             raise ManifestError(
@@ -73,12 +73,9 @@ class HookSet:
         try:
             return compile(text, filename, "exec")
         except SyntaxError as e:
-            line = e.lineno or 0
-            raise HookError(
-                key, manifest, f"{e.msg} (hook line {line}, file line {first_line + line - 1})", line=line
-            ) from None
+            raise syntax_error(key, manifest, e, first_line) from None
 
-    def _exec(self, key: str, code: Any, manifest: str) -> None:
+    def _exec(self, key: str, code: Any) -> None:
         try:
             exec(code, self.namespace)  # noqa: S102 - running the manifest's hooks is the point
         except Exception as e:
@@ -93,7 +90,7 @@ class HookSet:
             filename = str(path)
             self._filenames[filename] = (key, 1)
             code = self._compile(key, text, filename, str(path), 1)
-            self._exec(key, code, str(path))
+            self._exec(key, code)
             self._files_loaded[path] = None
         name = ref.function or key
         fn = self.namespace.get(name)
@@ -133,6 +130,12 @@ class HookSet:
             log.debug("hook %s failed:\n%s", hook, "".join(traceback.format_exception(exc)))
         return HookError(hook, self.manifest, f"raised {detail}{where}", line=line)
 
+def syntax_error(key: str, where: str, e: SyntaxError, first_line: int) -> HookError:
+    """A hook's syntax error with its line in the hook and in the file that holds it."""
+    line = e.lineno or 0
+    return HookError(key, where, f"{e.msg} (hook line {line}, file line {first_line + line - 1})", line=line)
+
+
 def check_hooks(loaded: LoadedManifest) -> list[str]:
     """Compile every hook and check it defines its function, WITHOUT running any of it (for validate/list).
     Returns the names of the hooks present."""
@@ -160,9 +163,7 @@ def check_hooks(loaded: LoadedManifest) -> list[str]:
             try:
                 tree = ast.parse(text, filename=where)
             except SyntaxError as e:
-                line = e.lineno or 0
-                raise HookError(key, where, f"{e.msg} (hook line {line}, file line {first + line - 1})",
-                                line=line) from None
+                raise syntax_error(key, where, e, first) from None
             defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
             if name not in defined and not (isinstance(hook, HookRef) and "import" in text):
                 raise ManifestError(source.path, prefix + key, f"the hook's source must define a function named "

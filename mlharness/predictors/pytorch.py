@@ -34,6 +34,7 @@ class PyTorchPredictor(Predictor):
         self.device: Any = None
         self.dtype: Any = None
         self.kind = ""
+        self._out_names = [n for n in config.output_names if n is not None]  # keys of a dict output
 
     def framework_version(self) -> str:
         import torch
@@ -128,7 +129,7 @@ class PyTorchPredictor(Predictor):
         if isinstance(out, torch.Tensor):
             items = [out]
         elif isinstance(out, dict):
-            names = [n for n in self.config.output_names if n is not None]
+            names = self._out_names
             try:
                 items = [out[n] for n in names] if names else list(out.values())
             except KeyError as e:

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from mlharness.agent.backend import RESPONSE, SAMPLE_INDEX
+from mlharness.agent.tensors import from_contents, from_raw, to_raw
 from mlharness.errors import AgentError, PredictorError, SettingsError
 from mlharness.predictors.base import Predictor
 
@@ -127,9 +129,9 @@ class RemotePredictor(Predictor):
                     names.append(t.name)
         self._out_names = [s.get("name") for s in self.config.output_specs] or [
             n or None for n in self.config.output_names]
+        self._requested_outputs = [n for n in self._out_names if n]  # named in every request
 
     def _check_sample_index(self, agent: Any, meta: Any) -> None:
-        from mlharness.agent.backend import RESPONSE, SAMPLE_INDEX
         from mlharness.agent.server import EXTENSION_QSL
 
         ins = [(t.name, t.datatype) for t in meta.inputs]
@@ -143,7 +145,6 @@ class RemotePredictor(Predictor):
     # -- requests ----------------------------------------------------------------------------------------------
     def _request(self, inputs: list[np.ndarray], names: list[str]) -> Any:
         from mlharness.agent.protos import grpc_predict_v2_pb2 as pb
-        from mlharness.agent.tensors import to_raw
 
         request = pb.ModelInferRequest(model_name=self.model_name, model_version=self.model_version)
         for name, arr in zip(names, inputs, strict=True):
@@ -153,8 +154,6 @@ class RemotePredictor(Predictor):
         return request
 
     def _decode(self, response: Any, names: list[str | None]) -> list[np.ndarray]:
-        from mlharness.agent.tensors import from_contents, from_raw
-
         raw = response.raw_output_contents
         position = {t.name: i for i, t in enumerate(response.outputs)}
         arrays = []
@@ -171,25 +170,24 @@ class RemotePredictor(Predictor):
 
     def predict(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         if self.mode == "sample_index":
-            response = self.pool.infer(self._request([np.asarray(inputs[0], dtype=np.int64)], ["sample_index"]))
-            return [self._decode(response, ["response"])[0]]
+            response = self.pool.infer(self._request([np.asarray(inputs[0], dtype=np.int64)], [SAMPLE_INDEX]))
+            return [self._decode(response, [RESPONSE])[0]]
         request = self._request(inputs, self._in_names)
-        for name in self._out_names:
-            if name:
-                request.outputs.add(name=name)
+        for name in self._requested_outputs:
+            request.outputs.add(name=name)
         return self._decode(self.pool.infer(request), self._out_names)
 
     # -- LoadGen over the network (mode sample_index) ----------------------------------------------------------
     def submit(self, indices: list[int], done: Callable[[list[bytes] | None, BaseException | None], None]) -> None:
         """Send sample indices without waiting; ``done(responses, None)`` or ``done(None, error)`` follows once."""
-        request = self._request([np.asarray(indices, dtype=np.int64)], ["sample_index"])
+        request = self._request([np.asarray(indices, dtype=np.int64)], [SAMPLE_INDEX])
 
         def finished(response: Any, error: BaseException | None) -> None:
             if error is not None:
                 done(None, error)
                 return
             try:
-                out = self._decode(response, ["response"])[0]
+                out = self._decode(response, [RESPONSE])[0]
             except BaseException as e:  # noqa: BLE001 - reported to the caller
                 done(None, e)
                 return
@@ -204,7 +202,7 @@ class RemotePredictor(Predictor):
         from mlharness.agent.backend import QSL_PARAMETER
         from mlharness.agent.client import rpc_error
 
-        request = self._request([np.asarray(indices, dtype=np.int64)], ["sample_index"])
+        request = self._request([np.asarray(indices, dtype=np.int64)], [SAMPLE_INDEX])
         request.parameters[QSL_PARAMETER].string_param = action
         for agent in self.pool.agents:
             if not agent.alive:

@@ -80,24 +80,9 @@ class TensorFlowPredictor(Predictor):
         if signature not in sigs:
             raise PredictorError(f"SavedModel {path} has no signature '{signature}'; it has {list(sigs)}")
         self._fn = sigs[signature]
-        arg_names = list(self._fn.structured_input_signature[1])
-        declared = [n for n in self.config.input_names if n]
-        if declared:
-            missing = [n for n in declared if n not in arg_names]
-            if missing:
-                raise PredictorError(f"inputs {missing} are not in signature '{signature}' of {path}: {arg_names}")
-            self._feeds = declared
-        else:
-            self._feeds = sorted(arg_names)
-        outs = list(self._fn.structured_outputs)
-        declared_out = [n for n in self.config.output_names if n]
-        if declared_out:
-            missing = [n for n in declared_out if n not in outs]
-            if missing:
-                raise PredictorError(f"outputs {missing} are not in signature '{signature}' of {path}: {outs}")
-            self._fetches = declared_out
-        else:
-            self._fetches = sorted(outs)
+        where = f"signature '{signature}' of {path}"
+        self._feeds = _match("inputs", self.config.input_names, list(self._fn.structured_input_signature[1]), where)
+        self._fetches = _match("outputs", self.config.output_names, list(self._fn.structured_outputs), where)
 
     def _load_frozen_graph(self, tf: Any, path: str) -> None:
         self.kind = "frozen graph"
@@ -106,8 +91,8 @@ class TensorFlowPredictor(Predictor):
         graph = tf.Graph()
         with graph.as_default(), tf.device(self._device):
             tf.compat.v1.import_graph_def(graph_def, name="")
-        names = [n for n in self.config.input_names]
-        out_names = [n for n in self.config.output_names]
+        names = list(self.config.input_names)
+        out_names = list(self.config.output_names)
         if None in names or None in out_names:
             raise PredictorError("a frozen graph needs every input and output tensor named in the manifest "
                                  "(e.g. name: input_tensor:0)")
@@ -150,6 +135,17 @@ class TensorFlowPredictor(Predictor):
         d = super().describe()
         d.update({"kind": self.kind, "device": self._device, "threads": self.config.threads})
         return d
+
+
+def _match(kind: str, names: list[str], available: list[str], where: str) -> list[str]:
+    """The manifest's names (all in ``available``), or every available name sorted when the manifest names none."""
+    declared = [n for n in names if n]
+    if not declared:
+        return sorted(available)
+    missing = [n for n in declared if n not in available]
+    if missing:
+        raise PredictorError(f"{kind} {missing} are not in {where}: {available}")
+    return declared
 
 
 def _tensor(name: str) -> str:

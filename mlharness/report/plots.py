@@ -113,19 +113,7 @@ def gpu_utilisation(runs: list[Run]) -> str | None:
             util = g.get("utilization_percent")
             if util and any(v is not None for v in util):
                 lines.append((f"{r.rel} gpu{g.get('index', '?')}", s.get("t_s") or [], util))
-    if not lines:
-        return None
-    fig, ax = _figure()
-    for label, t, util in lines:
-        pts = [(a, b) for a, b in zip(t, util, strict=False) if b is not None]
-        ax.plot([a for a, _ in pts], [b for _, b in pts], label=label)
-    ax.set_xlabel("time since the run started (s)")
-    ax.set_ylabel("GPU utilisation (%)")
-    ax.set_ylim(0, 105)
-    ax.set_title("GPU utilisation (NVML)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(**_OUTSIDE)
-    return _svg(fig)
+    return _over_time(lines, "GPU utilisation (%)", "GPU utilisation (NVML)", ylim=(0, 105))
 
 
 def cpu_utilisation(runs: list[Run]) -> str | None:
@@ -136,15 +124,23 @@ def cpu_utilisation(runs: list[Run]) -> str | None:
         cpu = (s.get("host") or {}).get("process_cpu_percent")
         if cpu and len(cpu) > 1:
             lines.append((r.rel, s.get("t_s") or [], cpu))
+    return _over_time(lines, "process CPU (%, 100 = one core)", "CPU utilisation of the harness process")
+
+
+def _over_time(lines: list[tuple[str, list, list]], ylabel: str, title: str,
+               ylim: tuple[float, float] | None = None) -> str | None:
+    """One line per (label, times, values) series; missing samples (None) are left out."""
     if not lines:
         return None
     fig, ax = _figure()
-    for label, t, cpu in lines:
-        pts = [(a, b) for a, b in zip(t, cpu, strict=False) if b is not None]
+    for label, t, values in lines:
+        pts = [(a, b) for a, b in zip(t, values, strict=False) if b is not None]
         ax.plot([a for a, _ in pts], [b for _, b in pts], label=label)
     ax.set_xlabel("time since the run started (s)")
-    ax.set_ylabel("process CPU (%, 100 = one core)")
-    ax.set_title("CPU utilisation of the harness process")
+    ax.set_ylabel(ylabel)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend(**_OUTSIDE)
     return _svg(fig)

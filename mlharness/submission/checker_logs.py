@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from mlharness.errors import MLHarnessError
 from mlharness.loadgen.rundir import detail_values
 from mlharness.loadgen.settings import embedded_seeds
-from mlharness.submission.compliance import result_score
+from mlharness.submission.compliance import score_of
 from mlharness.submission.rules import (
     ACC_PATTERNS,
     COMPLIANCE_TESTS,
@@ -174,7 +174,7 @@ def check_perf_run(c: Checker, division: str, info: Benchmark | None, scenario: 
     if mins["sample_concatenate_permutation"] and not values.get("effective_sample_concatenate_permutation"):
         c.error(detail, "the benchmark requires equal-issue mode (sample_concatenate_permutation)")
     try:
-        scen, score, _, _, _ = result_score(detail)
+        scen, score, _, _, _ = score_of(values, detail)  # the values read above: the log is parsed once
     except MLHarnessError:
         return "-"
     return f"{score / 1e6:,.3f} ms" if scen in ("SingleStream", "MultiStream") else f"{score:,.1f} samples/s"

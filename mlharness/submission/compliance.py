@@ -155,7 +155,11 @@ def _load_log(path: Path) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------------------------- performance
 def result_score(detail_path: Path) -> tuple[str, float, bool, dict[str, Any], str | None]:
     """(scenario, score, valid, detail values, note) of a run's mlperf_log_detail.txt."""
-    values = detail_values(detail_path)
+    return score_of(detail_values(detail_path), detail_path)
+
+
+def score_of(values: dict[str, Any], detail_path: Path) -> tuple[str, float, bool, dict[str, Any], str | None]:
+    """:func:`result_score` of detail values already read (``detail_path`` names the log in messages)."""
     scenario = values.get("effective_scenario")
     if scenario not in RESULT_KEYS:
         raise MLHarnessError(f"{detail_path}: no known effective_scenario ({scenario!r})")

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from mlharness.errors import DatasetError
+from mlharness.tasks._files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -232,15 +233,7 @@ def ensure_demo_model(path: Path) -> Path:
             log.warning("rebuilding the demo model %s: %s", path, e)
     data = _build_demo_model().SerializeToString()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp_name, path)
-        except BaseException:
-            Path(tmp_name).unlink(missing_ok=True)
-            raise
+        atomic_write_bytes(path, data)
     except OSError as e:
         raise DatasetError(f"demo model: cannot write {path}: {e}") from e
     log.info("wrote the demo model to %s", path)

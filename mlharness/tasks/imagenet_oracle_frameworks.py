@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mlharness.tasks._files import atomic_write
 from mlharness.tasks.imagenet_synth import CLASSES, CROP, GRID, MARGIN, oracle_templates
 
 
@@ -48,19 +49,6 @@ def _torch_module():
     return Oracle().eval()
 
 
-def _atomic_file(path: Path, write) -> Path:  # noqa: ANN001 - write(tmp_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def ensure_oracle_torchscript(path: Path) -> Path:
     """``model.generator``: the oracle as TorchScript (input NCHW float32, outputs (argmax int64, softmax))."""
     import torch
@@ -72,7 +60,7 @@ def ensure_oracle_torchscript(path: Path) -> Path:
     example = torch.zeros(2, 3, CROP, CROP)
     with torch.no_grad():
         traced = torch.jit.trace(module, example)
-    return _atomic_file(path, lambda tmp: traced.save(tmp))
+    return atomic_write(path, traced.save, suffix=".pt")
 
 
 def ensure_oracle_savedmodel(path: Path) -> Path:

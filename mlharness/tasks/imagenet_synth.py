@@ -28,9 +28,8 @@ from mlharness.errors import DatasetError
 from mlharness.tasks.resnet50_onnx import (  # noqa: F401 - ensure_random_resnet50 is a manifest generator
     ARGMAX_NAME,
     INPUT_NAME,
-    IR_VERSION,
-    OPSET,
     SOFTMAX_NAME,
+    classifier_model,
     ensure_random_resnet50,
     save_model,
 )
@@ -164,8 +163,7 @@ def oracle_templates() -> np.ndarray:
 def build_oracle_model():  # -> onnx.ModelProto
     """Slice off the cell margins, average-pool each cell, nearest template by Gemm (2 t.x - |t|^2), max over a
     class's two templates, softmax and ArgMax. Logits are scaled by 1e-3 to keep the softmax readable."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
 
     t = oracle_templates()  # [1001, 2, 48]
     flat = t.reshape(-1, t.shape[-1])
@@ -192,18 +190,7 @@ def build_oracle_model():  # -> onnx.ModelProto
         helper.make_node("Softmax", ["logits"], [SOFTMAX_NAME], name="softmax", axis=1),
         helper.make_node("ArgMax", ["logits"], [ARGMAX_NAME], name="argmax", axis=1, keepdims=0),
     ]
-    graph = helper.make_graph(
-        nodes, "imagenet_oracle",
-        inputs=[helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, ["batch", 3, CROP, CROP])],
-        outputs=[helper.make_tensor_value_info(ARGMAX_NAME, TensorProto.INT64, ["batch"]),
-                 helper.make_tensor_value_info(SOFTMAX_NAME, TensorProto.FLOAT, ["batch", CLASSES + 1])],
-        initializer=init,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="mlharness",
-                              doc_string=ORACLE_DOC)
-    model.ir_version = IR_VERSION
-    onnx.checker.check_model(model)
-    return model
+    return classifier_model(nodes, init, "imagenet_oracle", CLASSES + 1, ORACLE_DOC)
 
 
 def ensure_oracle_model(path: Path) -> Path:

@@ -20,7 +20,6 @@ import hashlib
 import io
 import json
 import logging
-import os
 import pickle
 import re
 from collections.abc import Sequence
@@ -31,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError
+from mlharness.tasks._files import atomic_write_bytes
 from mlharness.tasks.kits19_dice import Kits19DiceMetric  # noqa: F401 - registered as mlharness.tasks.kits19:...
 
 log = logging.getLogger(__name__)
@@ -264,9 +264,7 @@ def prepare(raw: Path, out: Path, cases: Sequence[str] | None = None, workers: i
                     "zoom_factor": np.asarray(e["zoom_factor"])} for e in entries}}
     with open(out / REFERENCE_META_FILE, "wb") as f:
         pickle.dump(reference, f)
-    tmp = out / f".{META_FILE}.tmp"
-    tmp.write_text(json.dumps(meta, indent=1) + "\n")
-    os.replace(tmp, out / META_FILE)
+    atomic_write_bytes(out / META_FILE, (json.dumps(meta, indent=1) + "\n").encode())
     return out
 
 

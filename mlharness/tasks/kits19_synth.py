@@ -23,14 +23,13 @@ ReLU; widths 32, 64, 128, 256, 320 at full size (``width`` 32, ``depth`` 4).
 from __future__ import annotations
 
 import logging
-import os
 import re
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from mlharness.errors import DatasetError
+from mlharness.tasks._files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -114,17 +113,7 @@ def _save(model, path: Path) -> Path:  # noqa: ANN001 - onnx.ModelProto
 
     model.ir_version = IR_VERSION
     onnx.checker.check_model(model)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(model.SerializeToString())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write_bytes(path, model.SerializeToString())
 
 
 def _valid(path: Path) -> bool:

@@ -9,14 +9,13 @@ and the MLPerf reference do. Batch norms are folded into the convolutions, which
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 
 from mlharness.errors import AssetError
+from mlharness.tasks._files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +54,7 @@ def conv_layout() -> Iterator[tuple[str, int, int, int]]:
 
 def build_resnet50(conv: ConvSource, fc_weight: np.ndarray, fc_bias: np.ndarray, doc: str):  # -> onnx.ModelProto
     """The graph; ``conv`` supplies each folded convolution, ``fc_*`` the classifier ([classes, 2048], [classes])."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
 
     nodes: list = []
     inits: list = []
@@ -101,12 +99,21 @@ def build_resnet50(conv: ConvSource, fc_weight: np.ndarray, fc_bias: np.ndarray,
         helper.make_node("Softmax", ["logits"], [SOFTMAX_NAME], name="softmax", axis=1),
         helper.make_node("ArgMax", ["logits"], [ARGMAX_NAME], name="argmax", axis=1, keepdims=0),
     ]
+    return classifier_model(nodes, inits, "resnet50_v1.5", classes, doc)
+
+
+def classifier_model(nodes: list, initializers: list, name: str, classes: int, doc: str):  # -> onnx.ModelProto
+    """A checked model with the MLPerf ResNet50's I/O: ``input_tensor:0`` [batch, 3, 224, 224] float32 in,
+    ``ArgMax:0`` [batch] int64 and ``softmax_tensor:0`` [batch, classes] out (what ``nodes`` must compute)."""
+    import onnx
+    from onnx import TensorProto, helper
+
     graph = helper.make_graph(
-        nodes, "resnet50_v1.5",
+        nodes, name,
         inputs=[helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, ["batch", 3, 224, 224])],
         outputs=[helper.make_tensor_value_info(ARGMAX_NAME, TensorProto.INT64, ["batch"]),
                  helper.make_tensor_value_info(SOFTMAX_NAME, TensorProto.FLOAT, ["batch", classes])],
-        initializer=inits,
+        initializer=initializers,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="mlharness",
                               doc_string=doc)
@@ -160,17 +167,7 @@ def torchvision_resnet50(state: dict[str, np.ndarray]):  # -> onnx.ModelProto
 
 def save_model(model, path: Path) -> Path:  # model: onnx.ModelProto
     """Write atomically (temp file + rename): a reader never sees half a model."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(model.SerializeToString())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write_bytes(path, model.SerializeToString())
 
 
 def _usable(path: Path, doc_prefix: str) -> bool:

@@ -18,8 +18,6 @@ import collections
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import AccuracyError, DatasetError
+from mlharness.tasks._files import atomic_write
 from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult
 
 log = logging.getLogger(__name__)
@@ -137,15 +136,8 @@ class Features:
                 self.segment_ids[index].astype(np.int64))
 
     def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", suffix=".npz", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, **{fl.name: getattr(self, fl.name) for fl in fields(self)})
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(path, lambda tmp: np.savez(tmp, **{fl.name: getattr(self, fl.name) for fl in fields(self)}),
+                     suffix=".npz")
 
     @classmethod
     def load(cls, path: Path) -> Features:

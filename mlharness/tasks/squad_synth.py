@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 import string
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from mlharness.errors import DatasetError
+from mlharness.tasks._files import atomic_write, atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -142,17 +141,6 @@ def synthetic_squad(count: int = DEFAULT_COUNT, seed: int = 0) -> dict[str, Any]
     return {"data": articles, "version": "1.1"}
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_synthetic_squad(out: Path | str, count: int = DEFAULT_COUNT, seed: int = 0) -> Path:
     """Write ``dev-v1.1.json`` and ``vocab.txt`` into ``out`` (the layout the squad dataset manifest reads)."""
     out = Path(out)
@@ -162,7 +150,7 @@ def write_synthetic_squad(out: Path | str, count: int = DEFAULT_COUNT, seed: int
         out.mkdir(parents=True, exist_ok=True)
         for name, data in files.items():  # the vocabulary first: the data file is what makes the set complete
             if not (out / name).is_file() or (out / name).read_bytes() != data:
-                _write_atomic(out / name, data)
+                atomic_write_bytes(out / name, data)
     except OSError as e:
         raise DatasetError(f"synthetic SQuAD: cannot write {out}: {e}") from e
     return out
@@ -248,8 +236,7 @@ def ensure_oracle_model(path: Path | str) -> Path:
     model = _build_oracle()
     if _reusable(path, model.doc_string):
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(path, model.SerializeToString())
+    atomic_write_bytes(path, model.SerializeToString())
     log.info("wrote the SQuAD oracle model to %s", path)
     return path
 
@@ -307,17 +294,12 @@ def ensure_random_bert_torchscript(path: Path | str) -> Path:
         return path
     wrapper = _random_bert()
     sample = tuple(torch.from_numpy(x) for x in _example_batch(2, seed=1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", suffix=".pt", dir=path.parent)
-    os.close(fd)
-    try:
+
+    def write(tmp: str) -> None:
         with torch.no_grad():
             torch.jit.trace(wrapper, sample, check_trace=False).save(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+
+    return atomic_write(path, write, suffix=".pt")
 
 
 def ensure_random_bert_model(path: Path | str) -> Path:
@@ -335,10 +317,8 @@ def ensure_random_bert_model(path: Path | str) -> Path:
     wrapper = _random_bert()
     # Traced on a padded batch: an all-ones mask would let the tracer fold the attention mask away.
     sample = tuple(torch.from_numpy(x) for x in _example_batch(2, seed=1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", suffix=".onnx", dir=path.parent)
-    os.close(fd)
-    try:
+
+    def write(tmp: str) -> None:  # exported, then checked against PyTorch before it is renamed into place
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
             torch.onnx.export(wrapper, sample, tmp, input_names=list(INPUT_NAMES), output_names=list(OUTPUT_NAMES),
@@ -356,9 +336,7 @@ def ensure_random_bert_model(path: Path | str) -> Path:
             if not np.allclose(g, w.numpy(), atol=1e-4):
                 raise DatasetError(f"random BERT export: onnxruntime and PyTorch disagree by "
                                    f"{float(np.abs(g - w.numpy()).max())}")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    atomic_write(path, write, suffix=".onnx")
     log.info("wrote the random BERT QA model to %s", path)
     return path

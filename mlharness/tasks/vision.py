@@ -22,7 +22,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError
+from mlharness.tasks._files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -278,15 +278,7 @@ class PreprocessCache:
         with self._lock:
             self.misses += 1
         try:
-            entry.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", suffix=".npy", dir=entry.parent)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    np.save(f, arr, allow_pickle=False)
-                os.replace(tmp, entry)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            atomic_write(entry, lambda tmp: np.save(tmp, arr, allow_pickle=False), suffix=".npy")
         except OSError as e:  # a full or read-only disk costs speed, not correctness
             log.warning("cannot write pre-processing cache entry %s: %s", entry, e)
         return arr
