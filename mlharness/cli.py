@@ -35,8 +35,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results-root", type=Path, default=Path("results"))
     p.add_argument("--system", default=os.environ.get("MLHARNESS_SYSTEM", "default"), help="system name in the "
                    "results tree")
-    p.add_argument("--user-conf", type=Path, default=None, help="user.conf (default: user_conf/<model>.conf or "
-                   "user_conf/default.conf)")
+    p.add_argument("--user-conf", type=Path, default=None, help="user.conf (default: the package's "
+                   "mlharness/user_conf/<model>.conf or mlharness/user_conf/default.conf)")
     p.add_argument("--audit-config", type=Path, default=None, help="compliance audit config (TEST01, TEST04)")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     dev = p.add_argument_group("development overrides (make a run non-submittable)")

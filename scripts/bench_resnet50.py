@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/bench_resnet50.py [--count 64] [--batch 8] [--seconds 10] [--rounds 3]
 
-Both sides run the same generated model (manifests/resnet50/resnet50-random.yaml) with the same session
+Both sides run the same generated model (mlharness/manifests/resnet50/resnet50-random.yaml) with the same session
 options on the same pre-processed batches of a synthetic ImageNet (generated in the cache on first use).
 Rounds alternate bare / mlharness so a machine that speeds up or slows down affects both alike; medians are
 reported. The mlharness side is a real LoadGen Offline test (development settings: short duration, --count).

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from mlharness.loadgen.rundir import StagedDir
-from mlharness.manifest.loader import PACKAGE_ROOT
+from mlharness.paths import MANIFESTS_DIR
 
 WALL_LIMIT_S = 30  # a failing run must end well within this, whatever min_duration says
 LONG = ["--mode", "performance", "--min-duration-ms", "600000", "--target-qps", "100"]
@@ -178,7 +178,7 @@ def test_raising_preprocess_at_load_time_fails_the_run(tmp_path, scenario):
 
 
 def _demo_with_raising_postprocess(folder: Path) -> Path:
-    text = (PACKAGE_ROOT / "manifests" / "demo" / "demo.yaml").read_text()
+    text = (MANIFESTS_DIR / "demo" / "demo.yaml").read_text()
     old = "  def postprocess(ctx, outputs):\n"
     assert text.count(old) == 1
     new = ("  CALLS = [0]\n\n" + old + "      CALLS[0] += 1\n      if CALLS[0] == 2:  # Offline: 2 batches of 32\n"

@@ -22,10 +22,11 @@ import yaml
 
 from mlharness.loadgen.runner import resolve_load_workers
 from mlharness.manifest.loader import load_manifest
+from mlharness.paths import MANIFESTS_DIR
 from mlharness.tasks import imagenet_synth, vision
 from mlharness.tasks.imagenet import read_val_map
 
-MANIFESTS = Path(__file__).resolve().parents[1] / "manifests" / "resnet50"
+MANIFESTS = MANIFESTS_DIR / "resnet50"
 N_IMAGES = 500
 
 

@@ -14,13 +14,14 @@ import numpy as np
 import pytest
 
 from mlharness.manifest.hooks import check_hooks
-from mlharness.manifest.loader import PACKAGE_ROOT, load_manifest
+from mlharness.manifest.loader import load_manifest
+from mlharness.paths import MANIFESTS_DIR
 from mlharness.predictors import PREDICTORS
 from mlharness.predictors.base import PredictorConfig
 
 torch = pytest.importorskip("torch")
 
-MANIFESTS = sorted(p for p in (PACKAGE_ROOT / "manifests").rglob("*.yaml") if "datasets" not in p.parts)
+MANIFESTS = sorted(p for p in MANIFESTS_DIR.rglob("*.yaml") if "datasets" not in p.parts)
 
 # What each real manifest must offer, with the reference's files (URL, md5 from mlcommons/cm4mlops).
 REAL_VARIANTS = {
@@ -73,7 +74,7 @@ def test_real_variants_download_the_reference_files(name: str, framework: str) -
     else:
         assert (asset.graph_path, asset.graph_checksum) == (url, f"md5:{md5}")
     # the source of the URL and checksum is written down beside them
-    assert "cm4mlops" in (PACKAGE_ROOT / "manifests" / name / f"{name}.yaml").read_text()
+    assert "cm4mlops" in (MANIFESTS_DIR / name / f"{name}.yaml").read_text()
 
 
 def test_resnet50_variants_keep_the_reference_preprocessing() -> None:

@@ -17,6 +17,7 @@ import pytest
 from mlharness.errors import SettingsError
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.rundir import detail_values
+from mlharness.paths import AUDIT_DIR, USER_CONF_DIR
 
 CLI_TIMEOUT = 60
 
@@ -178,7 +179,7 @@ def test_unreadable_user_conf(tmp_path):
 
 
 def test_project_user_confs_validate():
-    root = Path(lgs.PACKAGE_ROOT) / "user_conf"
+    root = USER_CONF_DIR
     confs = sorted(root.glob("*.conf"))
     assert confs
     for path in confs:
@@ -434,7 +435,7 @@ def test_stray_audit_config_in_cwd_is_ignored(tmp_path):
 def test_test05_audit_config_switches_to_the_alternate_seeds(run_cli, tmp_path):
     """LoadGen 6.0.x ignores 'test05' in an audit config; mlharness applies it, so the run uses the embedded
     test05_* seeds (and a normal run does not)."""
-    audit = Path(__file__).resolve().parents[1] / "audit" / "TEST05" / "audit.config"
+    audit = AUDIT_DIR / "TEST05" / "audit.config"
     seeds = lgs.embedded_seeds()
     for extra, expected in (([], seeds["qsl_rng_seed"]), (["--audit-config", str(audit)],
                                                             seeds["test05_qsl_rng_seed"])):

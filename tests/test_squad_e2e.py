@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from mlharness.paths import MANIFESTS_DIR
 from mlharness.tasks.squad_synth import synthetic_squad
 
 pytestmark = pytest.mark.slow
 
 PERFECT = '{"exact_match": 100.0, "f1": 100.0}\n'
-MANIFESTS = Path(__file__).resolve().parents[1] / "manifests" / "bert"
+MANIFESTS = MANIFESTS_DIR / "bert"
 QUESTIONS = 24
 
 

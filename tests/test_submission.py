@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from mlharness.loadgen.rundir import detail_values
-from mlharness.manifest.loader import PACKAGE_ROOT
+from mlharness.paths import MANIFESTS_DIR
 from mlharness.submission.compliance import result_score
 
 pytestmark = pytest.mark.slow
@@ -102,7 +102,7 @@ def tree(env: dict[str, str], work: Path) -> dict[str, object]:
     overrides = work / "system.yaml"
     overrides.write_text(yaml.safe_dump(OVERRIDES))
     results = work / "results"
-    demo = with_offline_pacing(PACKAGE_ROOT / "manifests" / "demo" / "demo.yaml", work / "demo.yaml", PACE_S)
+    demo = with_offline_pacing(MANIFESTS_DIR / "demo" / "demo.yaml", work / "demo.yaml", PACE_S)
     # one framework thread: an onnxruntime thread pool spinning on a busy host makes batch times erratic
     common = ["--scenarios", "Offline", "SingleStream", "--division", "open", "--submitter", "Acme",
               "--system-name", SYSTEM, "--results", str(results), "--system-overrides", str(overrides), *DEV,
@@ -110,7 +110,7 @@ def tree(env: dict[str, str], work: Path) -> dict[str, object]:
     # an Offline query of 110 demo images: 4 batches of 32
     procs = {"demo": cli(env, "submission", "run", "--manifest", str(demo), *common, "--target-qps", "500")}
     images = write_synthetic_imagenet(work / "imagenet", count=32)
-    resnet = with_offline_pacing(PACKAGE_ROOT / "manifests" / "resnet50" / "resnet50-oracle.yaml",
+    resnet = with_offline_pacing(MANIFESTS_DIR / "resnet50" / "resnet50-oracle.yaml",
                                  work / "resnet50-oracle.yaml", PACE_S)
     # an Offline query of 64 images in 4 batches of 16: the model's time is well under the pace
     procs["resnet"] = cli(env, "submission", "run", "--manifest", str(resnet), "--dataset-path", str(images),

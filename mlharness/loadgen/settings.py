@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import SettingsError, suggest
-from mlharness.manifest.loader import PACKAGE_ROOT
 from mlharness.manifest.schema import SCENARIOS
+from mlharness.paths import USER_CONF_DIR
 
 # Keys LoadGen's TestSettings::FromConfig reads (loadgen/test_settings_internal.cc, 6.0.x). Checked against the
 # installed LoadGen by tests/test_settings.py: 6.0.17 reads none of 'test05', 'target_duration' and
@@ -146,8 +146,8 @@ def _is_number(value: str) -> bool:
 
 
 def default_user_conf(benchmark_model: str) -> Path | None:
-    """``user_conf/<model>.conf`` if it exists, else ``user_conf/default.conf``."""
-    root = PACKAGE_ROOT / "user_conf"
+    """``mlharness/user_conf/<model>.conf`` if it exists, else ``mlharness/user_conf/default.conf``."""
+    root = USER_CONF_DIR
     for name in (f"{benchmark_model}.conf", "default.conf"):
         if (root / name).is_file():
             return root / name

@@ -19,15 +19,14 @@ from pydantic import BaseModel, ValidationError
 
 from mlharness.errors import ManifestError, suggest
 from mlharness.manifest.schema import DATASET_HOOK_KEYS, MODEL_HOOK_KEYS, DatasetManifest, ModelManifest
-
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+from mlharness.paths import MANIFESTS_DIR
 
 
 def manifest_dirs() -> list[Path]:
     """Where built-in manifests live: ``$MLHARNESS_MANIFEST_PATH`` (os.pathsep separated) first, then the
-    project's ``manifests/``."""
+    package's own ``mlharness/manifests/``."""
     dirs = [Path(p) for p in os.environ.get("MLHARNESS_MANIFEST_PATH", "").split(os.pathsep) if p]
-    dirs.append(PACKAGE_ROOT / "manifests")
+    dirs.append(MANIFESTS_DIR)
     return [d for d in dirs if d.is_dir()]
 
 

@@ -21,7 +21,8 @@ from typing import Any
 from mlharness import __version__
 from mlharness.errors import SettingsError
 from mlharness.loadgen import settings as lgs
-from mlharness.manifest.loader import PACKAGE_ROOT, load_manifest
+from mlharness.manifest.loader import load_manifest
+from mlharness.paths import AUDIT_DIR
 from mlharness.submission import records
 from mlharness.submission.audits import scenario_verdicts
 from mlharness.submission.layout import Tree, check_system_name
@@ -31,7 +32,6 @@ from mlharness.submission.system import describe_system, load_overrides
 
 log = logging.getLogger(__name__)
 
-AUDIT_ROOT = PACKAGE_ROOT / "audit"
 __all__ = ["StepFailed", "SubmissionRequest", "Outcome", "run_submission", "audit_config"]
 
 
@@ -66,9 +66,10 @@ class Outcome:
 
 
 def audit_config(test: str, mlperf_model: str | None) -> Path:
-    """audit/<TEST>/<model>/audit.config when the benchmark has its own variant, else audit/<TEST>/audit.config."""
-    specific = AUDIT_ROOT / test / (mlperf_model or "") / "audit.config"
-    path = specific if mlperf_model and specific.is_file() else AUDIT_ROOT / test / "audit.config"
+    """mlharness/audit/<TEST>/<model>/audit.config when the benchmark has its own variant, else
+    mlharness/audit/<TEST>/audit.config."""
+    specific = AUDIT_DIR / test / (mlperf_model or "") / "audit.config"
+    path = specific if mlperf_model and specific.is_file() else AUDIT_DIR / test / "audit.config"
     if not path.is_file():
         raise SettingsError(f"audit config {path} is missing from the mlharness installation")
     return path
@@ -94,7 +95,7 @@ def run_submission(req: SubmissionRequest, console: Any) -> Outcome:
     for moved in tree.sweep_leftovers():
         console.print(f"moved leftover run folder to {moved}", highlight=False, soft_wrap=True)
     records.snapshot_sources(loaded, tree.src_dir(req.system, benchmark), user_conf, list(audits.values()),
-                             AUDIT_ROOT, req.command)
+                             AUDIT_DIR, req.command)
     content, notes = records.measurements(loaded)
     state["benchmarks"][f"{req.system}/{benchmark}"]["measurements_notes"] = notes
     tree.write_state(state)

@@ -36,7 +36,7 @@ FILE_SIZE_LIMIT = 50 * 1024 * 1024
 MIN_DURATION_MS = 600_000
 
 # TEST01 samples responses in a performance run with this seed; 3D U-Net responses are whole volumes, so it
-# samples only 64 of them (audit/TEST01/3d-unet/audit.config).
+# samples only 64 of them (mlharness/audit/TEST01/3d-unet/audit.config).
 TEST01_ACCURACY_LOG_RNG_SEED = 720381539243781796
 
 MEASUREMENTS_FIELDS = (
