@@ -1,4 +1,4 @@
-"""Unit tests of the SUT's timed path: Pipeline.encode, and the worker/batching logic of SystemUnderTest driven
+"""Unit tests of the SUT's timed path: Pipeline.encode, and the staged workers/batching of SystemUnderTest driven
 with fake query samples. Only here are LoadGen's QuerySamplesComplete/QuerySampleResponse replaced (by recorders
 that read each response's bytes while its buffer is alive); everything else uses the real classes."""
 
@@ -225,50 +225,95 @@ def test_pipeline_run_without_postprocess_uses_the_first_output():
 # ------------------------------------------------------------------------------------- SystemUnderTest
 
 
-def check_exactly_once(rec: Recorder, indices: list[int], max_batchsize: int) -> None:
+def check_exactly_once(rec: Recorder, indices: list[int], max_batchsize: int, predictor: EchoPredictor) -> None:
     ids = rec.completed_ids()
     assert sorted(ids) == sorted(sample_id(i) for i in indices), "every issued id completed exactly once"
     assert len(ids) == len(set(ids))
-    assert all(1 <= len(b) <= max_batchsize for b in rec.batches), [len(b) for b in rec.batches]
+    # the model's batches respect the batch size (completions may group several batches in one call)
+    sizes = predictor.batch_sizes
+    assert all(1 <= b <= max_batchsize for b in sizes) and sum(sizes) == len(indices), sizes
     for i in indices:  # each response carries its own sample's data (no mix-up inside a batch)
         (data,) = rec.data[sample_id(i)]
         assert np.frombuffer(data, np.float32).tolist() == [float(i)]
+
+
+def run_queries(sut: SystemUnderTest, recorder: Recorder, queries: list[list[int]], n: int,
+                before_start: bool = False, pause_every: int = 0) -> None:
+    """Issue ``queries`` (lists of sample indices), before or after the workers start, and wait for all."""
+    if before_start:
+        for q in queries:
+            sut.issue([FakeSample(sample_id(i), i) for i in q])
+    sut.start()
+    try:
+        if not before_start:
+            for k, q in enumerate(queries):
+                sut.issue([FakeSample(sample_id(i), i) for i in q])
+                if pause_every and k % pause_every == 0:
+                    time.sleep(0.001)
+        wait_for(lambda: len(recorder.completed_ids()) == n)
+    finally:
+        sut.stop()
 
 
 def test_server_strategy_coalesces_queued_single_sample_queries(recorder):
     n, mb = 40, 4
     predictor = EchoPredictor()
     sut = SystemUnderTest(make_pipeline(n, predictor), Strategy.for_scenario("Server", mb, 50.0), workers=1)
-    for i in range(n):  # LoadGen's Server issues one sample per query; all queued before the worker starts
-        sut.issue([FakeSample(sample_id(i), i)])
-    sut.start()
-    try:
-        wait_for(lambda: len(recorder.completed_ids()) == n)
-    finally:
-        sut.stop()
-    check_exactly_once(recorder, list(range(n)), mb)
-    sizes = [len(b) for b in recorder.batches]
-    assert max(sizes) == mb and sizes == [mb] * (n // mb), sizes  # a full queue makes full batches
-    assert predictor.batch_sizes == sizes
+    # LoadGen's Server issues one sample per query; all queued before the workers start
+    run_queries(sut, recorder, [[i] for i in range(n)], n, before_start=True)
+    check_exactly_once(recorder, list(range(n)), mb, predictor)
+    assert predictor.batch_sizes == [mb] * (n // mb)  # a full queue makes full batches
     assert sut.issued == sut.completed == n and sut.batches == n // mb and sut.error is None
 
 
 def test_server_strategy_two_workers_while_queries_arrive(recorder):
     n, mb = 120, 4
-    sut = SystemUnderTest(make_pipeline(n, EchoPredictor(sleep_s=0.002)), Strategy.for_scenario("Server", mb, 5.0),
-                          workers=2)
+    predictor = EchoPredictor(sleep_s=0.002)
+    sut = SystemUnderTest(make_pipeline(n, predictor), Strategy.for_scenario("Server", mb, 5.0), workers=2)
+    run_queries(sut, recorder, [[i] for i in range(n)], n, pause_every=10)
+    check_exactly_once(recorder, list(range(n)), mb, predictor)
+    assert max(predictor.batch_sizes) > 1  # samples queued during a predict are batched together
+    assert sut.issued == sut.completed == n
+
+
+def test_server_bursts_are_batched_and_completed_once(recorder):
+    """Bursts of arrivals while both runners are busy: each burst tops up open batches, none is lost."""
+    mb, bursts, per_burst = 8, 12, 13
+    n = bursts * per_burst
+    predictor = EchoPredictor(sleep_s=0.004)
+    sut = SystemUnderTest(make_pipeline(n, predictor), Strategy.for_scenario("Server", mb, 1.0), workers=2)
     sut.start()
     try:
-        for i in range(n):
-            sut.issue([FakeSample(sample_id(i), i)])
-            if i % 10 == 0:
-                time.sleep(0.001)
+        for b in range(bursts):
+            for i in range(b * per_burst, (b + 1) * per_burst):
+                sut.issue([FakeSample(sample_id(i), i)])
+            time.sleep(0.003)
         wait_for(lambda: len(recorder.completed_ids()) == n)
     finally:
         sut.stop()
-    check_exactly_once(recorder, list(range(n)), mb)
-    assert max(len(b) for b in recorder.batches) > 1  # samples queued during a predict are batched together
-    assert sut.issued == sut.completed == n
+    check_exactly_once(recorder, list(range(n)), mb, predictor)
+    assert predictor.batch_sizes.count(mb) >= bursts // 2, predictor.batch_sizes
+    assert sut.issued == sut.completed == n and sut.batches == len(predictor.batch_sizes)
+
+
+def test_server_flush_releases_an_open_batch_at_once(recorder):
+    """A lone sample would wait up to the coalescing time (here 10 s) for company; LoadGen's flush sends it."""
+    predictor = EchoPredictor()
+    sut = SystemUnderTest(make_pipeline(4, predictor), Strategy.for_scenario("Server", 4, 10_000.0))
+    sut.start()
+    try:
+        sut.issue([FakeSample(sample_id(0), 0)])
+        time.sleep(0.05)
+        assert recorder.completed_ids() == []  # still open, waiting for more samples
+        t = time.monotonic()
+        sut.flush()
+        wait_for(lambda: len(recorder.completed_ids()) == 1, timeout=5)
+        assert time.monotonic() - t < 2.0
+        sut.issue([FakeSample(sample_id(1), 1)])  # after a flush nothing waits
+        wait_for(lambda: len(recorder.completed_ids()) == 2, timeout=5)
+    finally:
+        sut.stop()
+    assert predictor.batch_sizes == [1, 1] and sut.issued == sut.completed == 2
 
 
 def test_server_strategy_splits_multi_sample_queries(recorder):
@@ -276,46 +321,80 @@ def test_server_strategy_splits_multi_sample_queries(recorder):
     mb = 4
     sizes = [3, 6, 1, 9, 2]
     n = sum(sizes)
-    sut = SystemUnderTest(make_pipeline(n), Strategy.for_scenario("Server", mb, 20.0), workers=2)
-    start = 0
-    for size in sizes:
-        sut.issue([FakeSample(sample_id(i), i) for i in range(start, start + size)])
-        start += size
-    sut.start()
-    try:
-        wait_for(lambda: len(recorder.completed_ids()) == n)
-    finally:
-        sut.stop()
-    check_exactly_once(recorder, list(range(n)), mb)
+    bounds = np.cumsum([0] + sizes)
+    predictor = EchoPredictor()
+    sut = SystemUnderTest(make_pipeline(n, predictor), Strategy.for_scenario("Server", mb, 20.0), workers=2)
+    run_queries(sut, recorder, [list(range(a, b)) for a, b in zip(bounds, bounds[1:], strict=False)], n,
+                before_start=True)
+    check_exactly_once(recorder, list(range(n)), mb, predictor)
     assert sut.issued == sut.completed == n
 
 
 @pytest.mark.parametrize("workers", [1, 3])
 def test_offline_strategy_splits_one_big_query(recorder, workers):
     n, mb = 37, 8
-    sut = SystemUnderTest(make_pipeline(n), Strategy.for_scenario("Offline", mb), workers=workers)
-    sut.start()
-    try:
-        sut.issue([FakeSample(sample_id(i), i) for i in range(n)])
-        wait_for(lambda: len(recorder.completed_ids()) == n)
-    finally:
-        sut.stop()
-    check_exactly_once(recorder, list(range(n)), mb)
-    assert sorted(len(b) for b in recorder.batches) == [5, 8, 8, 8, 8]
-    assert sut.strategy.coalesce_wait_s is None
+    predictor = EchoPredictor()
+    sut = SystemUnderTest(make_pipeline(n, predictor), Strategy.for_scenario("Offline", mb), workers=workers)
+    run_queries(sut, recorder, [list(range(n))], n)
+    check_exactly_once(recorder, list(range(n)), mb, predictor)
+    assert sorted(predictor.batch_sizes) == [5, 8, 8, 8, 8]
+    assert sut.strategy.coalesce_wait_s is None and sut.batches == 5
+
+
+def test_offline_completes_finished_batches_in_bulk(recorder, monkeypatch):
+    """While one QuerySamplesComplete call is slow, batches that finish meanwhile go out together in the next
+    call: fewer completion calls than batches, each sample still exactly once."""
+    n, mb = 64, 4
+    slow = Recorder()
+
+    def complete(responses):
+        time.sleep(0.02)
+        slow.complete(responses)
+        recorder.complete(responses)
+
+    monkeypatch.setattr(mlperf_loadgen, "QuerySamplesComplete", complete)
+    predictor = EchoPredictor()
+    sut = SystemUnderTest(make_pipeline(n, predictor), Strategy.for_scenario("Offline", mb), workers=2)
+    run_queries(sut, recorder, [list(range(n))], n)
+    check_exactly_once(recorder, list(range(n)), mb, predictor)
+    assert len(predictor.batch_sizes) == n // mb == sut.batches
+    assert len(recorder.batches) < n // mb, [len(b) for b in recorder.batches]
+
+
+def test_offline_feeder_gathers_ahead_but_not_everything(recorder):
+    """The feeder gathers the next batches while the runner predicts, at most one per runner ahead: a huge
+    Offline query is never copied into memory all at once."""
+    n, mb = 40, 2
+    gathered: list[int] = []
+    predicting: list[int] = []
+    predictor = EchoPredictor(sleep_s=0.01)
+    pipeline = make_pipeline(n, predictor)
+    real_gather = pipeline.store.gather
+
+    def gather(idx):
+        gathered.append(len(gathered))
+        return real_gather(idx)
+
+    def predict(inputs, _real=predictor.predict):
+        predicting.append(len(gathered) - len(predicting))  # batches gathered but not yet predicted
+        return _real(inputs)
+
+    pipeline.store.gather = gather
+    predictor.predict = predict
+    sut = SystemUnderTest(pipeline, Strategy.for_scenario("Offline", mb), workers=1)
+    run_queries(sut, recorder, [list(range(n))], n)
+    check_exactly_once(recorder, list(range(n)), mb, predictor)
+    # at the start of each predict: its own batch plus at most one waiting and one in the feeder's hands
+    assert max(predicting) <= 3, predicting
+    assert max(predicting[:-3]) >= 2, predicting  # and the next batch was ready when predict started
 
 
 def test_non_server_strategies_never_span_queries(recorder):
     n = 12
-    sut = SystemUnderTest(make_pipeline(n), Strategy.for_scenario("SingleStream", 8), workers=1)
-    for i in range(n):
-        sut.issue([FakeSample(sample_id(i), i)])
-    sut.start()
-    try:
-        wait_for(lambda: len(recorder.completed_ids()) == n)
-    finally:
-        sut.stop()
-    assert [len(b) for b in recorder.batches] == [1] * n
+    predictor = EchoPredictor()
+    sut = SystemUnderTest(make_pipeline(n, predictor), Strategy.for_scenario("SingleStream", 8), workers=1)
+    run_queries(sut, recorder, [[i] for i in range(n)], n, before_start=True)
+    assert predictor.batch_sizes == [1] * n
 
 
 def test_failure_completes_every_sample_once_and_stops_predicting(recorder):
@@ -359,7 +438,7 @@ def test_run_test_raises_runfailed_naming_the_error(recorder, monkeypatch):
         sut.run_test(loader=None, total_count=n, performance_count=n, settings=None, log_settings=None,
                      audit_config="")
     assert sut.issued == sut.completed == n
-    assert not sut._threads  # workers were stopped
+    assert sut._stages is None  # workers were stopped
 
 
 def test_strategy_for_scenario():

@@ -1,9 +1,10 @@
 """The system under test, and the only module that touches LoadGen's SUT/QSL handles.
 
 ``issue_cb`` only enqueues the query and returns (it runs on LoadGen's issue thread; any work there would
-distort the Server schedule). Worker threads take queries off the queue, form batches as the scenario's
-strategy says, run predict + postprocess (the timed path), encode each response in the declared dtype and
-complete the whole batch with one ``QuerySamplesComplete`` while its buffer is alive.
+distort the Server schedule). Staged worker threads (:mod:`mlharness.loadgen.stages`) form batches as the
+scenario's strategy says, run predict on each instance, then postprocess, encode each response in the declared
+dtype and complete finished batches in bulk while their buffers are alive. SingleStream/MultiStream with one
+instance run inline on LoadGen's thread instead (nothing to overlap: LoadGen waits for each query).
 
 Every issued sample is completed exactly once. When anything in the timed path raises, the SUT records the
 first error, completes the failing batch with empty responses, and from then on completes every sample at
@@ -25,13 +26,11 @@ import numpy as np
 
 from mlharness.errors import HookError, MLHarnessError, RunFailed
 from mlharness.loadgen.qsl import SampleLoader, SampleStore
+from mlharness.loadgen.stages import StagedWorkers
 from mlharness.manifest.hooks import HookSet
 from mlharness.predictors.base import Predictor
 
 log = logging.getLogger(__name__)
-
-_STOP = object()
-
 
 class _Fresh:
     """A query as LoadGen's fast issue callback hands it over: plain lists of ids and sample indices.
@@ -80,7 +79,7 @@ class Pipeline:
         """Returns (buffer uint8, byte offsets of each response [n+1])."""
         if self.tracer is not None:
             return self._run_traced(indices)
-        return self._respond(self._infer(self.store.gather(indices)), len(indices))
+        return self.respond(self.infer(self.store.gather(indices)), len(indices))
 
     def _run_traced(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``run`` with a span per stage; a separate method so the untraced path carries no checks."""
@@ -89,14 +88,14 @@ class Pipeline:
         batch = self.store.gather(indices)
         t1 = now()
         tr.span("gather", "model", t0, t1, {"samples": len(indices)})
-        outputs = self._infer(batch)
+        outputs = self.infer(batch)
         t2 = now()
         tr.span("predict", "model", t1, t2, {"samples": len(indices)})
-        encoded = self._respond(outputs, len(indices))
+        encoded = self.respond(outputs, len(indices))
         tr.span("postprocess", "model", t2, now(), {"samples": len(indices)})
         return encoded
 
-    def _infer(self, batch: list[np.ndarray]) -> Any:
+    def infer(self, batch: list[np.ndarray]) -> Any:
         """The model on one batch: the predictor, or the manifest's ``predict(ctx, run, inputs)`` hook."""
         if self._predict is None:
             return self.predictor.predict(batch)
@@ -107,7 +106,7 @@ class Pipeline:
         except Exception as e:
             raise self.hooks._runtime_error("predict", e) from e
 
-    def _respond(self, outputs: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+    def respond(self, outputs: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
         """postprocess (or the first output as is) and the encoding of one response per sample."""
         if self._post is None:
             return self.encode(outputs[0], n)
@@ -121,7 +120,7 @@ class Pipeline:
         """Run the model (not the hooks around it) ``n`` times on real samples, before LoadGen times anything."""
         batch = self.store.gather(indices)
         for _ in range(n):
-            self._infer(batch)
+            self.infer(batch)
 
     def encode(self, responses: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
         if isinstance(responses, np.ndarray) and responses.ndim >= 1 and responses.shape[0] == n:
@@ -184,10 +183,10 @@ class _Completions:
         with self._count_lock:
             self.issued += n
 
-    def _count(self, n: int) -> None:
+    def _count(self, n: int, batches: int = 1) -> None:
         with self._count_lock:
             self.completed += n
-            self.batches += 1
+            self.batches += batches
 
     def _fail(self, e: BaseException) -> None:
         with self._count_lock:
@@ -226,22 +225,27 @@ class _Completions:
 
 
 class SystemUnderTest(_Completions):
-    """Worker threads + queue; hands LoadGen its callbacks. Use :meth:`run_test` to run one LoadGen test."""
+    """LoadGen's callbacks and the threads behind them. Use :meth:`run_test` to run one LoadGen test.
+
+    SingleStream/MultiStream with one instance run inline on LoadGen's issue thread; everything else goes
+    through the staged workers of :mod:`mlharness.loadgen.stages` (feeder, one runner per instance or worker,
+    completer)."""
 
     def __init__(self, pipeline: Pipeline | list[Pipeline], strategy: Strategy, workers: int = 1,
-                 on_failure: Callable[[BaseException], None] | None = None, tracer: Any = None):
+                 on_failure: Callable[[BaseException], None] | None = None, tracer: Any = None,
+                 affinity: list[set[int]] | None = None):
         super().__init__(on_failure)
         self.tracer = tracer
-        # one pipeline per predictor instance; worker i drives instance i % len(pipelines)
+        # one pipeline per predictor instance; runner i drives instance i % len(pipelines)
         self.pipelines = list(pipeline) if isinstance(pipeline, list | tuple) else [pipeline]
         self.pipeline = self.pipelines[0]
         self.strategy = strategy
         self.n_workers = max(1, workers, len(self.pipelines))
+        self.affinity = affinity  # cores of each runner (core pinning), or None
         # one query at a time by construction, one pipeline: process on LoadGen's thread (see issue_inline)
         self.inline = strategy.one_query_at_a_time and self.n_workers == 1
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-        self._flushed = threading.Event()
+        self._stages: StagedWorkers | None = None
 
     # -- LoadGen callbacks ---------------------------------------------------------------------------------
     def issue(self, query_samples: Any) -> None:
@@ -265,96 +269,55 @@ class SystemUnderTest(_Completions):
             self._process(ids_a[start:start + mb], idx_a[start:start + mb], self.pipeline)
 
     def flush(self) -> None:
-        self._flushed.set()
+        if self._stages is not None:
+            self._stages.flush()
 
     # -- workers -----------------------------------------------------------------------------------------------
     def start(self) -> None:
         import mlperf_loadgen as lg
 
         self._lg = lg
-        for i in range(self.n_workers):
-            pipeline = self.pipelines[i % len(self.pipelines)]
-            t = threading.Thread(target=self._worker, args=(pipeline,), name=f"mlharness-sut-{i}", daemon=True)
-            t.start()
-            self._threads.append(t)
+        # started even when queries run inline: idle threads cost nothing, and the queue then always drains
+        self._stages = StagedWorkers(self, self.n_workers, self.affinity)
+        self._stages.start()
 
     def stop(self) -> None:
-        for _ in self._threads:
-            self._queue.put(_STOP)
-        for t in self._threads:
-            t.join(timeout=30)
-        self._threads.clear()
+        if self._stages is not None:
+            self._stages.stop()
+            self._stages = None
 
-    def _split(self, item: Any) -> tuple[np.ndarray, np.ndarray] | None:
-        """Turn a queued item into (ids, indices); re-queue what exceeds the batch size for other workers."""
-        if isinstance(item, tuple):
-            ids, idx = item
-        elif isinstance(item, _Fresh):
+    def unpack(self, item: Any) -> tuple[np.ndarray, np.ndarray, int]:
+        """A queued query as (ids, indices, issue time when traced), counted as issued."""
+        if isinstance(item, _Fresh):
             ids = np.asarray(item.ids, dtype=np.uint64)
             idx = np.asarray(item.indices, dtype=np.int64)
-            self._count_issued(len(ids))
-            if item.t_ns and self.tracer is not None:
-                self.tracer.span("queue_wait", "model", item.t_ns, self.tracer.now(), {"samples": len(ids)})
-        else:
+            t_ns = item.t_ns
+        else:  # QuerySample objects (the plain SUT callback)
             n = len(item)
             ids = np.fromiter((s.id for s in item), dtype=np.uint64, count=n)
             idx = np.fromiter((s.index for s in item), dtype=np.int64, count=n)
-            self._count_issued(n)
-        mb = self.strategy.max_batchsize
-        if len(ids) > mb:
-            for start in range(mb, len(ids), mb):
-                self._queue.put((ids[start:start + mb], idx[start:start + mb]))
-            ids, idx = ids[:mb], idx[:mb]
-        return ids, idx
+            t_ns = 0
+        self._count_issued(len(ids))
+        return ids, idx, t_ns
 
-    def _worker(self, pipeline: Pipeline | None = None) -> None:
-        pipeline = pipeline or self.pipeline
-        wait = self.strategy.coalesce_wait_s
-        mb = self.strategy.max_batchsize
-        while True:
-            item = self._queue.get()
-            if item is _STOP:
-                return
-            ids, idx = self._split(item)
-            if wait is not None and len(ids) < mb:
-                ids, idx, stop = self._coalesce(ids, idx, wait)
-                self._process(ids, idx, pipeline)
-                if stop:
-                    return
+    def _complete_parts(self, parts: list[tuple[list[int], np.ndarray | None, np.ndarray | None]]) -> None:
+        """Complete several batches with one ``QuerySamplesComplete``; a part without a buffer gets empty
+        responses (after a failure). Every buffer is alive until the call returns."""
+        lg = self._lg
+        response = lg.QuerySampleResponse
+        responses = []
+        for ids, buf, offsets in parts:
+            if buf is None:
+                responses += [response(i, 0, 0) for i in ids]
                 continue
-            self._process(ids, idx, pipeline)
-
-    def _coalesce(self, ids: np.ndarray, idx: np.ndarray, wait: float) -> tuple[np.ndarray, np.ndarray, bool]:
-        """Server dynamic batching: add queued samples until the batch is full or ``wait`` has passed."""
-        ids_parts, idx_parts, n = [ids], [idx], len(ids)
-        mb = self.strategy.max_batchsize
-        deadline = time.perf_counter() + wait
-        stop = False
-        while n < mb:
-            remaining = deadline - time.perf_counter()
-            try:
-                if remaining <= 0 or self._flushed.is_set():
-                    item = self._queue.get_nowait()
-                else:
-                    item = self._queue.get(timeout=remaining)
-            except queue.Empty:
-                break
-            if item is _STOP:
-                stop = True
-                break
-            more_ids, more_idx = self._split(item)
-            room = mb - n
-            if len(more_ids) > room:
-                self._queue.put((more_ids[room:], more_idx[room:]))
-                more_ids, more_idx = more_ids[:room], more_idx[:room]
-            ids_parts.append(more_ids)
-            idx_parts.append(more_idx)
-            n += len(more_ids)
-        if len(ids_parts) == 1:
-            return ids, idx, stop
-        return np.concatenate(ids_parts), np.concatenate(idx_parts), stop
+            starts = (offsets[:-1] + buf.ctypes.data).tolist()
+            sizes = np.diff(offsets).tolist()
+            responses += [response(i, s, n) for i, s, n in zip(ids, starts, sizes, strict=True)]
+        lg.QuerySamplesComplete(responses)
+        self._count(len(responses), len(parts))
 
     def _process(self, ids: np.ndarray, idx: np.ndarray, pipeline: Pipeline | None = None) -> None:
+        """One batch start to end on the calling thread (the inline path)."""
         pipeline = pipeline or self.pipeline
         tracer = self.tracer
         t_batch = tracer.now() if tracer is not None else 0
