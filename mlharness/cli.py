@@ -57,6 +57,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     tune.add_argument("--instances", type=int, default=1, help="predictor sessions run side by side")
     tune.add_argument("--threads-per-instance", type=int, default=None, help="framework threads of each "
                       "instance (default: the cores split evenly)")
+    tune.add_argument("--pin-cores", action="store_true", help="pin each instance (its framework threads and "
+                      "its runner thread) to its own share of the usable cores")
     tune.add_argument("--load-workers", type=int, default=None, help="threads pre-processing samples at load "
                       "time; 0 = one per core (default: the dataset manifest's load_workers, else 1)")
     tune.add_argument("--trace", default="none", help="none (default), model (spans per batch/sample), framework "
@@ -202,7 +204,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         dataset_path=args.dataset_path, output=args.output, results_root=args.results_root, system=args.system,
         user_conf=args.user_conf, audit_config=args.audit_config, count=args.count, overrides=overrides,
         max_batchsize=args.max_batchsize, server_max_wait_ms=args.server_max_wait_ms, threads=args.threads,
-        workers=args.workers, instances=args.instances, threads_per_instance=args.threads_per_instance, load_workers=args.load_workers, device=args.device, trace=args.trace,
+        workers=args.workers, instances=args.instances, threads_per_instance=args.threads_per_instance, pin_cores=args.pin_cores, load_workers=args.load_workers, device=args.device, trace=args.trace,
         ignore_framework_version=args.ignore_framework_version, on_stuck_failure=stuck,
         telemetry_interval_ms=args.telemetry_interval_ms,
         progress=None if args.no_progress else RunProgress(err),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,16 @@ def test_several_instances_give_the_same_accuracy(run_cli, tmp_path, scenario):
     assert meta["predictor"]["instances"] == 3
     assert meta["batching"]["workers"] >= 1
     assert meta["samples"]["issued"] == meta["samples"]["completed"] == 96
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning two instances needs two usable cores")
+def test_pinned_instances_give_the_same_accuracy(run_cli, tmp_path):
+    out = tmp_path / "pinned"
+    proc = run_cli("run", "--scenario", "Offline", "--mode", "accuracy", "--output", str(out), "--no-progress",
+                   "--instances", "2", "--pin-cores", "--count", "64")
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "accuracy.txt").read_text() == "accuracy=100.000%, good=64, total=64\n"
+    meta = json.loads((out / "mlharness_run.json").read_text())
+    cores = sorted(os.sched_getaffinity(0))
+    pinned = meta["batching"]["pinned_cores"]
+    assert len(pinned) == 2 and sorted(c for g in pinned for c in g) == cores  # disjoint, all cores used

@@ -8,7 +8,8 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,7 @@ class RunOptions:
     instances: int = 1  # predictor sessions, each driven by its own worker thread
     threads_per_instance: int | None = None  # default with several instances: the cores split evenly
     workers: int = 1  # SUT worker threads
+    pin_cores: bool = False  # pin each instance (its framework threads and its runner) to its share of the cores
     load_workers: int | None = None  # None: the dataset manifest's load_workers, else 1; 0: one per core
     device: str = "cpu"
     trace: str = "none"  # none, model, framework, system, full (see mlharness.telemetry.trace)
@@ -225,7 +227,8 @@ def run(opts: RunOptions) -> RunResult:
         # after the hooks are built: ctx["framework"] stays the one the agents run
         loaded = remote_manifest(loaded, opts.agents, opts.network)
     framework_version = check_framework_version(loaded, opts.ignore_framework_version)
-    predictors = make_instances(loaded, opts, resolve_model_file(loaded), batch)
+    affinity = core_sets(max(1, opts.instances)) if opts.pin_cores else None
+    predictors = make_instances(loaded, opts, resolve_model_file(loaded), batch, affinity)
     try:
         if "before_postprocess" in hooks:
             hooks.call("before_postprocess", ctx)
@@ -259,19 +262,53 @@ def run(opts: RunOptions) -> RunResult:
             p.close()
 
 
-def make_instances(loaded: LoadedManifest, opts: RunOptions, model_file: Path | None, batch: int) -> list[Predictor]:
+def core_sets(instances: int, cores: list[int] | None = None) -> list[set[int]]:
+    """The usable cores split into ``instances`` contiguous groups (instance i gets group i)."""
+    cores = sorted(os.sched_getaffinity(0)) if cores is None else sorted(cores)
+    if instances > len(cores):
+        raise SettingsError(f"--pin-cores: {instances} instances cannot each have a core of their own on "
+                            f"{len(cores)} usable cores ({cores})")
+    per, extra = divmod(len(cores), instances)
+    groups, start = [], 0
+    for i in range(instances):
+        size = per + (1 if i < extra else 0)
+        groups.append(set(cores[start:start + size]))
+        start += size
+    return groups
+
+
+@contextmanager
+def _pinned(cores: set[int] | None) -> Iterator[None]:
+    """Run the block with this thread pinned to ``cores``: threads a framework starts meanwhile (ONNX Runtime's
+    intra-op pool) inherit the mask. The thread's own mask is restored afterwards."""
+    if not cores:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def make_instances(loaded: LoadedManifest, opts: RunOptions, model_file: Path | None, batch: int,
+                   affinity: list[set[int]] | None = None) -> list[Predictor]:
     """``opts.instances`` predictor sessions; with several, the cores are split between them unless
-    ``threads_per_instance`` says otherwise (two sessions each grabbing every core would fight)."""
+    ``threads_per_instance`` says otherwise (two sessions each grabbing every core would fight). With
+    ``affinity`` (core pinning), instance i is created pinned to ``affinity[i]`` and uses that many threads."""
     n = max(1, opts.instances)
     threads = opts.threads_per_instance or opts.threads
     if n > 1 and threads is None:
         threads = max(1, (os.cpu_count() or 1) // n)
-    per = replace(opts, threads=threads)
     weights_file = resolve_weights_file(loaded)  # once: verifying a large state dict's checksum takes seconds
     predictors: list[Predictor] = []
     try:
-        for _ in range(n):
-            predictors.append(make_predictor(loaded, per, model_file, batch, weights_file))
+        for i in range(n):
+            cores = affinity[i] if affinity else None
+            per = replace(opts, threads=threads or (len(cores) if cores else None))
+            with _pinned(cores):
+                predictors.append(make_predictor(loaded, per, model_file, batch, weights_file))
     except BaseException:
         for p in predictors:
             p.close()
@@ -364,7 +401,9 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictors, settings, plan, outdir, t
     if opts.network == "lon":
         sut = NetworkQDL(predictors[0], on_failure=on_failure)  # the agents run the hooks and the model
     else:
-        sut = SystemUnderTest(pipelines, strategy, opts.workers, on_failure=on_failure, tracer=tracer)
+        affinity = core_sets(len(predictors)) if opts.pin_cores else None  # the groups make_instances used
+        sut = SystemUnderTest(pipelines, strategy, opts.workers, on_failure=on_failure, tracer=tracer,
+                              affinity=affinity)
     if opts.progress:
         opts.progress.attach(sut, total if opts.mode == "accuracy" else None)
     observers = RunObservers(predictors, tracer, opts.telemetry_interval_ms)
@@ -435,7 +474,8 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictors, settings, plan, outdir, t
         "settings": lgs.describe_settings(settings),
         "batching": {"strategy": strategy.name, "max_batchsize": batch,
                      "coalesce_wait_s": strategy.coalesce_wait_s,
-                     "workers": getattr(sut, "n_workers", None), "inline": getattr(sut, "inline", False)},
+                     "workers": getattr(sut, "n_workers", None), "inline": getattr(sut, "inline", False),
+                     "pinned_cores": [sorted(c) for c in sut.affinity] if getattr(sut, "affinity", None) else None},
         "samples": {"total": total, "performance_sample_count": perf_count, "issued": sut.issued,
                     "completed": sut.completed, "batches": sut.batches},
         "result": {**asdict(summary), "fields": None},
