@@ -353,7 +353,7 @@ def test_offline_completes_finished_batches_in_bulk(recorder, monkeypatch):
         recorder.complete(responses)
 
     monkeypatch.setattr(mlperf_loadgen, "QuerySamplesComplete", complete)
-    predictor = EchoPredictor()
+    predictor = EchoPredictor(sleep_s=0.002)  # long enough a predict to be handed to the completer
     sut = SystemUnderTest(make_pipeline(n, predictor), Strategy.for_scenario("Offline", mb), workers=2)
     run_queries(sut, recorder, [list(range(n))], n)
     check_exactly_once(recorder, list(range(n)), mb, predictor)
@@ -361,9 +361,12 @@ def test_offline_completes_finished_batches_in_bulk(recorder, monkeypatch):
     assert len(recorder.batches) < n // mb, [len(b) for b in recorder.batches]
 
 
-def test_offline_feeder_gathers_ahead_but_not_everything(recorder):
-    """The feeder gathers the next batches while the runner predicts, at most one per runner ahead: a huge
-    Offline query is never copied into memory all at once."""
+def test_offline_feeder_gathers_ahead_but_not_everything(recorder, monkeypatch):
+    """The feeder gathers the next batches while the runner predicts, a few per runner ahead (4 here, then it
+    waits until 2 are left): a huge Offline query is never copied into memory all at once."""
+    from mlharness.loadgen import stages
+
+    monkeypatch.setattr(stages, "GATHER_AHEAD_BYTES", 0)  # these samples are tiny: count them as large
     n, mb = 40, 2
     gathered: list[int] = []
     predicting: list[int] = []
@@ -384,9 +387,45 @@ def test_offline_feeder_gathers_ahead_but_not_everything(recorder):
     sut = SystemUnderTest(pipeline, Strategy.for_scenario("Offline", mb), workers=1)
     run_queries(sut, recorder, [list(range(n))], n)
     check_exactly_once(recorder, list(range(n)), mb, predictor)
-    # at the start of each predict: its own batch plus at most one waiting and one in the feeder's hands
-    assert max(predicting) <= 3, predicting
+    # at the start of each predict: its own batch, at most 4 waiting and one in the feeder's hands, of 20
+    assert max(predicting) <= 6, predicting
     assert max(predicting[:-3]) >= 2, predicting  # and the next batch was ready when predict started
+
+
+@pytest.mark.parametrize("sleep_s,where", [(0.0, "mlharness-runner-0"), (0.003, "mlharness-completer")])
+def test_short_predicts_complete_on_the_runner_long_ones_on_the_completer(recorder, monkeypatch, sleep_s, where):
+    n, mb = 12, 4
+    threads: list[str] = []
+
+    def complete(responses):
+        threads.append(threading.current_thread().name)
+        recorder.complete(responses)
+
+    monkeypatch.setattr(mlperf_loadgen, "QuerySamplesComplete", complete)
+    predictor = EchoPredictor(sleep_s=sleep_s)
+    sut = SystemUnderTest(make_pipeline(n, predictor), Strategy.for_scenario("Offline", mb), workers=1)
+    run_queries(sut, recorder, [list(range(n))], n)
+    check_exactly_once(recorder, list(range(n)), mb, predictor)
+    assert set(threads) == {where}
+
+
+def test_tiny_batches_are_gathered_by_the_runner(recorder):
+    """A batch of a few bytes is not worth a hand-off: the runner gathers it, on its own thread."""
+    n, mb = 16, 4
+    threads: list[str] = []
+    predictor = EchoPredictor()
+    pipeline = make_pipeline(n, predictor)
+    real_gather = pipeline.store.gather
+
+    def gather(idx):
+        threads.append(threading.current_thread().name)
+        return real_gather(idx)
+
+    pipeline.store.gather = gather
+    sut = SystemUnderTest(pipeline, Strategy.for_scenario("Offline", mb), workers=1)
+    run_queries(sut, recorder, [list(range(n))], n)
+    check_exactly_once(recorder, list(range(n)), mb, predictor)
+    assert threads == ["mlharness-runner-0"] * (n // mb)
 
 
 def test_non_server_strategies_never_span_queries(recorder):

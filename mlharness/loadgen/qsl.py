@@ -70,6 +70,13 @@ class SampleStore:
             self._ragged = samples
             self._rows[order] = 0
 
+    def sample_nbytes(self) -> int | None:
+        """Bytes of one sample's inputs when they are packed contiguously; None for ragged samples."""
+        arrays = self._arrays
+        if arrays is None:
+            return None
+        return sum(a[0].nbytes for a in arrays if len(a))
+
     def loaded_count(self) -> int:
         return int((self._rows >= 0).sum())
 

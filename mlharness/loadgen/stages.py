@@ -7,15 +7,17 @@
                                       gathers ahead)          its instance)        completes in bulk)
 
 - The **feeder** turns queries into batches. Offline/SingleStream/MultiStream: a query is cut into batches of at
-  most ``max_batchsize`` that never span queries, and each batch's inputs are gathered ahead, while the runners
-  infer; at most ``R`` gathered batches wait, so a huge Offline query is not copied into memory at once.
+  most ``max_batchsize`` that never span queries, and each batch's inputs are gathered ahead while the runners
+  infer (when a batch holds enough bytes to be worth it); at most a few gathered batches per runner wait, so a
+  huge Offline query is not copied into memory at once.
   Server: arrivals top up the open batch until it is full; it is taken when a runner is free and its first
   sample has waited ``coalesce_wait_s`` (at once when LoadGen has flushed): greedy dynamic batching with no
   batch sealed early.
 - A **runner** per instance (or more, ``workers``) takes the oldest batch, runs the model and passes the outputs
   on. Frameworks release the GIL while they compute, so the other stages run meanwhile.
 - The **completer** runs postprocess and the encoding of every finished batch and completes all of them with
-  one ``QuerySamplesComplete`` while their buffers are alive.
+  one ``QuerySamplesComplete`` while their buffers are alive. A batch whose predict took under a millisecond
+  is completed by its runner instead: for such a model the hand-off would cost more than it hides.
 
 Every sample reaches the completer exactly once; after the first error no model runs and every batch is
 completed with empty responses, so LoadGen always reaches its end.
@@ -36,6 +38,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from mlharness.loadgen.sut import Pipeline, SystemUnderTest
 
 STOP = object()
+GATHER_AHEAD_BYTES = 256 * 1024  # smaller batches are gathered by the runner itself
+# A batch whose predict took less than this is completed by its runner: handing it to the completer costs
+# thread wake-ups (tens of microseconds) and hides only postprocess time, which such a model barely has.
+HANDOFF_MIN_S = 0.001
 
 
 class Batch:
@@ -64,30 +70,40 @@ class Batch:
 
 
 class Handoff:
-    """The batches between the feeder and the runners, oldest first; only the newest may still be open."""
+    """The batches between the feeder and the runners, oldest first; only the newest may still be open.
 
-    def __init__(self, max_batchsize: int, coalesce_wait_s: float | None, ahead: int):
-        self.cond = threading.Condition()
+    Back-pressure has hysteresis: a feeder that finds ``high`` batches waiting sleeps until only ``low`` are
+    left, so it wakes once per several batches rather than once per batch (each thread wake-up costs tens of
+    microseconds, which a tiny model notices)."""
+
+    def __init__(self, max_batchsize: int, coalesce_wait_s: float | None, runners: int):
+        lock = threading.Lock()
+        self.ready = threading.Condition(lock)  # runners wait here for a batch
+        self.room = threading.Condition(lock)  # the feeder waits here for room
         self.batches: deque[Batch] = deque()
         self.mb = max_batchsize
         self.wait = coalesce_wait_s
-        self.ahead = max(1, ahead)
+        self.high = 4 * max(1, runners)
+        self.low = 2 * max(1, runners)
         self.flushed = False
         self.stopped = False
 
     # -- feeder side -------------------------------------------------------------------------------------------
-    def put_sealed(self, batch: Batch) -> None:
-        """Publish a batch that is complete; blocks while ``ahead`` batches already wait (back-pressure)."""
-        with self.cond:
-            while len(self.batches) >= self.ahead and not self.stopped:
-                self.cond.wait()
+    def put(self, batch: Batch, bounded: bool = True) -> None:
+        """Publish a complete batch; when ``bounded`` (its inputs are gathered) blocks while ``high`` batches
+        wait, until ``low`` are left."""
+        with self.ready:
+            if bounded and len(self.batches) >= self.high:
+                while len(self.batches) > self.low and not self.stopped:
+                    self.room.wait()
             self.batches.append(batch)
-            self.cond.notify()
+            self.ready.notify()
 
     def top_up(self, ids: np.ndarray, idx: np.ndarray, first_ns: int = 0) -> None:
-        """Server: add arrivals to the open batch, opening new ones as batches fill."""
+        """Server: add arrivals to the open batch, opening new ones as batches fill (no bound: a Server
+        backlog is only index arrays, inputs are gathered when a batch runs)."""
         start, n = 0, len(ids)
-        with self.cond:
+        with self.ready:
             while start < n:
                 last = self.batches[-1] if self.batches else None
                 if last is None or last.sealed:
@@ -100,22 +116,23 @@ class Handoff:
                 start += take
                 if last.n >= self.mb:
                     last.sealed = True
-            self.cond.notify_all()
+            self.ready.notify_all()
 
     def flush(self) -> None:
-        with self.cond:
+        with self.ready:
             self.flushed = True
-            self.cond.notify_all()
+            self.ready.notify_all()
 
     def stop(self) -> None:
-        with self.cond:
+        with self.ready:
             self.stopped = True
-            self.cond.notify_all()
+            self.ready.notify_all()
+            self.room.notify_all()
 
     # -- runner side -------------------------------------------------------------------------------------------
     def take(self) -> Batch | None:
         """The oldest batch once it may run; None when stopped and nothing is left."""
-        with self.cond:
+        with self.ready:
             while True:
                 if self.batches:
                     b = self.batches[0]
@@ -124,14 +141,15 @@ class Handoff:
                     left = self.wait - (time.perf_counter() - b.born)
                     if left <= 0:
                         break
-                    self.cond.wait(left)
+                    self.ready.wait(left)
                 elif self.stopped:
                     return None
                 else:
-                    self.cond.wait()
+                    self.ready.wait()
             self.batches.popleft()
             b.sealed = True
-            self.cond.notify_all()  # the feeder may be waiting for room
+            if len(self.batches) == self.low:
+                self.room.notify()
             return b
 
 
@@ -176,6 +194,7 @@ class StagedWorkers:
         get = sut._queue.get
         gather = sut.pipeline.store.gather
         tracer = sut.tracer
+        ahead: bool | None = None  # decided at the first query, once the samples are loaded
         try:
             while True:
                 item = get()
@@ -189,9 +208,11 @@ class StagedWorkers:
                 if self.server:
                     hand.top_up(ids, idx, first_ns)
                     continue
+                if ahead is None:
+                    ahead = self._gathers_ahead()
                 for start in range(0, len(ids), mb):
                     batch = Batch(ids[start:start + mb], idx[start:start + mb], True, first_ns)
-                    if sut.error is None:
+                    if ahead and sut.error is None:
                         t0 = tracer.now() if tracer is not None else 0
                         try:
                             batch.inputs = gather(batch.idx_parts[0])
@@ -199,9 +220,15 @@ class StagedWorkers:
                             sut._fail(e)
                         if tracer is not None:
                             tracer.span("gather", "model", t0, tracer.now(), {"samples": batch.n})
-                    hand.put_sealed(batch)
+                    hand.put(batch, bounded=ahead)
         finally:
             hand.stop()
+
+    def _gathers_ahead(self) -> bool:
+        """Gather ahead only batches worth a copy: for a few kilobytes the extra hand-offs between threads
+        cost more than the gather they would hide."""
+        per_sample = self.sut.pipeline.store.sample_nbytes()
+        return per_sample is None or per_sample * self.handoff.mb >= GATHER_AHEAD_BYTES
 
     # -- runners -------------------------------------------------------------------------------------------------
     def _runner(self, pipeline: Pipeline, cores: set[int] | None) -> None:
@@ -209,6 +236,7 @@ class StagedWorkers:
             os.sched_setaffinity(0, cores)  # this thread only (Linux)
         sut, take, done = self.sut, self.handoff.take, self.done.put
         tracer = sut.tracer
+        clock = time.perf_counter
         while True:
             batch = take()
             if batch is None:
@@ -217,42 +245,84 @@ class StagedWorkers:
             if sut.error is not None:
                 done((batch, None, None))
                 continue
+            if tracer is not None:
+                self._run_traced(pipeline, batch)
+                continue
             try:
-                if tracer is not None:
-                    done((batch, pipeline, self._infer_traced(pipeline, batch)))
-                    continue
                 inputs = batch.inputs
                 if inputs is None:
                     inputs = pipeline.store.gather(batch.arrays()[1])
                 batch.inputs = None  # the inputs are not needed past predict: free them now
-                done((batch, pipeline, pipeline.infer(inputs)))
+                t0 = clock()
+                outputs = pipeline.infer(inputs)
             except BaseException as e:  # noqa: BLE001 - every failure must still complete the samples
                 sut._fail(e)
                 done((batch, None, None))
+                continue
+            if clock() - t0 >= HANDOFF_MIN_S:
+                done((batch, pipeline, outputs))
+            else:
+                sut._complete_parts([self._part(batch, pipeline, outputs)])
 
-    def _infer_traced(self, pipeline: Pipeline, batch: Batch) -> Any:
+    def _run_traced(self, pipeline: Pipeline, batch: Batch) -> None:
+        """The runner's work on one batch with spans: queue_wait, gather (unless gathered ahead), predict, and
+        when the batch is completed here, postprocess and complete; ``batch`` spans all of it."""
         tracer = self.sut.tracer
         t0 = tracer.now()
         ids, idx = batch.arrays()
         if batch.first_ns:
             tracer.span("queue_wait", "model", batch.first_ns, t0, {"samples": batch.n})
-        inputs = batch.inputs
-        if inputs is None:
-            inputs = pipeline.store.gather(idx)
-            tracer.span("gather", "model", t0, tracer.now(), {"samples": batch.n})
-        batch.inputs = None
-        t1 = tracer.now()
         try:
-            return pipeline.infer(inputs)
-        finally:
-            end = tracer.now()
-            tracer.span("predict", "model", t1, end, {"samples": batch.n})
-            tracer.span("batch", "model", t0, end, {"sample_ids": ids.tolist(), "sample_indices": idx.tolist()})
+            inputs = batch.inputs
+            if inputs is None:
+                inputs = pipeline.store.gather(idx)
+                tracer.span("gather", "model", t0, tracer.now(), {"samples": batch.n})
+            batch.inputs = None
+            t1 = tracer.now()
+            try:
+                outputs = pipeline.infer(inputs)
+            finally:
+                t2 = tracer.now()
+                tracer.span("predict", "model", t1, t2, {"samples": batch.n})
+        except BaseException as e:  # noqa: BLE001 - every failure must still complete the samples
+            self.sut._fail(e)
+            self.done.put((batch, None, None))
+            outputs, t2 = None, tracer.now()
+        else:
+            if (t2 - t1) / 1e9 >= HANDOFF_MIN_S:
+                self.done.put((batch, pipeline, outputs))
+            else:
+                self._complete_traced([self._part(batch, pipeline, outputs)])
+        tracer.span("batch", "model", t0, tracer.now(), {"sample_ids": ids.tolist(), "sample_indices": idx.tolist()})
 
-    # -- completer -----------------------------------------------------------------------------------------------
+    # -- completion ----------------------------------------------------------------------------------------------
+    def _part(self, batch: Batch, pipeline: Pipeline | None, outputs: Any) -> tuple[list[int], Any, Any]:
+        """postprocess + encoding of one batch: (ids, buffer, offsets), or no buffer after a failure."""
+        sut = self.sut
+        ids = batch.arrays()[0].tolist()
+        if pipeline is not None and sut.error is None:
+            tracer = sut.tracer
+            t0 = tracer.now() if tracer is not None else 0
+            try:
+                buf, offsets = pipeline.respond(outputs, batch.n)
+            except BaseException as e:  # noqa: BLE001 - completed empty below
+                sut._fail(e)
+            else:
+                if tracer is not None:
+                    tracer.span("postprocess", "model", t0, tracer.now(), {"samples": batch.n})
+                return ids, buf, offsets
+        return ids, None, None
+
+    def _complete_traced(self, parts: list[tuple[list[int], Any, Any]]) -> None:
+        tracer = self.sut.tracer
+        t0 = tracer.now()
+        self.sut._complete_parts(parts)
+        tracer.span("complete", "model", t0, tracer.now(),
+                    {"samples": sum(len(p[0]) for p in parts), "batches": len(parts)})
+
     def _completer(self) -> None:
         sut, get, get_nowait = self.sut, self.done.get, self.done.get_nowait
-        tracer = sut.tracer
+        complete = sut._complete_parts if sut.tracer is None else self._complete_traced
         stops = 0
         while stops < self.n_runners:
             items = [get()]
@@ -265,23 +335,7 @@ class StagedWorkers:
             for item in items:
                 if item is STOP:
                     stops += 1
-                    continue
-                batch, pipeline, outputs = item
-                ids = batch.arrays()[0].tolist()
-                if pipeline is not None and sut.error is None:
-                    t0 = tracer.now() if tracer is not None else 0
-                    try:
-                        buf, offsets = pipeline.respond(outputs, batch.n)
-                        parts.append((ids, buf, offsets))
-                        if tracer is not None:
-                            tracer.span("postprocess", "model", t0, tracer.now(), {"samples": batch.n})
-                        continue
-                    except BaseException as e:  # noqa: BLE001 - completed empty below
-                        sut._fail(e)
-                parts.append((ids, None, None))
+                else:
+                    parts.append(self._part(*item))
             if parts:
-                t0 = tracer.now() if tracer is not None else 0
-                sut._complete_parts(parts)
-                if tracer is not None:
-                    tracer.span("complete", "model", t0, tracer.now(),
-                                {"samples": sum(len(p[0]) for p in parts), "batches": len(parts)})
+                complete(parts)
