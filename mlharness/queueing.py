@@ -1,0 +1,85 @@
+"""The Server ceiling of a model on a machine: what an ideal harness could reach, from measured batch times.
+
+LoadGen's Server sends one sample per query at Poisson arrival times. Simulating that stream against a queue
+whose only cost is the model's own measured time per batch (greedy dynamic batching: a free instance takes
+everything waiting, up to the batch size, and every sample of a batch completes when the batch does) gives
+the latency distribution of a harness with zero overhead. The highest arrival rate whose simulated p99 stays
+within the bound is then an upper limit for any VALID Server run on that machine with that batching: it tells
+a harness problem (measured far below the ceiling) from a machine limit (the ceiling itself is low, as on a
+CPU whose batches gain little over batch 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+
+def batch_time_fn(batch_ms: Mapping[int, float]):
+    """Milliseconds for a batch of n, linear between the measured sizes and proportional beyond the largest."""
+    sizes = sorted(batch_ms)
+    if not sizes or sizes[0] < 1:
+        raise ValueError("batch times need at least one batch size >= 1")
+    xs = np.array(sizes, dtype=float)
+    ys = np.array([batch_ms[s] for s in sizes], dtype=float)
+
+    def time_ms(n: int) -> float:
+        if n >= xs[-1]:
+            return float(ys[-1] * n / xs[-1])
+        if n <= xs[0]:
+            return float(ys[0])
+        return float(np.interp(n, xs, ys))
+
+    return time_ms
+
+
+def simulate_server(qps: float, batch_ms: Mapping[int, float], max_batch: int = 1, instances: int = 1,
+                    queries: int = 50_000, seed: int = 0) -> np.ndarray:
+    """Latencies (ms) of ``queries`` Poisson arrivals at ``qps`` through ``instances`` servers with greedy
+    dynamic batching up to ``max_batch``; the harness costs nothing."""
+    if qps <= 0:
+        raise ValueError("qps must be > 0")
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1000.0 / qps, queries))
+    time_ms = batch_time_fn(batch_ms)
+    cost = [0.0] + [time_ms(n) for n in range(1, max_batch + 1)]
+    free = [0.0] * max(1, instances)
+    lat = np.empty(queries)
+    i = 0
+    while i < queries:
+        k = min(range(len(free)), key=free.__getitem__)
+        start = max(free[k], arrivals[i])
+        # everything that has arrived by the time this instance starts, up to the batch size
+        j = min(int(np.searchsorted(arrivals, start, side="right")), i + max_batch, queries)
+        j = max(j, i + 1)
+        done = start + cost[j - i]
+        lat[i:j] = done - arrivals[i:j]
+        free[k] = done
+        i = j
+    return lat
+
+
+def server_ceiling(batch_ms: Mapping[int, float], bound_ms: float, max_batch: int = 1, instances: int = 1,
+                   percentile: float = 99.0, queries: int = 50_000, steps: int = 24) -> float:
+    """The highest QPS whose simulated latency percentile is within ``bound_ms`` (bisection; 0 when even a
+    trickle misses the bound, i.e. one batch alone takes longer)."""
+    time_ms = batch_time_fn(batch_ms)
+    if time_ms(1) > bound_ms:
+        return 0.0
+    best_batch = max(range(1, max_batch + 1), key=lambda n: n / time_ms(n))
+    lo, hi = 0.0, instances * 1000.0 * best_batch / time_ms(best_batch)  # the throughput limit itself
+
+    def ok(qps: float) -> bool:
+        return float(np.percentile(simulate_server(qps, batch_ms, max_batch, instances, queries), percentile)) <= bound_ms
+
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+__all__ = ["batch_time_fn", "server_ceiling", "simulate_server"]

@@ -1,0 +1,52 @@
+"""The ideal Server queue against queueing theory: M/D/1 mean waiting time (Pollaczek-Khinchine), the
+throughput limit, batching that helps only when batches are cheaper per sample, and the ceiling's bisection."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mlharness.queueing import batch_time_fn, server_ceiling, simulate_server
+
+
+@pytest.mark.parametrize("rho", [0.3, 0.6, 0.8])
+def test_batch1_queue_matches_md1_mean_wait(rho):
+    service = 10.0  # ms
+    qps = rho * 1000.0 / service
+    lat = simulate_server(qps, {1: service}, max_batch=1, queries=200_000, seed=1)
+    wait = rho * service / (2 * (1 - rho))  # M/D/1 mean waiting time
+    assert lat.mean() == pytest.approx(service + wait, rel=0.05)
+    assert lat.min() >= service - 1e-9
+
+
+def test_two_instances_wait_less_than_one_at_the_same_load():
+    one = simulate_server(80.0, {1: 10.0}, instances=1, seed=2)  # rho 0.8
+    two = simulate_server(80.0, {1: 20.0}, instances=2, seed=2)  # same capacity, two slower servers
+    assert np.percentile(two, 50) > np.percentile(one, 50)  # each sample takes twice as long...
+    assert len(one) == len(two) == 50_000
+
+
+def test_batching_raises_the_ceiling_only_when_batches_are_cheaper():
+    flat = {1: 10.0, 8: 80.0}  # no gain from batching
+    gpu_like = {1: 10.0, 8: 20.0}  # batch of 8 for twice the time of one
+    bound = 60.0
+    c1 = server_ceiling(flat, bound, max_batch=1, queries=20_000)
+    c8_flat = server_ceiling(flat, bound, max_batch=8, queries=20_000)
+    c8_gpu = server_ceiling(gpu_like, bound, max_batch=8, queries=20_000)
+    assert 0 < c1 < 100.0  # below the throughput limit of 100 QPS
+    assert c8_flat <= c1 * 1.05  # batching without a gain only adds latency
+    assert c8_gpu > 2 * c1  # a real batching gain lets the queue carry far more
+    # at the ceiling the simulated p99 is within the bound; 10% above it, it is not
+    assert np.percentile(simulate_server(c1, flat, 1, queries=20_000), 99) <= bound
+    assert np.percentile(simulate_server(c1 * 1.1, flat, 1, queries=20_000), 99) > bound
+
+
+def test_ceiling_is_zero_when_one_sample_misses_the_bound():
+    assert server_ceiling({1: 50.0}, 40.0) == 0.0
+
+
+def test_batch_time_interpolation():
+    f = batch_time_fn({1: 10.0, 4: 25.0})
+    assert (f(1), f(2), f(4), f(8)) == (10.0, 15.0, 25.0, 50.0)
+    with pytest.raises(ValueError):
+        batch_time_fn({})
