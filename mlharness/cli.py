@@ -281,10 +281,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         metric = "n/a" if t.metric is None else f"{t.metric:,.2f}"
         table.add_row(escape(t.what), escape(settings), metric, "VALID" if t.valid else "INVALID")
     out.print(table)
-    out.print(f"wrote {escape(str(args.output))}:")
+    out.print(f"wrote {escape(str(result.path))}:")
     for line in result.conf_lines:
         out.print(f"  {line}", highlight=False)
-    out.print("confirmation run: " + ("[green]VALID[/]" if result.confirmed else "[red]INVALID[/]"))
+    out.print("confirmation run: " + ("[green]VALID[/]" if result.confirmed else
+                                      f"[red]INVALID[/] ({escape(str(args.output))} left as it was)"))
     return 0 if result.confirmed else 1
 
 

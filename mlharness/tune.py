@@ -1,9 +1,11 @@
 """``mlharness tune``: find the settings a VALID run needs, with short trial runs, and write them as a user.conf.
 
 - Offline: the expected QPS (and the best batch size / instance split among the candidates given).
-- Server: the highest target QPS that stays VALID (bisection between a fraction of Offline and Offline).
+- Server: the highest target QPS that stays VALID (halving from the Offline rate until a run is VALID, then
+  bisection), less a 5% margin.
 - SingleStream / MultiStream: the expected latency (the measured p90 per query).
-A confirmation run with the written settings closes the search; every trial is kept in a table.
+A confirmation run with the written settings closes the search (the output is replaced only when it is VALID);
+every trial is kept in a table.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ from mlharness.errors import MLHarnessError
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.runner import RunOptions, RunResult, run
 from mlharness.manifest.loader import load_manifest
+
+SERVER_HALVINGS = 8  # the Server search looks down to 1/256 of the Offline rate
+SERVER_MARGIN = 0.95  # the written Server rate, as a fraction of the best VALID trial
+SERVER_BACKOFFS = 3  # INVALID Server confirmations are retried this often, 10% lower each time
 
 
 @dataclass
@@ -49,6 +55,7 @@ class TuneResult:
     trials: list[Trial]
     confirmed: bool
     best: dict[str, Any]
+    path: Path  # the output when confirmed, else <output>.unconfirmed
 
 
 class Tuner:
@@ -135,34 +142,59 @@ class Tuner:
             # faster runs out of queries (INVALID), a slower one just lasts longer. Expect 80% of the median.
             p50_ms = float(res.summary.fields.get("50.00 percentile latency (ns)", 0) or 0) / 1e6 or p90_ms
             lines.append(f"{self.model}.{s}.target_latency = {max(0.8 * p50_ms, 0.001):.3f}")
-        conf = self.cfg.output
-        conf.parent.mkdir(parents=True, exist_ok=True)
-        conf.write_text("# written by mlharness tune\n" + "\n".join(lines) + "\n")
-        lgs.validate_user_conf(conf, self.model)
-        res = self._run("confirmation with the written user.conf", s, user_conf=conf, batch=best.get("batch"),
-                        instances=best.get("instances", 1), min_query_count=64 if s != "Offline" else 1)
-        return TuneResult(lines, self.trials, res.summary.valid, best)
+        return self._confirm(lines, best)
+
+    def _confirm(self, lines: list[str], best: dict[str, Any]) -> TuneResult:
+        """Run with the written settings; the output file is replaced only by a conf that gave a VALID run (an
+        unconfirmed one goes to ``<output>.unconfirmed``). Server backs off 10% per INVALID confirmation."""
+        s, out = self.cfg.scenario, self.cfg.output
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staged = out.with_name(out.name + ".unconfirmed")
+        valid = False
+        for attempt in range(1 + (SERVER_BACKOFFS if s == "Server" else 0)):
+            if attempt:
+                best["server_qps"] *= 0.9
+                lines[0] = f"{self.model}.Server.target_qps = {best['server_qps']:.2f}"
+            staged.write_text("# written by mlharness tune\n" + "\n".join(lines) + "\n")
+            lgs.validate_user_conf(staged, self.model)
+            res = self._run("confirmation with the written user.conf" + (f" (backed off {attempt}x)" if attempt else ""),
+                            s, user_conf=staged, batch=best.get("batch"), instances=best.get("instances", 1),
+                            min_query_count=64 if s != "Offline" else 1)
+            valid = bool(res.summary.valid)
+            if valid:
+                staged.replace(out)
+                break
+        return TuneResult(lines, self.trials, valid, best, out if valid else staged)
 
     def _server(self, offline_sps: float, best: dict[str, Any]) -> float:
-        lo, hi, found = 0.25 * offline_sps, offline_sps, 0.0
+        """Highest VALID Server target QPS: halve from the Offline rate until a run is VALID, then bisect between
+        that rate and the last INVALID one. Returns 95% of the best VALID trial, a margin for run-to-run noise
+        (the written rate must stay VALID in the confirmation run and after)."""
         latency = {"target_latency_ms": self.cfg.target_latency_ms} if self.cfg.target_latency_ms else {}
-        for step in range(self.cfg.steps):
-            qps = hi if step == 0 else (lo + hi) / 2
-            res = self._run(f"Server at {qps:.1f} QPS", "Server", batch=best.get("batch"),
+
+        def valid(qps: float) -> bool:
+            res = self._run(f"Server at {qps:,.1f} QPS", "Server", batch=best.get("batch"),
                             instances=best.get("instances", 1), target_qps=qps, min_query_count=100, **latency)
-            if res.summary.valid:
-                found, lo = max(found, qps), qps
-                if step == 0:
-                    break
-            else:
-                hi = qps
-        if found == 0.0:
-            res = self._run(f"Server at {lo:.1f} QPS", "Server", batch=best.get("batch"),
-                            instances=best.get("instances", 1), target_qps=lo, min_query_count=100, **latency)
-            if not res.summary.valid:
-                raise MLHarnessError(f"no VALID Server run found down to {lo:.1f} QPS; try a larger target latency")
-            found = lo
-        return found
+            return bool(res.summary.valid)
+
+        hi, qps = offline_sps, offline_sps
+        for _ in range(SERVER_HALVINGS + 1):
+            if valid(qps):
+                break
+            hi, qps = qps, qps / 2
+        else:
+            raise MLHarnessError(f"no VALID Server run found down to {qps * 2:,.1f} QPS "
+                                 f"(1/{2 ** SERVER_HALVINGS} of Offline); try a larger target latency")
+        lo = qps
+        if lo < hi:
+            for _ in range(self.cfg.steps):
+                mid = (lo + hi) / 2
+                if valid(mid):
+                    lo = mid
+                else:
+                    hi = mid
+        best["server_best_valid_trial_qps"] = lo
+        return SERVER_MARGIN * lo
 
 
 def tune(cfg: TuneConfig) -> TuneResult:
