@@ -47,12 +47,16 @@ class FakeHooks:
 class EchoPredictor:
     """Returns its first input; optionally sleeps, optionally fails on the n-th call."""
 
-    def __init__(self, sleep_s: float = 0.0, fail_on_call: int | None = None):
+    def __init__(self, sleep_s: float = 0.0, fail_on_call: int | None = None, off_host: bool = False):
         self.sleep_s = sleep_s
         self.fail_on_call = fail_on_call
+        self.off_host = off_host
         self.calls = 0
         self.batch_sizes: list[int] = []
         self._lock = threading.Lock()
+
+    def computes_off_host(self):
+        return self.off_host
 
     def predict(self, inputs):
         with self._lock:
@@ -370,7 +374,7 @@ def test_offline_feeder_gathers_ahead_but_not_everything(recorder, monkeypatch):
     n, mb = 40, 2
     gathered: list[int] = []
     predicting: list[int] = []
-    predictor = EchoPredictor(sleep_s=0.01)
+    predictor = EchoPredictor(sleep_s=0.01, off_host=True)  # a GPU, say: the CPU is free while it computes
     pipeline = make_pipeline(n, predictor)
     real_gather = pipeline.store.gather
 
@@ -409,11 +413,18 @@ def test_short_predicts_complete_on_the_runner_long_ones_on_the_completer(record
     assert set(threads) == {where}
 
 
-def test_tiny_batches_are_gathered_by_the_runner(recorder):
-    """A batch of a few bytes is not worth a hand-off: the runner gathers it, on its own thread."""
+@pytest.mark.parametrize("off_host,ahead_bytes", [(True, None), (False, 0)])
+def test_runner_gathers_tiny_batches_and_every_batch_of_a_cpu_model(recorder, monkeypatch, off_host, ahead_bytes):
+    """Gathering ahead pays only for a large batch of a model computing off this CPU: a batch of a few bytes
+    is not worth a hand-off, and on the CPU the copy would compete with the framework's threads. Then the
+    runner gathers, on its own thread."""
+    from mlharness.loadgen import stages
+
+    if ahead_bytes is not None:
+        monkeypatch.setattr(stages, "GATHER_AHEAD_BYTES", ahead_bytes)
     n, mb = 16, 4
     threads: list[str] = []
-    predictor = EchoPredictor()
+    predictor = EchoPredictor(off_host=off_host)
     pipeline = make_pipeline(n, predictor)
     real_gather = pipeline.store.gather
 

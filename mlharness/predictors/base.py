@@ -62,6 +62,11 @@ class Predictor(abc.ABC):
     def framework_version(self) -> str:
         return "n/a"
 
+    def computes_off_host(self) -> bool:
+        """True when predict leaves this machine's CPU cores free (a GPU, a remote agent): only then does work
+        overlapped with it (gathering the next batch) come for free; on the CPU it competes with the model."""
+        return not self.config.device.startswith("cpu")
+
     def describe(self) -> dict[str, Any]:
         """Facts recorded in the run metadata (providers, threads, ...)."""
         return {"predictor": self.name, "framework_version": self.framework_version()}

@@ -226,6 +226,9 @@ class RemotePredictor(Predictor):
     def framework_version(self) -> str:
         return importlib.metadata.version("grpcio")
 
+    def computes_off_host(self) -> bool:
+        return True  # the agents compute; this process only waits on the network
+
     def describe(self) -> dict[str, Any]:
         d = super().describe()
         d.update(model_name=getattr(self, "model_name", None), mode=getattr(self, "mode", None))
