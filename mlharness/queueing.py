@@ -11,6 +11,7 @@ CPU whose batches gain little over batch 1).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -60,6 +61,24 @@ def simulate_server(qps: float, batch_ms: Mapping[int, float], max_batch: int = 
     return lat
 
 
+def early_stopping_percentile(queries: int, percentile: float = 99.0, confidence: float = 0.99) -> float | None:
+    """The percentile a run of ``queries`` samples must actually meet for LoadGen's early stopping to accept
+    ``percentile``: with t samples over the bound, the run passes when P[Binomial(n, 1 - percentile/100) <= t]
+    <= 1 - confidence, i.e. far fewer than 1% of a short run may be late. Returns 100 * (1 - t_max / n), or None
+    when the run is too short to pass at all (fewer than ~460 queries at the 99th percentile)."""
+    p = 1.0 - percentile / 100.0
+    n = int(queries)
+    log_q, log_p = math.log1p(-p), math.log(p)
+    cdf, t_max = 0.0, -1
+    for t in range(n + 1):
+        cdf += math.exp(math.lgamma(n + 1) - math.lgamma(t + 1) - math.lgamma(n - t + 1) + t * log_p
+                        + (n - t) * log_q)
+        if cdf > 1.0 - confidence:
+            break
+        t_max = t
+    return 100.0 * (1.0 - t_max / n) if t_max >= 0 else None
+
+
 def server_ceiling(batch_ms: Mapping[int, float], bound_ms: float, max_batch: int = 1, instances: int = 1,
                    percentile: float = 99.0, queries: int = 50_000, steps: int = 24) -> float:
     """The highest QPS whose simulated latency percentile is within ``bound_ms`` (bisection; 0 when even a
@@ -82,4 +101,4 @@ def server_ceiling(batch_ms: Mapping[int, float], bound_ms: float, max_batch: in
     return lo
 
 
-__all__ = ["batch_time_fn", "server_ceiling", "simulate_server"]
+__all__ = ["batch_time_fn", "early_stopping_percentile", "server_ceiling", "simulate_server"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mlharness.queueing import batch_time_fn, server_ceiling, simulate_server
+from mlharness.queueing import batch_time_fn, early_stopping_percentile, server_ceiling, simulate_server
 
 
 @pytest.mark.parametrize("rho", [0.3, 0.6, 0.8])
@@ -50,3 +50,11 @@ def test_batch_time_interpolation():
     assert (f(1), f(2), f(4), f(8)) == (10.0, 15.0, 25.0, 50.0)
     with pytest.raises(ValueError):
         batch_time_fn({})
+
+
+def test_early_stopping_percentile():
+    assert early_stopping_percentile(300) is None  # too short to ever pass at p99
+    assert early_stopping_percentile(500) == 100.0  # passes only with no late sample (0.99**459 < 1%)
+    got = [early_stopping_percentile(n) for n in (1000, 1500, 5000, 270_336)]
+    assert got == sorted(got, reverse=True) and 99.0 < got[-1] < 99.1  # a long run approaches p99 itself
+    assert got[1] == pytest.approx(99.6)  # 6 late samples of 1,500 are allowed
