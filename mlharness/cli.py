@@ -257,7 +257,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     dataset_path = default_dataset(args.manifest, args.dataset_path, args.count)
     cfg = BenchConfig(manifest=args.manifest, dataset_path=dataset_path, count=args.count,
                       rounds=1 if args.quick else args.rounds, seconds=min(args.seconds, 3.0) if args.quick
-                      else args.seconds, threads=args.threads, server_search_steps=2 if args.quick else 5,
+                      else args.seconds, threads=args.threads, server_search_steps=1 if args.quick else 5,
                       quick=args.quick, progress=lambda text: err.print(f"[dim]{escape(text)}[/]"))
     figures = bench_overhead(cfg)
     if args.json:
