@@ -113,38 +113,33 @@ def bare_offline(session: ModelSession, n: int, batch: int, seconds: float) -> f
     return done / (time.perf_counter() - start)
 
 
-def bare_latencies(session: ModelSession, n: int, seconds: float, min_count: int = 32) -> np.ndarray:
-    """Batch-1 latencies (ns) of the framework alone, one sample after another, for ``seconds`` and at least
-    ``min_count`` samples."""
-    samples = [session.batch(np.array([i])) for i in range(n)]
-    predict = session.predictor.predict
-    predict(samples[0])
+def _timed_calls(predict: Callable[[Any], Any], inputs: list[Any], seconds: float, min_count: int) -> np.ndarray:
+    """Nanoseconds of each ``predict`` call, cycling through ``inputs``, for ``seconds`` and at least
+    ``min_count`` calls (after one untimed call)."""
+    predict(inputs[0])
     lat = []
     start = time.perf_counter()
     i = 0
     while time.perf_counter() - start < seconds or len(lat) < min_count:
         t = time.perf_counter_ns()
-        predict(samples[i % n])
+        predict(inputs[i % len(inputs)])
         lat.append(time.perf_counter_ns() - t)
         i += 1
     return np.array(lat, dtype=np.float64)
 
 
+def bare_latencies(session: ModelSession, n: int, seconds: float, min_count: int = 32) -> np.ndarray:
+    """Batch-1 latencies (ns) of the framework alone, one sample after another, for ``seconds`` and at least
+    ``min_count`` samples."""
+    samples = [session.batch(np.array([i])) for i in range(n)]
+    return _timed_calls(session.predictor.predict, samples, seconds, min_count)
+
+
 def bare_batch_ms(session: ModelSession, n: int, sizes: list[int], seconds: float) -> dict[int, float]:
     """Median milliseconds per batch of the framework alone, for each batch size (the Server's cost model)."""
-    predict = session.predictor.predict
-    out = {}
-    for b in sizes:
-        x = session.batch(np.arange(b) % n)
-        predict(x)
-        times = []
-        start = time.perf_counter()
-        while time.perf_counter() - start < seconds or len(times) < 3:
-            t = time.perf_counter_ns()
-            predict(x)
-            times.append(time.perf_counter_ns() - t)
-        out[b] = float(np.median(times)) / 1e6
-    return out
+    return {b: float(np.median(_timed_calls(session.predictor.predict, [session.batch(np.arange(b) % n)],
+                                            seconds, 3))) / 1e6
+            for b in sizes}
 
 
 def _p90(lat_ns: np.ndarray) -> float:
@@ -201,6 +196,7 @@ def bench_overhead(cfg: BenchConfig) -> dict[str, Any]:
         dataset_path = session.ctx.get("dataset_path")
         batch = session.loaded.model.batching.for_scenario("Offline")
         bare_sps, harness_sps, bare_p90, harness_p90 = [], [], [], []
+        bare_lat: list[np.ndarray] = []
         for r in range(cfg.rounds):
             cfg.say(f"round {r + 1}/{cfg.rounds}: Offline bare / harness")
             bare_sps.append(bare_offline(session, n, batch, cfg.seconds))
@@ -211,6 +207,7 @@ def bench_overhead(cfg: BenchConfig) -> dict[str, Any]:
             harness_sps.append(float(res.summary.metric_value or 0))
             cfg.say(f"round {r + 1}/{cfg.rounds}: SingleStream bare / harness")
             lat = bare_latencies(session, n, cfg.seconds, min_count=200)
+            bare_lat.append(lat)
             bare_p90.append(_p90(lat))
             # at least ~200 queries: the p90 of a few dozen is the 4th-largest latency, mostly noise
             seconds = max(cfg.seconds, 200 * float(np.median(lat)) / 1e9)
@@ -231,9 +228,10 @@ def bench_overhead(cfg: BenchConfig) -> dict[str, Any]:
             singlestream_p90_overhead_pct=100.0 * (h_p90 - b_p90) / b_p90,
         )
         server_batch = session.loaded.model.batching.for_scenario("Server")
-        sizes = sorted({1, *(2**k for k in range(1, 8) if 2**k < server_batch), server_batch})
-        cfg.say(f"Server cost model: bare batch times for batch sizes {sizes}")
-        batch_ms = bare_batch_ms(session, n, sizes, max(1.0, cfg.seconds / 3))
+        sizes = sorted({*(2**k for k in range(1, 8) if 2**k < server_batch), server_batch} - {1})
+        cfg.say(f"Server cost model: bare batch times for batch sizes {sizes} (batch 1: the SingleStream loops)")
+        batch_ms = {1: float(np.median(np.concatenate(bare_lat))) / 1e6,
+                    **bare_batch_ms(session, n, sizes, max(1.0, cfg.seconds / 3))}
         figures.update(_server_search(cfg, work, dataset_path, offline_sps=h_sps, bound_ms=6 * b_p90 / 1e6,
                                       batch_ms=batch_ms, server_batch=server_batch))
     finally:

@@ -129,7 +129,7 @@ class Tuner:
             else:
                 qps = self._server(sps, best)
                 best["server_qps"] = qps
-                lines.append(f"{self.model}.Server.target_qps = {qps:.2f}")
+                lines.append(self._server_line(qps))
                 if self.cfg.target_latency_ms is not None:
                     lines.append(f"{self.model}.Server.target_latency = {self.cfg.target_latency_ms:g}")
         else:
@@ -154,7 +154,7 @@ class Tuner:
         for attempt in range(1 + (SERVER_BACKOFFS if s == "Server" else 0)):
             if attempt:
                 best["server_qps"] *= 0.9
-                lines[0] = f"{self.model}.Server.target_qps = {best['server_qps']:.2f}"
+                lines[0] = self._server_line(best["server_qps"])
             staged.write_text("# written by mlharness tune\n" + "\n".join(lines) + "\n")
             lgs.validate_user_conf(staged, self.model)
             res = self._run("confirmation with the written user.conf" + (f" (backed off {attempt}x)" if attempt else ""),
@@ -165,6 +165,9 @@ class Tuner:
                 staged.replace(out)
                 break
         return TuneResult(lines, self.trials, valid, best, out if valid else staged)
+
+    def _server_line(self, qps: float) -> str:
+        return f"{self.model}.Server.target_qps = {qps:.2f}"
 
     def _server(self, offline_sps: float, best: dict[str, Any]) -> float:
         """Highest VALID Server target QPS: halve from the Offline rate until a run is VALID, then bisect between

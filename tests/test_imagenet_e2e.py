@@ -20,6 +20,7 @@ import onnxruntime as ort
 import pytest
 import yaml
 
+from mlharness.loadgen.rundir import parse_summary
 from mlharness.loadgen.runner import resolve_load_workers
 from mlharness.manifest.loader import load_manifest
 from mlharness.paths import MANIFESTS_DIR
@@ -28,15 +29,6 @@ from mlharness.tasks.imagenet import read_val_map
 
 MANIFESTS = MANIFESTS_DIR / "resnet50"
 N_IMAGES = 500
-
-
-def _summary(path: Path) -> dict[str, str]:
-    fields: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            fields.setdefault(key.strip(), value.strip())
-    return fields
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +172,7 @@ def test_random_resnet50_offline_performance_is_valid(run_cli, imagenet: Path, t
                    "--min-duration-ms", "1000", "--min-query-count", "16", "--target-qps", "40", "--output",
                    str(out), "--no-progress", timeout=300)
     assert proc.returncode == 0, proc.stderr
-    summary = _summary(out / "mlperf_log_summary.txt")
+    summary = parse_summary(out / "mlperf_log_summary.txt", "Offline").fields
     assert summary["Result is"] == "VALID", (out / "mlperf_log_summary.txt").read_text()
     assert float(summary["Samples per second"]) > 0
     meta = json.loads((out / "mlharness_run.json").read_text())
@@ -202,7 +194,7 @@ def test_random_resnet50_server_performance_is_valid(run_cli, imagenet: Path, tm
                    str(out), "--no-progress", timeout=300)
     assert proc.returncode == 0, proc.stderr
     text = (out / "mlperf_log_summary.txt").read_text()
-    summary = _summary(out / "mlperf_log_summary.txt")
+    summary = parse_summary(out / "mlperf_log_summary.txt", "Server").fields
     assert summary["Result is"] == "VALID", text
     assert summary["Early stopping satisfied"] == "Yes", text
     assert float(summary["Completed samples per second"]) > 0

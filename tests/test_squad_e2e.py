@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from mlharness.loadgen.rundir import parse_summary
 from mlharness.paths import MANIFESTS_DIR
 from mlharness.tasks.squad_synth import synthetic_squad
 
@@ -33,15 +34,6 @@ def squad_dir(tmp_path_factory: pytest.TempPathFactory, shared_cache: Path) -> P
     assert proc.returncode == 0, proc.stderr
     assert (out / "dev-v1.1.json").is_file() and (out / "vocab.txt").is_file()
     return out
-
-
-def _summary(path: Path) -> dict[str, str]:
-    fields: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            fields.setdefault(key.strip(), value.strip())
-    return fields
 
 
 @pytest.mark.parametrize("scenario", ["Offline", "SingleStream"])
@@ -111,7 +103,7 @@ def test_random_bert_performance_runs(run_cli, squad_dir: Path, tmp_path: Path, 
                    "--mode", "performance", "--count", "48", "--output", str(out), "--no-progress", *settings,
                    timeout=240)
     assert proc.returncode == 0, proc.stderr
-    summary = _summary(out / "mlperf_log_summary.txt")
+    summary = parse_summary(out / "mlperf_log_summary.txt", scenario).fields
     assert summary["Scenario"] == scenario and summary["Mode"] == "PerformanceOnly"
     metric = "Samples per second" if scenario == "Offline" else "Completed samples per second"
     assert float(summary[metric]) > 0

@@ -249,7 +249,7 @@ def run(opts: RunOptions) -> RunResult:
         try:
             summary, accuracy, metadata = _run_loadgen(
                 loaded, opts, hooks, ctx, predictors, settings, plan, staged.path, total, perf_count, batch,
-                benchmark, framework_version,
+                benchmark, framework_version, affinity,
             )
         except BaseException:
             failed = staged.abandon()
@@ -361,7 +361,7 @@ def _performance_count(settings: Any, total: int, plan: lgs.SettingsPlan) -> int
 
 
 def _run_loadgen(loaded, opts, hooks, ctx, predictors, settings, plan, outdir, total, perf_count, batch,
-                 benchmark, framework_version):  # noqa: ANN001 - internal step of run()
+                 benchmark, framework_version, affinity):  # noqa: ANN001 - internal step of run()
     import mlperf_loadgen as lg
 
     log_settings = lg.LogSettings()
@@ -401,7 +401,6 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictors, settings, plan, outdir, t
     if opts.network == "lon":
         sut = NetworkQDL(predictors[0], on_failure=on_failure)  # the agents run the hooks and the model
     else:
-        affinity = core_sets(len(predictors)) if opts.pin_cores else None  # the groups make_instances used
         sut = SystemUnderTest(pipelines, strategy, opts.workers, on_failure=on_failure, tracer=tracer,
                               affinity=affinity)
     if opts.progress:

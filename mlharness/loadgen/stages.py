@@ -64,9 +64,12 @@ class Batch:
         self.n += len(ids)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        if len(self.id_parts) == 1:
-            return self.id_parts[0], self.idx_parts[0]
-        return np.concatenate(self.id_parts), np.concatenate(self.idx_parts)
+        """(ids, indices); the parts are joined once, on the first call, which comes after the batch was taken
+        (nothing is added to it any more)."""
+        if len(self.id_parts) > 1:
+            self.id_parts = [np.concatenate(self.id_parts)]
+            self.idx_parts = [np.concatenate(self.idx_parts)]
+        return self.id_parts[0], self.idx_parts[0]
 
 
 class Handoff:

@@ -198,21 +198,29 @@ class _Completions:
             if self.on_failure is not None:
                 self.on_failure(e)
 
-    def _complete(self, ids: list[int], buf: np.ndarray, offsets: np.ndarray) -> None:
-        """Complete sample ``ids[k]`` with ``buf[offsets[k]:offsets[k+1]]``; ``buf`` is alive until the call returns."""
+    def _complete_parts(self, parts: list[tuple[list[int], np.ndarray | None, np.ndarray | None]]) -> None:
+        """Complete several batches with one ``QuerySamplesComplete``: sample ``ids[k]`` of a part with
+        ``buf[offsets[k]:offsets[k+1]]``, or with an empty response when the part has no buffer (after a
+        failure, so LoadGen can finish). Every buffer is alive until the call returns."""
         lg = self._lg
-        base = buf.ctypes.data
-        # plain ints from tolist(): building the response objects is the per-sample cost here
-        sizes = np.diff(offsets).tolist()
-        starts = (offsets[:-1] + base).tolist()
-        lg.QuerySamplesComplete([lg.QuerySampleResponse(i, s, n) for i, s, n in zip(ids, starts, sizes, strict=True)])
-        self._count(len(ids))
+        response = lg.QuerySampleResponse
+        responses = []
+        for ids, buf, offsets in parts:
+            if buf is None:
+                responses += [response(int(i), 0, 0) for i in ids]
+                continue
+            # plain ints from tolist(): building the response objects is the per-sample cost here
+            starts = (offsets[:-1] + buf.ctypes.data).tolist()
+            sizes = np.diff(offsets).tolist()
+            responses += [response(i, s, n) for i, s, n in zip(ids, starts, sizes, strict=True)]
+        lg.QuerySamplesComplete(responses)
+        self._count(len(responses), len(parts))
+
+    def _complete(self, ids: list[int], buf: np.ndarray, offsets: np.ndarray) -> None:
+        self._complete_parts([(ids, buf, offsets)])
 
     def _complete_empty(self, ids: list[int]) -> None:
-        """After a failure: complete at once with empty responses so LoadGen can finish."""
-        lg = self._lg
-        lg.QuerySamplesComplete([lg.QuerySampleResponse(int(i), 0, 0) for i in ids])
-        self._count(len(ids))
+        self._complete_parts([(ids, None, None)])
 
     def _raise_if_failed(self) -> None:
         if self.issued != self.completed:
@@ -299,22 +307,6 @@ class SystemUnderTest(_Completions):
             t_ns = 0
         self._count_issued(len(ids))
         return ids, idx, t_ns
-
-    def _complete_parts(self, parts: list[tuple[list[int], np.ndarray | None, np.ndarray | None]]) -> None:
-        """Complete several batches with one ``QuerySamplesComplete``; a part without a buffer gets empty
-        responses (after a failure). Every buffer is alive until the call returns."""
-        lg = self._lg
-        response = lg.QuerySampleResponse
-        responses = []
-        for ids, buf, offsets in parts:
-            if buf is None:
-                responses += [response(i, 0, 0) for i in ids]
-                continue
-            starts = (offsets[:-1] + buf.ctypes.data).tolist()
-            sizes = np.diff(offsets).tolist()
-            responses += [response(i, s, n) for i, s, n in zip(ids, starts, sizes, strict=True)]
-        lg.QuerySamplesComplete(responses)
-        self._count(len(responses), len(parts))
 
     def _process(self, ids: np.ndarray, idx: np.ndarray, pipeline: Pipeline | None = None) -> None:
         """One batch start to end on the calling thread (the inline path)."""
