@@ -460,6 +460,7 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictors, settings, plan, outdir, t
         "official_benchmark": plan.official,
         "scenario": opts.scenario,
         "mode": opts.mode,
+        "response_element_type": loaded.model.response.element_type,  # what TEST01 compares the responses in
         "submittable": not reasons,
         "not_submittable_reasons": reasons,
         "framework": {"name": loaded.model.framework.name, "version": framework_version},

@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 
 from mlharness.errors import MLHarnessError
-from mlharness.submission.compliance import Scorer, Verdict, verify_scenario
+from mlharness.submission.compliance import Scorer, Verdict, dtype_for_response, verify_scenario
 from mlharness.submission.layout import ARCHIVE, Tree
 from mlharness.submission.rules import benchmark_for
 
@@ -47,9 +47,35 @@ def delta_percent(benchmark: str) -> float:
     return info.test01_delta_percent if info else 1.0
 
 
-def scenario_verdicts(tree: Tree, ids: tuple[str, str, str], tests: list[str], dtype: str = "byte") -> list[Verdict]:
-    scorer = scorer_from_record(tree.record_dir(*ids, "accuracy") / "mlharness_run.json")
-    return verify_scenario(tree.scenario_dir(*ids), tests, dtype, scorer, delta_percent(ids[1]))
+def response_dtype(metadata_path: Path) -> tuple[str, str]:
+    """(dtype, where it came from) for TEST01: the response element type the accuracy run recorded, else the
+    one of the manifest it names, else bytes as the official scripts default to."""
+    try:
+        meta = json.loads(Path(metadata_path).read_text())
+    except (OSError, json.JSONDecodeError):
+        return "byte", "the default: no record of the accuracy run"
+    element_type = meta.get("response_element_type")
+    if element_type:
+        return dtype_for_response(element_type), f"response element type {element_type}, from the accuracy run"
+    try:
+        from mlharness.manifest.loader import load_manifest
+
+        element_type = load_manifest(meta["manifest"]["path"]).model.response.element_type
+    except (MLHarnessError, KeyError, TypeError) as e:
+        log.warning("cannot load the manifest of %s: %s", metadata_path, e)
+        return "byte", "the default: the accuracy run's manifest cannot be read"
+    return dtype_for_response(element_type), f"response element type {element_type}, from the manifest"
+
+
+def scenario_verdicts(tree: Tree, ids: tuple[str, str, str], tests: list[str],
+                      dtype: str | None = None) -> list[Verdict]:
+    """Verify a scenario's audits; TEST01 compares in ``dtype``, by default the response dtype of the run."""
+    record = tree.record_dir(*ids, "accuracy") / "mlharness_run.json"
+    source = "given on the command line"
+    if dtype is None:
+        dtype, source = response_dtype(record)
+    scorer = scorer_from_record(record)
+    return verify_scenario(tree.scenario_dir(*ids), tests, dtype, scorer, delta_percent(ids[1]), source)
 
 
 def find_audited(root: Path, test: str) -> list[Path]:
@@ -59,7 +85,7 @@ def find_audited(root: Path, test: str) -> list[Path]:
     return [c for c in dict.fromkeys(candidates) if (c / test).is_dir() and (c / "performance").is_dir()]
 
 
-def verify_directory(scenario_dir: Path, test: str, dtype: str = "byte") -> list[Verdict]:
+def verify_directory(scenario_dir: Path, test: str, dtype: str | None = None) -> list[Verdict]:
     """Re-verify one audit of a scenario directory, finding its results tree's archive (for the TEST01
     fallback) when the directory is inside one."""
     scenario_dir = Path(scenario_dir).resolve()
@@ -69,5 +95,7 @@ def verify_directory(scenario_dir: Path, test: str, dtype: str = "byte") -> list
             if len(rel) == 3:
                 return scenario_verdicts(Tree(parent), (rel[0], rel[1], rel[2]), [test], dtype)
             break
-    return verify_scenario(scenario_dir, [test], dtype, None, delta_percent(scenario_dir.parent.name))
+    source = "given on the command line" if dtype else "the default: outside a results tree, no record of the run"
+    return verify_scenario(scenario_dir, [test], dtype or "byte", None, delta_percent(scenario_dir.parent.name),
+                           source)
 

@@ -47,8 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "cannot be detected (status, system_type, cooling, ...)")
     r.add_argument("--extra-tests", nargs="+", default=[], choices=AUDIT_TESTS, help="audits to run beyond the "
                    "benchmark's required ones (TEST05 for older rounds)")
-    r.add_argument("--compliance-dtype", default="byte", choices=DTYPES, help="TEST01 compares the first "
-                   "element of each response in this dtype (default: byte)")
+    r.add_argument("--compliance-dtype", default=None, choices=DTYPES, help="TEST01 compares the first "
+                   "element of each response in this dtype (default: the manifest's response.element_type)")
     dev = r.add_argument_group("development overrides (results not submittable in the closed division)")
     dev.add_argument("--count", type=int, default=None, help="use only the first N dataset samples")
     for flag, kind in DEV_FLAGS:
@@ -80,7 +80,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     v = audit.add_parser("verify", help="re-verify a compliance test of every scenario that ran it")
     v.add_argument("test", choices=AUDIT_TESTS)
     v.add_argument("--results", type=Path, required=True, help="results tree, or one scenario directory")
-    v.add_argument("--dtype", default="byte", choices=DTYPES, help="TEST01 response comparison dtype")
+    v.add_argument("--dtype", default=None, choices=DTYPES, help="TEST01 response comparison dtype (default: "
+                   "the response element type the accuracy run recorded)")
     v.set_defaults(func=cmd_audit_verify)
 
 
@@ -108,7 +109,7 @@ def _reproduce(args: argparse.Namespace) -> str:
             parts += ["--" + name.replace("_", "-"), _abs(value) if name in PATH_OPTIONS else str(value)]
     if args.extra_tests:
         parts += ["--extra-tests", *args.extra_tests]
-    if args.compliance_dtype != "byte":
+    if args.compliance_dtype:
         parts += ["--compliance-dtype", args.compliance_dtype]
     if args.ignore_framework_version:
         parts.append("--ignore-framework-version")

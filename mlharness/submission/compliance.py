@@ -3,13 +3,15 @@ the same comparisons, thresholds and output lines ("TEST PASS" / "TEST FAIL...")
 ``verify_accuracy.txt`` / ``verify_performance.txt`` of the test's directory.
 
 - TEST01: the responses LoadGen sampled during a performance run must equal the accuracy run's responses for
-  the same samples (first element, byte dtype by default; at least one sample must match), and the run's
-  performance must be within 10% of the performance run (20% for very fast SingleStream / MultiStream).
+  the same samples (first element, compared in the response dtype of the manifest, which the
+  verify_accuracy.txt names; at least one sample must match), and the run's performance must be within 10%
+  of the performance run (20% for SingleStream / MultiStream references of at most 0.2 / 1.6 ms).
   A system whose outputs are not bit-exact may instead show that the accuracy of the sampled responses is
   within the benchmark's delta of the accuracy run's on the same samples (baseline_accuracy.txt and
   compliance_accuracy.txt in TEST01/accuracy/).
-- TEST04: the same sample issued over and over must not run more than 10% faster than the performance run
-  (result caching or coalescing of identical queries).
+- TEST04: the same sample issued over and over must not run 10% or more faster than the performance run
+  (result caching or coalescing of identical queries); 20% for SingleStream / MultiStream, as the official
+  script decides it (see :mod:`compliance_perf`).
 - TEST05 (older rounds): LoadGen's alternate seeds must not make the result more than 5% worse.
 """
 
@@ -26,11 +28,31 @@ import numpy as np
 
 from mlharness.errors import AccuracyError, MLHarnessError
 from mlharness.loadgen.rundir import detail_values
+from mlharness.submission.compliance_perf import FAST_LIMIT, test01_performance, test04_performance
 from mlharness.submission.rules import TEST01_ACC_FALLBACK_FILES
 
 log = logging.getLogger(__name__)
 
-DTYPES = {"byte": np.byte, "float32": np.float32, "int32": np.int32, "int64": np.int64}
+# the official scripts' --dtype choices, then the other response element types, compared by mlharness only
+OFFICIAL_DTYPES = {"byte": np.byte, "float32": np.float32, "int32": np.int32, "int64": np.int64}
+DTYPES = {**OFFICIAL_DTYPES, "float16": np.float16, "float64": np.float64, "int16": np.int16}
+# a response element type -> the dtype TEST01 compares in (one-byte types are compared as bytes)
+ELEMENT_TYPE_DTYPES = {"bytes": "byte", "int8": "byte", "uint8": "byte", "bool": "byte"}
+
+
+def dtype_for_response(element_type: str | None) -> str:
+    """The TEST01 comparison dtype for a manifest's ``response.element_type`` ("byte" when unknown)."""
+    if not element_type:
+        return "byte"
+    dtype = ELEMENT_TYPE_DTYPES.get(element_type, element_type)
+    return dtype if dtype in DTYPES else "byte"
+
+
+def dtype_statement(dtype: str, source: str) -> str:
+    """The verify_accuracy.txt line saying which dtype was compared and how to repeat it officially."""
+    official = (f"the official run_verification.py needs --dtype {dtype}" if dtype in OFFICIAL_DTYPES else
+                "the official run_verification.py has no such --dtype")
+    return f"dtype = {dtype} ({source}; the first element of each response is compared; {official})"
 # detail-log key of each scenario's result, and the one used when early stopping gave no estimate
 RESULT_KEYS = {
     "Offline": ("result_samples_per_second", None),
@@ -38,8 +60,6 @@ RESULT_KEYS = {
     "MultiStream": ("early_stopping_latency_ms", "result_99.00_percentile_per_query_latency_ns"),
     "Server": ("result_completed_samples_per_sec", None),
 }
-LATENCY_SCENARIOS = ("SingleStream", "MultiStream")
-FAST_LATENCY_NS = {"SingleStream": 200_000, "MultiStream": 1_600_000}  # at or below: 20% tolerance
 
 Scorer = Callable[[Path], Any]  # accuracy log -> AccuracyResult (``.value``, ``.text``)
 
@@ -57,8 +77,11 @@ class Verdict:
 
 
 # ------------------------------------------------------------------------------------------------ accuracy
-def verify_test01_accuracy(reference_log: Path, test_log: Path, dtype: str = "byte") -> Verdict:
-    """The official verify_accuracy.py: every sampled response's first element equals the accuracy run's."""
+def verify_test01_accuracy(reference_log: Path, test_log: Path, dtype: str = "byte",
+                           source: str = "given") -> Verdict:
+    """The official verify_accuracy.py --dtype DTYPE: every sampled response's first element, decoded as
+    ``dtype``, equals the accuracy run's. The output is the official one plus a line naming the dtype (and
+    ``source``, where it came from) after the first line."""
     if dtype not in DTYPES:
         raise MLHarnessError(f"unknown dtype '{dtype}' for TEST01; expected one of {', '.join(DTYPES)}")
     acc_data = _load_log(reference_log)
@@ -95,6 +118,7 @@ def verify_test01_accuracy(reference_log: Path, test_log: Path, dtype: str = "by
     passed = perf_mismatch == 0 and matched > 0
     lines = [
         "Verifying accuracy. This might take a while...",
+        dtype_statement(dtype, source),
         "Reading accuracy mode results...",
         "Reading performance mode results...",
         f"num_acc_log_entries = {len(acc_data)}",
@@ -176,57 +200,44 @@ def score_of(values: dict[str, Any], detail_path: Path) -> tuple[str, float, boo
 
 
 def verify_performance(reference_detail: Path, test_detail: Path, test: str) -> Verdict:
-    """TEST01 (within +-10%), TEST04 (not >10% faster) or TEST05 (not >5% worse) against the performance run."""
-    lines = ["Verifying performance."]
-    ref_scen, ref, ref_valid, ref_values, ref_note = result_score(reference_detail)
-    test_scen, score, test_valid, test_values, test_note = result_score(test_detail)
-    lines += [n for n in (ref_note, test_note) if n]
-
-    def fail(reason: str) -> Verdict:
-        return Verdict(test, "performance", False, "\n".join([*lines, f"TEST FAIL: {reason}"]) + "\n")
-
-    if not ref_valid:
-        return fail(f"Invalid results in {reference_detail}")
-    if not test_valid:
-        return fail(f"Invalid results in {test_detail}")
-    if test_scen != ref_scen:
-        return fail("Test and reference scenarios do not match!")
-    if ref_scen == "Server" and ref_values.get("effective_target_latency_ns") != test_values.get(
-            "effective_target_latency_ns"):
-        return fail("Server target latency mismatch")
-    lines += [f"Reference score = {ref:g}", f"Test score = {score:g}"]
-    # the 20% tolerance for very fast SingleStream / MultiStream is chosen from the reference latency (the
-    # official TEST04 script compares the limit with the latency already turned into queries per second)
-    fast = ref_scen in FAST_LATENCY_NS and ref <= FAST_LATENCY_NS[ref_scen]
-    latency = ref_scen in LATENCY_SCENARIOS
+    """TEST01 and TEST04 exactly as the official verify_performance.py scripts (:mod:`compliance_perf`: TEST01
+    compares the detail logs, TEST04 the summaries beside them); TEST05 (older rounds): not more than 5% worse."""
     if test == "TEST01":
-        threshold = 0.20 if fast else 0.10
-        passed = ref * (1 - threshold) <= score <= ref * (1 + threshold)
-        rule = f"the test score must be within {threshold:.0%} of the reference score"
+        passed, lines = test01_performance(reference_detail, test_detail)
     elif test == "TEST04":
-        threshold = 0.20 if fast else 0.10
-        # compare throughputs: a latency becomes queries per second (1e9 / ns), as the official script does
-        ref_tp, test_tp = (1e9 / ref, 1e9 / score) if latency else (ref, score)
-        passed = test_tp < ref_tp * (1 + threshold)
-        rule = f"the test may not be more than {threshold:.0%} faster than the reference"
+        passed, lines = test04_performance(Path(reference_detail).with_name("mlperf_log_summary.txt"),
+                                           Path(test_detail).with_name("mlperf_log_summary.txt"))
     elif test == "TEST05":
-        threshold = 0.20 if fast else 0.05
-        passed = score < ref * (1 + threshold) if latency else score > ref * (1 - threshold)
-        rule = f"the test may not be more than {threshold:.0%} worse than the reference"
+        passed, lines = _test05_performance(reference_detail, test_detail)
     else:
         raise MLHarnessError(f"unknown compliance test '{test}'")
-    unit = "latency (ns)" if latency else "samples per second"
-    lines.append(f"Scenario: {ref_scen}; score: {unit}; rule: {rule}")
-    if passed:
-        return Verdict(test, "performance", True, "\n".join([*lines, "TEST PASS"]) + "\n")
-    return fail("Test score invalid")
+    return Verdict(test, "performance", passed, "\n".join(lines) + "\n")
+
+
+def _test05_performance(reference_detail: Path, test_detail: Path) -> tuple[bool, list[str]]:
+    lines = ["Verifying performance."]
+    ref_scen, ref, ref_valid, _, ref_note = result_score(reference_detail)
+    test_scen, score, test_valid, _, test_note = result_score(test_detail)
+    lines += [n for n in (ref_note, test_note) if n]
+    if not ref_valid or not test_valid:
+        return False, [*lines, f"TEST FAIL: Invalid results in {reference_detail if not ref_valid else test_detail}"]
+    if test_scen != ref_scen:
+        return False, [*lines, "TEST FAIL: Test and reference scenarios do not match!"]
+    lines += [f"Reference score = {ref}", f"Test score = {score}"]
+    latency = ref_scen in FAST_LIMIT
+    threshold = 0.20 if latency and ref <= FAST_LIMIT[ref_scen] else 0.05
+    passed = score < ref * (1 + threshold) if latency else score > ref * (1 - threshold)
+    lines.append(f"mlharness: {ref_scen}; the test may not be more than {threshold:.0%} worse than the reference")
+    return passed, [*lines, "TEST PASS" if passed else "TEST FAIL: Test score invalid"]
 
 
 # ------------------------------------------------------------------------------------------------ scenario
 def verify_scenario(scenario_dir: Path, tests: list[str] | None = None, dtype: str = "byte",
-                    scorer: Scorer | None = None, delta_percent: float = 1.0) -> list[Verdict]:
+                    scorer: Scorer | None = None, delta_percent: float = 1.0,
+                    dtype_source: str = "given") -> list[Verdict]:
     """Verify the compliance directories of one <benchmark>/<scenario> directory and (re)write their verify
-    files. ``tests`` defaults to every TEST0x directory present."""
+    files. ``tests`` defaults to every TEST0x directory present; TEST01 compares responses in ``dtype``
+    (``dtype_source`` says where it came from, in verify_accuracy.txt)."""
     scenario_dir = Path(scenario_dir)
     found = sorted(p.name for p in scenario_dir.glob("TEST0*") if p.is_dir())
     verdicts: list[Verdict] = []
@@ -239,17 +250,18 @@ def verify_scenario(scenario_dir: Path, tests: list[str] | None = None, dtype: s
         perf = verify_performance(reference_detail, test_detail, test)
         (test_dir / "verify_performance.txt").write_text(perf.text)
         if test == "TEST01":
-            verdicts.append(_verify_test01_accuracy(scenario_dir, test_dir, dtype, scorer, delta_percent))
+            verdicts.append(_verify_test01_accuracy(scenario_dir, test_dir, dtype, scorer, delta_percent,
+                                                    dtype_source))
         verdicts.append(perf)
     return verdicts
 
 
 def _verify_test01_accuracy(scenario_dir: Path, test_dir: Path, dtype: str, scorer: Scorer | None,
-                            delta_percent: float) -> Verdict:
+                            delta_percent: float, dtype_source: str) -> Verdict:
     reference_log = scenario_dir / "accuracy" / "mlperf_log_accuracy.json"
     acc_dir = test_dir / "accuracy"
     test_log = acc_dir / "mlperf_log_accuracy.json"
-    verdict = verify_test01_accuracy(reference_log, test_log, dtype)
+    verdict = verify_test01_accuracy(reference_log, test_log, dtype, dtype_source)
     for name in TEST01_ACC_FALLBACK_FILES:  # results of an earlier fallback no longer apply
         (acc_dir / name).unlink(missing_ok=True)
     if not verdict.passed:

@@ -4,7 +4,9 @@
         accuracy/  performance/run_1/  TEST01/  TEST04/  measurements.json  user.conf  README.md
     <results>/.mlharness/                              everything else, never inside the checked tree
         submission.json                                division, submitter, systems, benchmarks
-        runs/<system>/<benchmark>/<scenario>/<step>/   per LoadGen test: mlharness_run.json, step.json, run.log
+        runs/<system>/<benchmark>/<scenario>/<step>/   per LoadGen test: mlharness_run.json, step.json, run.log;
+                                                       an audit's (TEST0x) also LoadGen's raw logs side by side,
+                                                       for the official run_verification.py -c
         failed/<system>/<benchmark>/<scenario>/...     output and logs of failed attempts
         src/<system>/<benchmark>/                      the manifests and configs the runs used
         work/                                          where runs write before their results move into place

@@ -53,7 +53,7 @@ class SubmissionRequest:
     execution: list[str] = field(default_factory=list)  # further `mlharness run` flags (--threads 2 ...)
     extra_tests: list[str] = field(default_factory=list)
     system_overrides: Path | None = None
-    dtype: str = "byte"  # TEST01 response comparison
+    dtype: str | None = None  # TEST01 response comparison (None: the manifest's response.element_type)
     command: str = ""  # the command line that reproduces this submission run
 
 

@@ -6,15 +6,18 @@
         results/<system>/<benchmark>/<scenario>/...
         model_mapping.json               open division: custom benchmark names -> MLPerf benchmarks
 
-Accuracy logs are truncated the official way (tools/submission/truncate_accuracy_log.py): ``hash=<sha256 of the
-full log>`` is appended to accuracy.txt and the log keeps its first and last 4096 characters. The full logs are
-copied first into an archive folder beside the package (the results tree keeps its own copy as well).
+Accuracy logs are truncated byte for byte as tools/submission/truncate_accuracy_log.py does it: ``"\nhash=<sha256
+of the full log>\n"`` is appended to accuracy.txt and a log of 4096 bytes or more keeps its first and last 4096
+characters around ``"\n\n...\n\n"``. That applies to the scenario's accuracy log and to TEST01's when
+TEST01/accuracy holds an accuracy.txt. The full logs are copied first into an archive folder beside the package
+(the results tree keeps its own copy as well).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,8 +53,15 @@ def sha256_file(path: Path) -> str:
 
 
 def truncate_accuracy_log(log_path: Path, accuracy_txt: Path, archive_path: Path) -> str:
-    """Archive the full log, append its sha256 to accuracy.txt, keep its first and last 4096 characters.
-    Returns the hash. A log short enough to be kept whole (at most 8192 characters) is left as it is."""
+    """Archive the full log, then do what tools/submission/truncate_accuracy_log.py does to it: append
+    ``"\nhash=<sha256 of the full log>\n"`` to accuracy.txt (a blank line before ``hash=`` when accuracy.txt
+    ends with a newline) and keep the first and last 4096 characters of a log of 4096 bytes or more around
+    ``"\n\n...\n\n"`` (a log of 4096 to 8192 bytes grows: both ends overlap). A log already truncated (a
+    ``hash=`` line in accuracy.txt and under 10 KiB) is left as it is, as the official script leaves it.
+    Returns the hash in accuracy.txt."""
+    existing = _hash_line(accuracy_txt)
+    if existing and log_path.stat().st_size < MAX_ACCURACY_LOG_SIZE:
+        return existing
     digest = sha256_file(log_path)
     archive_path.parent.mkdir(parents=True, exist_ok=True)
     if archive_path.exists() and sha256_file(archive_path) != digest:
@@ -59,20 +69,39 @@ def truncate_accuracy_log(log_path: Path, accuracy_txt: Path, archive_path: Path
     shutil.copy2(log_path, archive_path)
     if sha256_file(archive_path) != digest:
         raise MLHarnessError(f"copying {log_path} to {archive_path} did not preserve it; nothing was truncated")
-    text = accuracy_txt.read_text() if accuracy_txt.exists() else ""
-    if text and not text.endswith("\n"):
-        text += "\n"
-    accuracy_txt.write_text(text + f"hash={digest}\n")
-    size = log_path.stat().st_size
-    if size > 2 * VIEWABLE_SIZE:  # LoadGen's logs are ASCII: 4096 bytes are 4096 characters
-        with open(log_path, "rb") as f:
-            head = f.read(VIEWABLE_SIZE)
-            f.seek(size - VIEWABLE_SIZE)
-            tail = f.read(VIEWABLE_SIZE)
-        log_path.write_bytes(head + TRUNCATION_MARK.encode() + tail)
+    with open(accuracy_txt, "a", encoding="utf-8") as f:
+        f.write(f"\nhash={digest}\n")
+    _truncate_file(log_path)
     if log_path.stat().st_size > MAX_ACCURACY_LOG_SIZE:  # only with multi-byte characters, never in LoadGen's logs
         raise MLHarnessError(f"{log_path} is still larger than {MAX_ACCURACY_LOG_SIZE} bytes after truncation")
     return digest
+
+
+def _hash_line(accuracy_txt: Path) -> str | None:
+    if not accuracy_txt.is_file():
+        return None
+    with open(accuracy_txt, encoding="utf-8") as f:
+        for line in f:
+            m = re.match(r"^hash=([\w\d]+)$", line)
+            if m:
+                return m.group(1)
+    return None
+
+
+def _truncate_file(path: Path) -> None:
+    """truncate_file() of the official script, text mode and all: the first VIEWABLE_SIZE characters, the
+    mark, and the VIEWABLE_SIZE characters from byte size - VIEWABLE_SIZE on."""
+    size = path.stat().st_size
+    if size < VIEWABLE_SIZE:
+        return
+    with open(path, encoding="utf-8") as src:
+        start = src.read(VIEWABLE_SIZE)
+        src.seek(size - VIEWABLE_SIZE, 0)
+        end = src.read(VIEWABLE_SIZE)
+    with open(path, "w", encoding="utf-8") as dst:
+        dst.write(start)
+        dst.write(TRUNCATION_MARK)
+        dst.write(end)
 
 
 def package(results: Path, out: Path, archive: Path | None = None, system_overrides: Path | None = None,
@@ -100,11 +129,13 @@ def package(results: Path, out: Path, archive: Path | None = None, system_overri
     for system, bench, scen, path in scenarios:
         dest = sub_dir / "results" / system / bench / scen
         shutil.copytree(path, dest)
-        acc = dest / "accuracy"
-        if (acc / ACCURACY_LOG).is_file():
-            rel = acc.relative_to(out) / ACCURACY_LOG
-            truncate_accuracy_log(acc / ACCURACY_LOG, acc / "accuracy.txt", archive / rel)
-            report.truncated.append(acc / ACCURACY_LOG)
+        for acc in (dest / "accuracy", dest / "TEST01" / "accuracy"):
+            # the official script truncates the scenario's log, and TEST01's when TEST01/accuracy holds an
+            # accuracy.txt (the non-deterministic fallback); without accuracy.txt it leaves a log whole
+            if (acc / ACCURACY_LOG).is_file() and (acc / "accuracy.txt").is_file():
+                rel = acc.relative_to(out) / ACCURACY_LOG
+                truncate_accuracy_log(acc / ACCURACY_LOG, acc / "accuracy.txt", archive / rel)
+                report.truncated.append(acc / ACCURACY_LOG)
     if (tree.archive / "src").is_dir():
         shutil.copytree(tree.archive / "src", sub_dir / "src")
     else:

@@ -1,10 +1,16 @@
 """One LoadGen test of ``mlharness submission run``: run it in its own process, then move its files where
 they belong (LoadGen logs into the results tree, the rest into the archive), or keep a failed attempt's output
-and log under ``.mlharness/failed/``."""
+and log under ``.mlharness/failed/``.
+
+A compliance audit's record folder (``.mlharness/runs/<system>/<benchmark>/<scenario>/TEST0x/``) also keeps
+LoadGen's raw output side by side, as LoadGen wrote it (mlperf_log_accuracy.json, mlperf_log_detail.txt,
+mlperf_log_summary.txt; hard links to the files in the results tree where possible): it is the
+``--compliance_dir`` the official ``compliance/TEST0x/run_verification.py`` scripts read."""
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -110,6 +116,8 @@ def _place(tree: Tree, ids: tuple[str, str, str], step: str, out: Path, log_path
             if not (out / name).is_file():
                 raise MLHarnessError(f"{'/'.join(ids)} {step}: the run wrote no {name} in {out}")
             shutil.move(str(out / name), str(target / name))
+            if step.startswith("TEST"):  # the audit's raw LoadGen output stays together in its record folder
+                _link_or_copy(target / name, out / name)
     record = tree.record_dir(*ids, step)
     new_record = work / f"{step}.record"
     shutil.rmtree(new_record, ignore_errors=True)
@@ -120,6 +128,14 @@ def _place(tree: Tree, ids: tuple[str, str, str], step: str, out: Path, log_path
     replace_dir(assembled / root, scen_dir / root, work / f"{step}.trash")
     replace_dir(new_record, record, work / f"{step}.record-trash")
     shutil.rmtree(assembled, ignore_errors=True)
+
+
+def _link_or_copy(src: Path, dest: Path) -> None:
+    """A hard link (the logs are never rewritten in place), or a copy where the file system has none."""
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copy2(src, dest)
 
 
 def result_line(scen_dir: Path, step: str, scenario: str) -> str:
