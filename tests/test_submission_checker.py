@@ -28,6 +28,7 @@ from mlharness.submission.compliance import (
 )
 from mlharness.submission.package import truncate_accuracy_log
 from mlharness.submission.rules import SYSTEM_DESC_REQUIRED_FIELDS
+from tests.helpers.loadgen_logs import write_run
 
 SYSTEM = "box"
 OVERRIDES = {"status": "available", "system_type": "edge", "cooling": "air", "host_memory_configuration": "1x 24 GB",
@@ -267,11 +268,15 @@ def _detail(path: Path, scenario: str, score: float, valid: bool = True, **extra
     ("TEST05", "SingleStream", 10_000_000, 10_400_000, True), ("TEST05", "SingleStream", 10_000_000, 10_600_000, False),
 ])  # fmt: skip
 def test_performance_thresholds(tmp_path, test, scenario, ref, score, passed):
-    verdict = verify_performance(_detail(tmp_path / "r" / "d.txt", scenario, ref),
-                                 _detail(tmp_path / "t" / "d.txt", scenario, score), test)
+    verdict = verify_performance(write_run(tmp_path / "r", scenario, ref), write_run(tmp_path / "t", scenario, score),
+                                 test)
     assert verdict.passed is passed, verdict.text
     assert verdict.text.splitlines()[-1] == ("TEST PASS" if passed else "TEST FAIL: Test score invalid")
-    assert f"Reference score = {ref:g}" in verdict.text and f"Test score = {score:g}" in verdict.text
+    if test == "TEST04":  # the official TEST04 script prints the summaries' scores: queries per second
+        shown = (ref, score) if scenario == "Offline" else (1e9 / ref, 1e9 / score)
+        assert f"reference score = {shown[0]}" in verdict.text and f"test score = {shown[1]}" in verdict.text
+    else:
+        assert f"Reference score = {float(ref)}" in verdict.text and f"Test score = {float(score)}" in verdict.text
 
 
 def test_performance_verification_refuses_invalid_or_mismatched_runs(tmp_path):
@@ -303,7 +308,8 @@ def test_truncation_keeps_the_full_log_and_its_hash(tmp_path):
     small.write_text("[]")
     (tmp_path / "a.txt").write_text("accuracy=0\n")
     truncate_accuracy_log(small, tmp_path / "a.txt", tmp_path / "archive2" / "small.json")
-    assert small.read_text() == "[]" and re.fullmatch(r"accuracy=0\nhash=[0-9a-f]{64}\n", (tmp_path / "a.txt")
+    # as truncate_accuracy_log.py: "\nhash=..." appended, a blank line when accuracy.txt ends with a newline
+    assert small.read_text() == "[]" and re.fullmatch(r"accuracy=0\n\nhash=[0-9a-f]{64}\n", (tmp_path / "a.txt")
                                                        .read_text())
 
 
