@@ -53,7 +53,10 @@ def dtype_statement(dtype: str, source: str) -> str:
     official = (f"the official run_verification.py needs --dtype {dtype}" if dtype in OFFICIAL_DTYPES else
                 "the official run_verification.py has no such --dtype")
     return f"dtype = {dtype} ({source}; the first element of each response is compared; {official})"
-# detail-log key of each scenario's result, and the one used when early stopping gave no estimate
+
+
+# detail-log key of each scenario's result, and the one used when early stopping gave no estimate (for showing
+# a short run's result and for TEST05; the TEST01 / TEST04 verdicts use the official rules, without fallback)
 RESULT_KEYS = {
     "Offline": ("result_samples_per_second", None),
     "SingleStream": ("early_stopping_latency_ss", "result_90.00_percentile_latency_ns"),
