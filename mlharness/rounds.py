@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from mlharness.errors import SettingsError, suggest
 
 SEED_KEYS = ("qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed")
+# The official checker's TEST_DURATION_MS (the same in every round): a shorter performance run is an error in every
+# division, open included.
+MIN_DURATION_MS = 600_000
 
 
 @dataclass(frozen=True)

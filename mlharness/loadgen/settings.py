@@ -18,7 +18,7 @@ from typing import Any
 from mlharness.errors import SettingsError, suggest
 from mlharness.manifest.schema import SCENARIOS
 from mlharness.paths import USER_CONF_DIR
-from mlharness.rounds import DEFAULT_ROUND, get_round
+from mlharness.rounds import DEFAULT_ROUND, MIN_DURATION_MS, get_round
 
 # Keys LoadGen's TestSettings::FromConfig reads (loadgen/test_settings_internal.cc, 6.0.x). Checked against the
 # installed LoadGen by tests/test_settings.py: 6.0.17 reads none of 'test05', 'target_duration' and
@@ -232,6 +232,9 @@ def build_test_settings(plan: SettingsPlan) -> Any:
     # the round's seeds, set explicitly: the embedded mlperf.conf carries one round's only (user.conf cannot set them)
     for key, value in mlperf_round.seeds.items():
         setattr(settings, key, value)
+    if plan.mode == "performance" and settings.min_duration_ms < MIN_DURATION_MS:
+        plan.not_submittable.append(f"min_duration is {settings.min_duration_ms} ms: the official checker rejects "
+                                    f"runs shorter than {MIN_DURATION_MS} ms in every division, open included")
     if _audit_requests_test05(plan):
         settings.test05 = True  # LoadGen 6.0.x ignores 'test05' in an audit config: apply TEST05's seeds here
         for key, value in (mlperf_round.test05_seeds or {}).items():

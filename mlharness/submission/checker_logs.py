@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from mlharness.errors import MLHarnessError
 from mlharness.loadgen.rundir import detail_values
 from mlharness.loadgen.settings import embedded_seeds
-from mlharness.rounds import wrong_seeds
+from mlharness.rounds import round_of_seeds, wrong_seeds
 from mlharness.submission.compliance import score_of
 from mlharness.submission.rules import (
     ACC_PATTERNS,
@@ -149,8 +149,11 @@ def check_perf_run(c: Checker, division: str, info: Benchmark | None, scenario: 
     loadgen_errors(c, detail, values, audit=test is not None)
     r = c.rules.round
     found = {k.removeprefix("effective_"): v for k, v in values.items() if k.endswith("_rng_seed")}
+    other = round_of_seeds(found) if test != "TEST05" else None
+    made_for = f"; the run was made for round {other}" if other and other != r.name else ""
     for problem in wrong_seeds(r, found, test05=test == "TEST05", embedded_test05=embedded_seeds()):
-        c.error(detail, f"{problem} (the {'TEST05 seeds' if test == 'TEST05' else 'seeds'} of round {r.name})")
+        c.error(detail, f"{problem} (the {'TEST05 seeds' if test == 'TEST05' else 'seeds'} of round {r.name}"
+                        f"{made_for})")
     mins = conf_minimums(info.model if info else OPEN_MODEL, scenario)
     duration = values.get("effective_min_duration_ms", 0)
     if duration < MIN_DURATION_MS:  # the official checker: an error in every division

@@ -183,8 +183,11 @@ def _colour(value: str) -> str:
 
 
 def cmd_package(args: argparse.Namespace, console: Any) -> int:
+    from mlharness.rounds import get_round
     from mlharness.submission.package import package
 
+    if args.round is not None:
+        get_round(args.round)  # an unknown round is refused before the tree is read
     report = package(args.results, args.out, args.archive, args.system_overrides, args.force, args.round)
     for note in report.notes:
         console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)

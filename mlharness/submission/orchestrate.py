@@ -105,10 +105,10 @@ def run_submission(req: SubmissionRequest, console: Any) -> Outcome:
     tree.write_state(state)
     dev = {k: v for k, v in req.overrides.items() if v is not None}
     if dev or req.count:
-        where = ("not submittable in any division: the official checker rejects runs shorter than "
-                 f"{MIN_DURATION_MS // 1000} s in every division, open included, and partial datasets and small "
-                 "counts as well" if dev.get("min_duration_ms", MIN_DURATION_MS) < MIN_DURATION_MS or req.count
-                 else "not submittable: they are development settings")
+        rejected = [what for what, broken in ((f"runs shorter than {MIN_DURATION_MS // 1000} s", dev.get(
+            "min_duration_ms", MIN_DURATION_MS) < MIN_DURATION_MS), ("partial datasets", req.count)) if broken]
+        where = (f"not submittable in any division: the official checker rejects {' and '.join(rejected)} in "
+                 f"every division, open included" if rejected else "not submittable: development settings")
         console.print(f"[yellow]development settings[/] ({', '.join(f'{k}={v}' for k, v in dev.items())}"
                       f"{', count=' + str(req.count) if req.count else ''}): {where}", highlight=False, soft_wrap=True)
     for note in notes:
