@@ -105,8 +105,9 @@ def run_submission(req: SubmissionRequest, console: Any) -> Outcome:
     tree.write_state(state)
     dev = {k: v for k, v in req.overrides.items() if v is not None}
     if dev or req.count:
-        rejected = [what for what, broken in ((f"runs shorter than {MIN_DURATION_MS // 1000} s", dev.get(
-            "min_duration_ms", MIN_DURATION_MS) < MIN_DURATION_MS), ("partial datasets", req.count)) if broken]
+        short = dev.get("min_duration_ms", MIN_DURATION_MS) < MIN_DURATION_MS
+        rejected = [what for what, hit in ((f"runs shorter than {MIN_DURATION_MS // 1000} s", short),
+                                           ("partial datasets", req.count)) if hit]
         where = (f"not submittable in any division: the official checker rejects {' and '.join(rejected)} in "
                  f"every division, open included" if rejected else "not submittable: development settings")
         console.print(f"[yellow]development settings[/] ({', '.join(f'{k}={v}' for k, v in dev.items())}"

@@ -1,9 +1,9 @@
 """The MLPerf Inference submission rules mlharness enforces, as data, per round (:data:`ROUND_RULES`).
 
-Sources: the MLCommons submission checker's v6.0 and v6.1 rules (constants, structure, performance, accuracy and
-compliance checks), the compliance tests' READMEs and the mlperf.conf compiled into LoadGen 6.0.17. Only the benchmarks
-mlharness ships manifests for are described in full; any other benchmark is an open-division model to which
-only the structural rules apply.
+Sources: the MLCommons submission checker's v6.0 and v6.1 rules (constants, structure, performance, accuracy
+and compliance checks), the compliance tests' READMEs and the mlperf.conf compiled into LoadGen 6.0.17. Only the
+benchmarks mlharness ships manifests for are described in full; any other benchmark is an open-division model to
+which only the structural rules apply.
 
 Minimum durations, query counts and performance sample counts are NOT copied here: they are read from the
 mlperf.conf embedded in the installed LoadGen (:func:`conf_minimums`), so they always match the LoadGen that
@@ -97,8 +97,8 @@ BENCHMARKS: dict[str, Benchmark] = {
 # The benchmark an open-division result of an mlperf.model is mapped to (model_mapping.json).
 DEFAULT_BENCHMARK_FOR_MODEL = {"resnet50": "resnet", "bert": "bert-99", "3d-unet": "3d-unet-99"}
 
-# Scenarios each system type must (and may) submit, checker v6.0 and v6.1. ResNet50 and BERT are edge benchmarks only
-# (datacenter systems submit them as "datacenter,edge").
+# Scenarios each system type must (and may) submit, checker v6.0 and v6.1. ResNet50 and BERT are edge benchmarks
+# only (datacenter systems submit them as "datacenter,edge").
 REQUIRED_SCENARIOS: dict[str, dict[str, tuple[str, ...]]] = {
     "edge": {
         "resnet": ("SingleStream", "MultiStream", "Offline"),
