@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -180,7 +181,7 @@ def test_package_refuses_a_tree_of_another_round(trees, env, tmp_path):
     state = json.loads(state_file.read_text())
     assert state["round"] == "v6.0"
     copy = tmp_path / "results"
-    subprocess.run(["cp", "-a", str(results), str(copy)], check=True)
+    shutil.copytree(results, copy, symlinks=True)
     (copy / ".mlharness" / "submission.json").write_text(json.dumps({k: v for k, v in state.items()
                                                                       if k != "round"}))
     proc = cli(env, "submission", "package", "--results", str(copy), "--out", str(tmp_path / "pkg"))
@@ -201,3 +202,23 @@ def test_submission_run_refuses_to_mix_rounds_in_a_tree(trees, env):
                "--system-name", SYSTEM, "--results", str(trees["results-v6.0"]), *SHORT)
     assert proc.returncode == 2
     assert "holds results for round v6.0, not v6.1" in proc.stderr
+
+
+@pytest.mark.slow
+def test_closed_division_counts_the_compliance_runs_seeds_too(trees, tmp_path):
+    """As the official checker does in closed: the performance run's and TEST01's seeds, six errors in all."""
+    pkg = tmp_path / "pkg"
+    shutil.copytree(trees["v6.0"], pkg)
+    shutil.move(pkg / "open", pkg / "closed")
+    system = pkg / "closed" / "Acme" / "systems" / f"{SYSTEM}.json"
+    system.write_text(json.dumps({**json.loads(system.read_text()), "division": "closed"}))
+    scen = Path("closed/Acme/results") / SYSTEM / "demo" / "Offline"
+    seed_errors = [str(f) for f in check(pkg, allow_development=True, round_name="v6.1").errors
+                   if "_rng_seed is wrong" in f.message]
+    assert len(seed_errors) == 6
+    for run in RUNS:
+        assert f"ERROR {scen}/{run}/mlperf_log_detail.txt: schedule_rng_seed is wrong, expected=" \
+               f"{OFFICIAL['v6.1']['schedule_rng_seed']}, found={OFFICIAL['v6.0']['schedule_rng_seed']} (the seeds " \
+               f"of round v6.1; the run was made for round v6.0)" in seed_errors
+    assert not [f for f in check(pkg, allow_development=True, round_name="v6.0").findings
+                if "_rng_seed" in f.message]
