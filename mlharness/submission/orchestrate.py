@@ -23,10 +23,10 @@ from mlharness.errors import SettingsError
 from mlharness.loadgen import settings as lgs
 from mlharness.manifest.loader import load_manifest
 from mlharness.paths import AUDIT_DIR
+from mlharness.rounds import DEFAULT_ROUND, get_round
 from mlharness.submission import records
 from mlharness.submission.audits import scenario_verdicts
 from mlharness.submission.layout import Tree, check_system_name
-from mlharness.rounds import DEFAULT_ROUND, get_round
 from mlharness.submission.round_check import record_round
 from mlharness.submission.rules import MIN_DURATION_MS, compliance_tests_for_model
 from mlharness.submission.steps import StepFailed, complete, result_line, run_step
