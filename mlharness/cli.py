@@ -39,6 +39,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                    "mlharness/user_conf/<model>.conf or mlharness/user_conf/default.conf)")
     p.add_argument("--audit-config", type=Path, default=None, help="compliance audit config (TEST01, TEST04)")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    p.add_argument("--round", default=None, help="MLPerf Inference round whose seeds the run uses (v6.0, v6.1; "
+                   "default: v6.1, the round of the pinned LoadGen)")
     dev = p.add_argument_group("development overrides (make a run non-submittable)")
     dev.add_argument("--count", type=int, default=None, help="use only the first N dataset samples")
     dev.add_argument("--min-duration-ms", type=int, default=None)
@@ -182,6 +184,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from mlharness.loadgen import settings as lgs
     from mlharness.loadgen.runner import DEFAULT_MANIFEST, RunOptions, run
     from mlharness.progress import RunProgress
+    from mlharness.rounds import get_round
+
+    get_round(args.round)  # an unknown round is refused before the model loads
 
     overrides = lgs.Overrides(
         min_duration_ms=args.min_duration_ms, min_query_count=args.min_query_count,
@@ -208,7 +213,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         ignore_framework_version=args.ignore_framework_version, on_stuck_failure=stuck,
         telemetry_interval_ms=args.telemetry_interval_ms,
         progress=None if args.no_progress else RunProgress(err),
-        agents=[*args.agent, *args.sut_server], network=args.network,
+        agents=[*args.agent, *args.sut_server], network=args.network, round=args.round,
     )
     result = run(opts)
     s = result.summary

@@ -82,6 +82,7 @@ class RunOptions:
     # Remote agents (host:port): the model runs there (framework 'remote') with this manifest's inputs/outputs
     agents: list[str] = field(default_factory=list)
     network: str | None = None  # "lon": LoadGen over the network; the agents run the hooks (--hooks agent)
+    round: str | None = None  # MLPerf round whose seeds the run uses (None: mlharness.rounds.DEFAULT_ROUND)
 
 
 @dataclass
@@ -235,7 +236,7 @@ def run(opts: RunOptions) -> RunResult:
         plan = lgs.SettingsPlan(
             model=conf_model, official=official, scenario=opts.scenario, mode=opts.mode,
             user_conf=opts.user_conf if opts.user_conf is not None else lgs.default_user_conf(conf_model),
-            overrides=opts.overrides, audit_config=opts.audit_config,
+            overrides=opts.overrides, audit_config=opts.audit_config, round=opts.round or lgs.DEFAULT_ROUND,
         )
         settings = lgs.build_test_settings(plan)
         perf_count = _performance_count(settings, total, plan)
@@ -466,6 +467,7 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictors, settings, plan, outdir, t
         "framework": {"name": loaded.model.framework.name, "version": framework_version},
         "predictor": {**predictors[0].describe(), "instances": len(predictors)},
         "loadgen_version": importlib.metadata.version("mlcommons-loadgen"),
+        "round": plan.round,
         "loadgen_seeds": {k: detail.get(f"effective_{k}") for k in ("qsl_rng_seed", "sample_index_rng_seed",
                                                                      "schedule_rng_seed")},
         "user_conf": str(plan.user_conf) if plan.user_conf else None,

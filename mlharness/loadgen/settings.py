@@ -18,6 +18,7 @@ from typing import Any
 from mlharness.errors import SettingsError, suggest
 from mlharness.manifest.schema import SCENARIOS
 from mlharness.paths import USER_CONF_DIR
+from mlharness.rounds import DEFAULT_ROUND, MIN_DURATION_MS, get_round
 
 # Keys LoadGen's TestSettings::FromConfig reads (loadgen/test_settings_internal.cc, 6.0.x). Checked against the
 # installed LoadGen by tests/test_settings.py: 6.0.17 reads none of 'test05', 'target_duration' and
@@ -37,7 +38,7 @@ LOADGEN_CONF_KEYS = frozenset(
         "token_latency_scaling_factor",
     }
 )  # fmt: skip
-# A user.conf cannot change these: LoadGen takes them from the embedded conf only.
+# A user.conf cannot change these: LoadGen takes them from the embedded conf, mlharness the seeds from the round.
 SEED_KEYS = frozenset(
     {"qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed", "test05_qsl_rng_seed",
      "test05_sample_index_rng_seed", "test05_schedule_rng_seed", "accuracy_log_probability"}
@@ -180,6 +181,7 @@ class SettingsPlan:
     overrides: Overrides
     audit_config: Path | None  # None: a normal run (the runner still passes LoadGen an explicit, absent path)
     not_submittable: list[str] = field(default_factory=list)
+    round: str = DEFAULT_ROUND  # the MLPerf round whose seeds the run uses (mlharness.rounds)
 
 
 def build_test_settings(plan: SettingsPlan) -> Any:
@@ -187,6 +189,7 @@ def build_test_settings(plan: SettingsPlan) -> Any:
     import mlperf_loadgen as lg
 
     check_scenario(plan.scenario)
+    mlperf_round = get_round(plan.round)
     settings = lg.TestSettings()
     settings.scenario = getattr(lg.TestScenario, plan.scenario)
     rc = settings.FromConfig("", plan.model, plan.scenario, 0)
@@ -226,8 +229,16 @@ def build_test_settings(plan: SettingsPlan) -> Any:
         if plan.scenario != "MultiStream":
             raise SettingsError("--samples-per-query applies to MultiStream only")
         settings.multi_stream_samples_per_query = o.samples_per_query
+    # the round's seeds, set explicitly: the embedded mlperf.conf carries one round's only (user.conf cannot set them)
+    for key, value in mlperf_round.seeds.items():
+        setattr(settings, key, value)
+    if plan.mode == "performance" and settings.min_duration_ms < MIN_DURATION_MS:
+        plan.not_submittable.append(f"min_duration is {settings.min_duration_ms} ms: the official checker rejects "
+                                    f"runs shorter than {MIN_DURATION_MS} ms in every division, open included")
     if _audit_requests_test05(plan):
         settings.test05 = True  # LoadGen 6.0.x ignores 'test05' in an audit config: apply TEST05's seeds here
+        for key, value in (mlperf_round.test05_seeds or {}).items():
+            setattr(settings, f"test05_{key}", value)
     return settings
 
 

@@ -1,7 +1,8 @@
-"""``mlharness submission check``: the submission checker's rules (v6.0) for a package tree.
+"""``mlharness submission check``: the submission checker's rules of one round (``--round``, the official
+checker's ``--version``; default :data:`mlharness.rounds.DEFAULT_ROUND`) for a package tree.
 
 Structure (required files, no extra files, truncated accuracy logs, files under 50 MB), system descriptions
-(every field present, the meaningful ones non-empty), the runs themselves (:mod:`checker_logs`: LoadGen's
+(every field present, the meaningful ones non-empty), the runs themselves (:mod:`checker_logs`: the round's
 seeds, validity and errors, 600 s minimum duration, minimum query and sample counts from the embedded
 mlperf.conf, whole-dataset accuracy runs, accuracy targets in the closed division), the compliance audits
 (required in closed), and the scenario set each system type must submit.
@@ -23,12 +24,13 @@ from typing import Any
 from mlharness.submission.rules import (
     DIVISIONS,
     FILE_SIZE_LIMIT,
-    REQUIRED_SCENARIOS,
     SCENARIOS,
     STATUSES,
     SYSTEM_DESC_MEANINGFUL_FIELDS,
     SYSTEM_DESC_REQUIRED_FIELDS,
     SYSTEM_TYPES,
+    RoundRules,
+    rules_for,
 )
 
 SUBMITTER_ENTRIES = {"results", "systems", "src", "documentation", "model_mapping.json"}
@@ -60,6 +62,7 @@ class Row:
 @dataclass
 class Report:
     root: Path
+    round: str = ""
     findings: list[Finding] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)
 
@@ -77,10 +80,11 @@ class Report:
 
 
 class Checker:
-    def __init__(self, root: Path, allow_development: bool = False):
+    def __init__(self, root: Path, allow_development: bool = False, round_name: str | None = None):
         self.root = Path(root).resolve()
         self.allow_development = allow_development
-        self.report = Report(self.root)
+        self.rules: RoundRules = rules_for(round_name)
+        self.report = Report(self.root, self.rules.round.name)
         self._row: Row | None = None
         self._advisory = False
 
@@ -189,20 +193,21 @@ class Checker:
     def check_benchmark(self, division: str, submitter: str, system: dict[str, Any], bench_dir: Path,
                         mapping: dict[str, str]) -> None:
         from mlharness.submission.checker_logs import check_scenario
-        from mlharness.submission.rules import BENCHMARKS, benchmark_for
+        from mlharness.submission.rules import benchmark_for
 
         name = bench_dir.name
-        info = benchmark_for(name, mapping if division == "open" else None)
+        benchmarks = self.rules.benchmarks
+        info = benchmark_for(name, mapping if division == "open" else None, benchmarks)
         if info is None:
-            self.by_division(division, bench_dir, f"'{name}' is not a {'/'.join(BENCHMARKS)} benchmark: only "
+            self.by_division(division, bench_dir, f"'{name}' is not a {'/'.join(benchmarks)} benchmark: only "
                                                   f"structural rules apply")
         scenarios = sorted(p.name for p in bench_dir.iterdir() if p.is_dir())
         system_type = system.get("system_type")
-        if info is not None and system_type in REQUIRED_SCENARIOS:
-            required = REQUIRED_SCENARIOS[system_type].get(info.name)
+        if info is not None and system_type in self.rules.required_scenarios:
+            required = self.rules.required_scenarios[system_type].get(info.name)
             if required is None:
                 self.by_division(division, bench_dir, f"{info.name} is not a benchmark of the '{system_type}' "
-                                                      f"category in this round")
+                                                      f"category in round {self.rules.round.name}")
             else:
                 missing = [s for s in required if s not in scenarios]
                 unknown = [s for s in scenarios if s in SCENARIOS and s not in required]
@@ -236,8 +241,8 @@ class Checker:
         return data
 
 
-def check(root: Path, allow_development: bool = False) -> Report:
-    return Checker(root, allow_development).run()
+def check(root: Path, allow_development: bool = False, round_name: str | None = None) -> Report:
+    return Checker(root, allow_development, round_name).run()
 
 
 def print_report(report: Report, console: Any) -> None:
@@ -260,4 +265,5 @@ def print_report(report: Report, console: Any) -> None:
                           r.compliance, "[green]0[/]" if not r.problems else f"[red]{r.problems}[/]")
         console.print(table)
     verdict = "[green]PASSED[/]" if report.passed else "[red]FAILED[/]"
-    console.print(f"{verdict}: {len(report.errors)} problem(s), {len(report.warnings)} warning(s)", highlight=False)
+    console.print(f"{verdict}: {len(report.errors)} problem(s), {len(report.warnings)} warning(s) (round "
+                  f"{report.round}; the official checker's --version {report.round})", highlight=False)

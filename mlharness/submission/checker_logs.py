@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from mlharness.errors import MLHarnessError
 from mlharness.loadgen.rundir import detail_values
 from mlharness.loadgen.settings import embedded_seeds
+from mlharness.rounds import round_of_seeds, wrong_seeds
 from mlharness.submission.compliance import score_of
 from mlharness.submission.rules import (
     ACC_PATTERNS,
@@ -24,7 +25,6 @@ from mlharness.submission.rules import (
     REQUIRED_PERF_FILES,
     SCENARIO_FILES,
     SCENARIOS,
-    SERVER_LATENCY_NS,
     TEST01_ACC_FALLBACK_FILES,
     Benchmark,
     conf_minimums,
@@ -38,7 +38,6 @@ TEST_ENTRIES = {"TEST01": {"accuracy", "performance", "verify_accuracy.txt", "ve
                 "TEST04": {"performance", "verify_performance.txt"},
                 "TEST05": {"performance", "verify_performance.txt"}}
 OPEN_MODEL = "mlharness-open-model"  # a name mlperf.conf does not know: LoadGen's '*' settings apply
-SEED_KEYS = ("qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed")
 # LoadGen logs this for audit runs (the audit config is a second conf file); the official checker tolerates it there
 AUDIT_TOLERATED_ERROR = "Multiple conf files are used"
 
@@ -148,16 +147,19 @@ def check_perf_run(c: Checker, division: str, info: Benchmark | None, scenario: 
         c.error(detail, f"the result is {values.get('result_validity')}: {values.get('result_invalid_reason', '')}"
                 .rstrip(": "))
     loadgen_errors(c, detail, values, audit=test is not None)
-    seeds = embedded_seeds()
-    for key in SEED_KEYS:
-        expected = seeds[f"test05_{key}" if test == "TEST05" else key]
-        if values.get(f"effective_{key}") != expected:
-            c.error(detail, f"{key} is {values.get(f'effective_{key}')}, expected {expected} (LoadGen's embedded "
-                            f"mlperf.conf{' test05 seed' if test == 'TEST05' else ''})")
+    r = c.rules.round
+    found = {k.removeprefix("effective_"): v for k, v in values.items() if k.endswith("_rng_seed")}
+    other = round_of_seeds(found) if test != "TEST05" else None
+    made_for = f"; the run was made for round {other}" if other and other != r.name else ""
+    for problem in wrong_seeds(r, found, test05=test == "TEST05", embedded_test05=embedded_seeds()):
+        c.error(detail, f"{problem} (the {'TEST05 seeds' if test == 'TEST05' else 'seeds'} of round {r.name}"
+                        f"{made_for})")
     mins = conf_minimums(info.model if info else OPEN_MODEL, scenario)
     duration = values.get("effective_min_duration_ms", 0)
-    if duration < MIN_DURATION_MS:
-        c.development(detail, f"min_duration is {duration} ms; runs must last at least {MIN_DURATION_MS} ms")
+    if duration < MIN_DURATION_MS:  # the official checker: an error in every division
+        c.development(detail, f"Test duration less than 600s in user config. expected={MIN_DURATION_MS}, "
+                              f"found={duration} (min_duration is {duration} ms; the official checker rejects "
+                              f"runs shorter than {MIN_DURATION_MS} ms in every division, open included)")
     key = "effective_samples_per_query" if scenario == "Offline" else "effective_min_query_count"
     if values.get(key, 0) < mins["min_query_count"]:
         what = "samples in the Offline query" if scenario == "Offline" else "min_query_count"
@@ -168,7 +170,7 @@ def check_perf_run(c: Checker, division: str, info: Benchmark | None, scenario: 
                               f"at least {needed} required")
     if scenario in EARLY_STOPPING_SCENARIOS and values.get("early_stopping_met") is False:
         c.development(detail, "LoadGen's early-stopping condition was not met (too few queries)")
-    bound = SERVER_LATENCY_NS.get(info.name) if info and scenario == "Server" else None
+    bound = c.rules.server_latency_ns.get(info.name) if info and scenario == "Server" else None
     if bound and values.get("effective_target_latency_ns", 0) > bound:
         c.error(detail, f"target latency {values['effective_target_latency_ns']} ns exceeds the {bound} ns bound")
     if mins["sample_concatenate_permutation"] and not values.get("effective_sample_concatenate_permutation"):

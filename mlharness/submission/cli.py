@@ -12,6 +12,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from mlharness.rounds import DEFAULT_ROUND, ROUNDS
+
 DIVISIONS = ("open", "closed", "network")
 DEV_FLAGS = (  # `mlharness run`'s development overrides: (flag, type)
     ("--min-duration-ms", int), ("--min-query-count", int), ("--max-query-count", int), ("--target-qps", float),
@@ -20,6 +22,8 @@ DEV_FLAGS = (  # `mlharness run`'s development overrides: (flag, type)
 EXECUTION_FLAGS = (("--device", str), ("--max-batchsize", int), ("--server-max-wait-ms", float),
                    ("--threads", int), ("--workers", int), ("--load-workers", int))
 AUDIT_TESTS = ("TEST01", "TEST04", "TEST05")
+ROUND_HELP = (f"MLPerf Inference round ({', '.join(ROUNDS)}; default: {DEFAULT_ROUND}, the round of the pinned "
+              f"LoadGen)")
 DTYPES = ("byte", "float32", "int32", "int64")
 
 
@@ -37,6 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="system description id: the systems/<name>.json of the package (default: $MLHARNESS_SYSTEM"
                         " or 'default')")
     r.add_argument("--results", type=Path, default=Path("results"), help="results tree (default: results)")
+    r.add_argument("--round", default=DEFAULT_ROUND, help=ROUND_HELP + " every run is made for")
     r.add_argument("--resume", action="store_true", help="skip LoadGen tests whose results are complete and were "
                                                          "made with the same command and manifest")
     r.add_argument("--framework", default=None)
@@ -49,7 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "benchmark's required ones (TEST05 for older rounds)")
     r.add_argument("--compliance-dtype", default=None, choices=DTYPES, help="TEST01 compares the first "
                    "element of each response in this dtype (default: the manifest's response.element_type)")
-    dev = r.add_argument_group("development overrides (results not submittable in the closed division)")
+    dev = r.add_argument_group("development overrides (results not submittable in any division: the official "
+                               "checker's duration rule applies to open results too)")
     dev.add_argument("--count", type=int, default=None, help="use only the first N dataset samples")
     for flag, kind in DEV_FLAGS:
         dev.add_argument(flag, type=kind, default=None)
@@ -68,12 +74,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--system-overrides", type=Path, default=None, help="YAML of system-description fields, "
                                                                        "applied over those recorded by the runs")
     p.add_argument("--force", action="store_true", help="replace an existing package for this submitter")
+    p.add_argument("--round", default=None, help=ROUND_HELP.replace(f"default: {DEFAULT_ROUND}", "default: the "
+                   "round the results tree was made for") + " the package is for; runs carrying another round's "
+                   "seeds are refused")
     p.set_defaults(func=cmd_package)
 
     c = actions.add_parser("check", help="check a submission package against the submission rules")
     c.add_argument("path", type=Path, help="package root (holding closed/, open/...) or a <division>/<submitter>")
     c.add_argument("--allow-development", action="store_true", help="short durations, small counts and partial "
                    "datasets are warnings instead of problems")
+    c.add_argument("--round", default=DEFAULT_ROUND, help=ROUND_HELP + " whose rules and seeds apply (the "
+                   "official checker's --version)")
     c.set_defaults(func=cmd_check)
 
     audit = sub.add_parser("audit", help="compliance audits").add_subparsers(dest="action", required=True)
@@ -101,7 +112,7 @@ def _reproduce(args: argparse.Namespace) -> str:
     """The submission run as one command line, with absolute paths, that redoes exactly these runs."""
     parts = ["mlharness", "submission", "run", "--manifest", _manifest_ref(args.manifest),
              "--scenarios", *args.scenarios, "--division", args.division, "--submitter", args.submitter,
-             "--system-name", args.system_name, "--results", str(args.results.resolve())]
+             "--system-name", args.system_name, "--results", str(args.results.resolve()), "--round", args.round]
     options = ("framework", *PATH_OPTIONS, "count", *(_dest(f) for f, _ in DEV_FLAGS + EXECUTION_FLAGS))
     for name in options:
         value = getattr(args, name)
@@ -142,7 +153,7 @@ def cmd_run(args: argparse.Namespace, console: Any) -> int:
         dataset_path=_abs(args.dataset_path) if args.dataset_path else None, user_conf=args.user_conf,
         count=args.count, overrides={_dest(f): getattr(args, _dest(f)) for f, _ in DEV_FLAGS},
         execution=execution, extra_tests=args.extra_tests, system_overrides=args.system_overrides,
-        dtype=args.compliance_dtype, command=_reproduce(args),
+        dtype=args.compliance_dtype, command=_reproduce(args), round=args.round,
     )
     outcome = run_submission(req, console)
     _print_rows(console, outcome.rows)
@@ -174,20 +185,24 @@ def _colour(value: str) -> str:
 
 
 def cmd_package(args: argparse.Namespace, console: Any) -> int:
+    from mlharness.rounds import get_round
     from mlharness.submission.package import package
 
-    report = package(args.results, args.out, args.archive, args.system_overrides, args.force)
+    if args.round is not None:
+        get_round(args.round)  # an unknown round is refused before the tree is read
+    report = package(args.results, args.out, args.archive, args.system_overrides, args.force, args.round)
     for note in report.notes:
         console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
-    console.print(f"package: {report.submitter_dir}\nfull accuracy logs: {report.archive}", highlight=False,
-                  soft_wrap=True)
+    console.print(f"package: {report.submitter_dir}\nfull accuracy logs: {report.archive}\nround: {report.round} "
+                  f"(check it with `mlharness submission check --round {report.round}`; the official checker: "
+                  f"--version {report.round})", highlight=False, soft_wrap=True)
     return 0
 
 
 def cmd_check(args: argparse.Namespace, console: Any) -> int:
     from mlharness.submission.checker import check, print_report
 
-    report = check(args.path, allow_development=args.allow_development)
+    report = check(args.path, allow_development=args.allow_development, round_name=args.round)
     print_report(report, console)
     return 0 if report.passed else 1
 

@@ -23,10 +23,12 @@ from mlharness.errors import SettingsError
 from mlharness.loadgen import settings as lgs
 from mlharness.manifest.loader import load_manifest
 from mlharness.paths import AUDIT_DIR
+from mlharness.rounds import DEFAULT_ROUND, get_round
 from mlharness.submission import records
 from mlharness.submission.audits import scenario_verdicts
 from mlharness.submission.layout import Tree, check_system_name
-from mlharness.submission.rules import compliance_tests_for_model
+from mlharness.submission.round_check import record_round
+from mlharness.submission.rules import MIN_DURATION_MS, compliance_tests_for_model
 from mlharness.submission.steps import StepFailed, complete, result_line, run_step
 from mlharness.submission.system import describe_system, load_overrides
 
@@ -55,6 +57,7 @@ class SubmissionRequest:
     system_overrides: Path | None = None
     dtype: str | None = None  # TEST01 response comparison (None: the manifest's response.element_type)
     command: str = ""  # the command line that reproduces this submission run
+    round: str = DEFAULT_ROUND  # the MLPerf round every run is made for (its seeds)
 
 
 @dataclass
@@ -77,6 +80,7 @@ def audit_config(test: str, mlperf_model: str | None) -> Path:
 
 def run_submission(req: SubmissionRequest, console: Any) -> Outcome:
     check_system_name(req.system)
+    get_round(req.round)
     for scenario in req.scenarios:
         lgs.check_scenario(scenario)
     loaded = load_manifest(req.manifest, req.dataset, req.framework)
@@ -101,7 +105,11 @@ def run_submission(req: SubmissionRequest, console: Any) -> Outcome:
     tree.write_state(state)
     dev = {k: v for k, v in req.overrides.items() if v is not None}
     if dev or req.count:
-        where = "they are not submittable in the closed division" if req.division == "closed" else "fine for open"
+        short = dev.get("min_duration_ms", MIN_DURATION_MS) < MIN_DURATION_MS
+        rejected = [what for what, hit in ((f"runs shorter than {MIN_DURATION_MS // 1000} s", short),
+                                           ("partial datasets", req.count)) if hit]
+        where = (f"not submittable in any division: the official checker rejects {' and '.join(rejected)} in "
+                 f"every division, open included" if rejected else "not submittable: development settings")
         console.print(f"[yellow]development settings[/] ({', '.join(f'{k}={v}' for k, v in dev.items())}"
                       f"{', count=' + str(req.count) if req.count else ''}): {where}", highlight=False, soft_wrap=True)
     for note in notes:
@@ -164,6 +172,7 @@ def _update_state(tree: Tree, req: SubmissionRequest, loaded: Any, benchmark: st
         if state.get(key) not in (None, getattr(req, key)):
             raise SettingsError(f"{tree.root} holds results for {key} '{state[key]}', not '{getattr(req, key)}': "
                                 f"use another --results folder")
+    record_round(tree, state, req.round)
     state.update(division=req.division, submitter=req.submitter, mlharness_version=__version__)
     # overrides given once stay recorded: a later run without --system-overrides keeps them
     recorded = state.setdefault("systems", {}).get(req.system, {}).get("overrides", {})
@@ -182,7 +191,7 @@ def _child_argv(req: SubmissionRequest, manifest: Path, scenario: str, step: str
                 user_conf: Path | None, audit: Path | None) -> list[str]:
     argv = [sys.executable, "-m", "mlharness.cli", "run", "--manifest", str(manifest), "--scenario", scenario,
             "--mode", "accuracy" if step == "accuracy" else "performance", "--output", str(output),
-            "--system", req.system, "--no-progress"]
+            "--system", req.system, "--no-progress", "--round", req.round]
     for flag, value in (("--framework", req.framework), ("--dataset", req.dataset),
                         ("--dataset-path", req.dataset_path), ("--user-conf", user_conf), ("--count", req.count)):
         if value is not None:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from mlharness.errors import MLHarnessError, SettingsError
 from mlharness.submission.layout import Tree, unique
+from mlharness.submission.round_check import round_to_package
 from mlharness.submission.rules import (
     BENCHMARKS,
     DEFAULT_BENCHMARK_FOR_MODEL,
@@ -40,6 +41,7 @@ ACCURACY_LOG = "mlperf_log_accuracy.json"
 class PackageReport:
     submitter_dir: Path
     archive: Path
+    round: str  # the MLPerf round every run in the package was made for
     notes: list[str] = field(default_factory=list)
     truncated: list[Path] = field(default_factory=list)
 
@@ -105,12 +107,13 @@ def _truncate_file(path: Path) -> None:
 
 
 def package(results: Path, out: Path, archive: Path | None = None, system_overrides: Path | None = None,
-            force: bool = False) -> PackageReport:
+            force: bool = False, round_name: str | None = None) -> PackageReport:
     tree = Tree(results)
     state = tree.read_state()
     if not state:
         raise SettingsError(f"{tree.root} is not a results tree made by `mlharness submission run` (no "
                             f"{tree.archive.name}/submission.json)")
+    round_name = round_to_package(tree, state, round_name)  # refuses runs of another round, before writing
     division, submitter = state["division"], state["submitter"]
     out = Path(out).resolve()
     sub_dir = out / division / submitter
@@ -119,7 +122,7 @@ def package(results: Path, out: Path, archive: Path | None = None, system_overri
         if not force:
             raise SettingsError(f"{sub_dir} already exists (--force replaces it)")
         shutil.rmtree(sub_dir)
-    report = PackageReport(sub_dir, archive)
+    report = PackageReport(sub_dir, archive, round_name)
     for moved in tree.sweep_leftovers():
         report.notes.append(f"moved a failed run's folder out of the results tree: {moved}")
     scenarios = tree.scenario_dirs()

@@ -1,13 +1,13 @@
-"""The MLPerf Inference v6.0 submission rules mlharness enforces, as data.
+"""The MLPerf Inference submission rules mlharness enforces, as data, per round (:data:`ROUND_RULES`).
 
-Sources: the MLCommons submission checker v6.0 (constants, structure, performance, accuracy and compliance
-checks), the compliance tests' READMEs and the mlperf.conf compiled into LoadGen 6.0.17. Only the benchmarks
-mlharness ships manifests for are described in full; any other benchmark is an open-division model to which
-only the structural rules apply.
+Sources: the MLCommons submission checker's v6.0 and v6.1 rules (constants, structure, performance, accuracy
+and compliance checks), the compliance tests' READMEs and the mlperf.conf compiled into LoadGen 6.0.17. Only the
+benchmarks mlharness ships manifests for are described in full; any other benchmark is an open-division model to
+which only the structural rules apply.
 
 Minimum durations, query counts and performance sample counts are NOT copied here: they are read from the
 mlperf.conf embedded in the installed LoadGen (:func:`conf_minimums`), so they always match the LoadGen that
-produced the logs.
+produced the logs. The seeds of each round are in :mod:`mlharness.rounds`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-ROUND = "v6.0"
+from mlharness.rounds import MIN_DURATION_MS as MIN_DURATION_MS  # the checker's duration rule, re-exported
+from mlharness.rounds import ROUNDS, Round, get_round
+
 DIVISIONS = ("closed", "open", "network")
 STATUSES = ("available", "preview", "rdi")
 SYSTEM_TYPES = ("datacenter", "edge", "datacenter,edge")
@@ -33,7 +35,6 @@ MAX_ACCURACY_LOG_SIZE = 10 * 1024  # a truncated mlperf_log_accuracy.json is at 
 VIEWABLE_SIZE = 4096  # characters kept from each end of a truncated accuracy log
 TRUNCATION_MARK = "\n\n...\n\n"
 FILE_SIZE_LIMIT = 50 * 1024 * 1024
-MIN_DURATION_MS = 600_000
 
 # TEST01 samples responses in a performance run with this seed; 3D U-Net responses are whole volumes, so it
 # samples only 64 of them (mlharness/audit/TEST01/3d-unet/audit.config).
@@ -96,8 +97,8 @@ BENCHMARKS: dict[str, Benchmark] = {
 # The benchmark an open-division result of an mlperf.model is mapped to (model_mapping.json).
 DEFAULT_BENCHMARK_FOR_MODEL = {"resnet50": "resnet", "bert": "bert-99", "3d-unet": "3d-unet-99"}
 
-# Scenarios each system type must (and may) submit, checker v6.0. ResNet50 and BERT are edge benchmarks only
-# (datacenter systems submit them as "datacenter,edge").
+# Scenarios each system type must (and may) submit, checker v6.0 and v6.1. ResNet50 and BERT are edge benchmarks
+# only (datacenter systems submit them as "datacenter,edge").
 REQUIRED_SCENARIOS: dict[str, dict[str, tuple[str, ...]]] = {
     "edge": {
         "resnet": ("SingleStream", "MultiStream", "Offline"),
@@ -117,6 +118,31 @@ SERVER_LATENCY_NS = {"resnet": 15_000_000, "bert-99": 130_000_000, "bert-99.9": 
 EARLY_STOPPING_SCENARIOS = ("SingleStream", "MultiStream", "Server")
 
 
+
+
+@dataclass(frozen=True)
+class RoundRules:
+    """What the checker holds a tree of one round to. For the benchmarks mlharness ships (resnet, bert-99/99.9,
+    3d-unet-99/99.9) the official constants of v6.0 and v6.1 agree on accuracy targets, dataset and performance
+    sample sizes, required scenarios, minimum queries, Server latency bounds and the TEST01/TEST04 lists: the
+    rounds differ only in their seeds."""
+
+    round: Round
+    benchmarks: dict[str, Benchmark]
+    required_scenarios: dict[str, dict[str, tuple[str, ...]]]
+    server_latency_ns: dict[str, int]
+
+
+ROUND_RULES: dict[str, RoundRules] = {
+    name: RoundRules(r, BENCHMARKS, REQUIRED_SCENARIOS, SERVER_LATENCY_NS) for name, r in ROUNDS.items()
+}
+
+
+def rules_for(round_name: str | None) -> RoundRules:
+    """The rules of a round (None: the default round); an unknown round is a SettingsError naming the known ones."""
+    return ROUND_RULES[get_round(round_name).name]
+
+
 def compliance_tests_for_model(mlperf_model: str | None) -> tuple[str, ...]:
     """Audits `submission run` performs: TEST01 for every benchmark (and for models that are not official
     MLPerf benchmarks), TEST04 for ResNet50 only."""
@@ -125,12 +151,14 @@ def compliance_tests_for_model(mlperf_model: str | None) -> tuple[str, ...]:
     return ("TEST01",)
 
 
-def benchmark_for(name: str, mapping: dict[str, str] | None = None) -> Benchmark | None:
+def benchmark_for(name: str, mapping: dict[str, str] | None = None,
+                  benchmarks: dict[str, Benchmark] | None = None) -> Benchmark | None:
     """The official benchmark a results directory name stands for (through model_mapping.json in open)."""
-    if name in BENCHMARKS:
-        return BENCHMARKS[name]
+    benchmarks = BENCHMARKS if benchmarks is None else benchmarks
+    if name in benchmarks:
+        return benchmarks[name]
     mapped = (mapping or {}).get(name)
-    return BENCHMARKS.get(mapped) if mapped else None
+    return benchmarks.get(mapped) if mapped else None
 
 
 @functools.lru_cache(maxsize=64)

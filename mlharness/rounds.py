@@ -1,0 +1,73 @@
+"""The MLPerf Inference rounds mlharness can produce results for, as data.
+
+A round fixes the three LoadGen seeds every submitted performance run must use; the official submission checker
+(``tools/submission/submission_checker/constants.py``, ``MODEL_CONFIG[<round>]["seeds"]``, selected with its
+``--version``) rejects a run whose detail log shows other ones. LoadGen compiles one round's seeds into its
+binary (6.0.17: the v6.1 round's), so mlharness sets the chosen round's seeds explicitly on every run instead of
+relying on the installed LoadGen.
+
+The submission rules mlharness enforces for its benchmarks (accuracy targets, required scenarios, minimum
+query counts, compliance tests) are the same in v6.0 and v6.1; they live in :mod:`mlharness.submission.rules`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlharness.errors import SettingsError, suggest
+
+SEED_KEYS = ("qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed")
+# The official checker's TEST_DURATION_MS (the same in every round): a shorter performance run is an error in every
+# division, open included.
+MIN_DURATION_MS = 600_000
+
+
+@dataclass(frozen=True)
+class Round:
+    name: str  # also the official checker's --version
+    seeds: dict[str, int]  # SEED_KEYS -> value
+    # TEST05's alternate seeds when the official constants list them for the round ("test05_seeds"); None:
+    # LoadGen's embedded test05_* seeds apply (v6.0 and v6.1 list none).
+    test05_seeds: dict[str, int] | None = None
+
+
+ROUNDS: dict[str, Round] = {
+    r.name: r
+    for r in (
+        Round("v6.0", {"qsl_rng_seed": 2465351861681999779, "sample_index_rng_seed": 14276810075590677512,
+                       "schedule_rng_seed": 3936089224930324775}),
+        Round("v6.1", {"qsl_rng_seed": 2085463073848966840, "sample_index_rng_seed": 2747215439041700203,
+                       "schedule_rng_seed": 16159082839903944936}),
+    )
+}
+# The newest round the pinned LoadGen (6.0.17) was released for: its embedded mlperf.conf carries these seeds.
+DEFAULT_ROUND = "v6.1"
+
+
+def get_round(name: str | None) -> Round:
+    """The round called ``name`` (None: :data:`DEFAULT_ROUND`); an unknown name is a SettingsError (exit 2)."""
+    if name is None:
+        return ROUNDS[DEFAULT_ROUND]
+    if name not in ROUNDS:
+        raise SettingsError(f"unknown MLPerf Inference round '{name}': mlharness knows the seeds and rules of "
+                            f"these rounds only.{suggest(name, list(ROUNDS))}")
+    return ROUNDS[name]
+
+
+def round_of_seeds(seeds: dict[str, object]) -> str | None:
+    """The round whose three seeds these are (values as read from a detail log), or None."""
+    for r in ROUNDS.values():
+        if all(seeds.get(k) == v for k, v in r.seeds.items()):
+            return r.name
+    return None
+
+
+def wrong_seeds(r: Round, found: dict[str, object], test05: bool = False,
+                embedded_test05: dict[str, int] | None = None) -> list[str]:
+    """The official checker's message for each seed of ``found`` (keys SEED_KEYS) that is not the round's.
+    TEST05 runs are held to the round's test05 seeds, else to ``embedded_test05`` (LoadGen's)."""
+    expected = r.seeds
+    if test05:
+        expected = r.test05_seeds or {k: (embedded_test05 or {}).get(f"test05_{k}") for k in SEED_KEYS}
+    return [f"{k} is wrong, expected={expected[k]}, found={found.get(k)}" for k in SEED_KEYS
+            if found.get(k) != expected[k]]
