@@ -1,0 +1,198 @@
+"""An agent under hostile requests, and the client's connection options and messages (loopback only).
+
+The fuzz test sends a few hundred malformed requests of many kinds to a real ``mlharness agent serve``: each must
+be answered with a client-error status, the agent's log must grow by one line per bad request at most (rate
+limited: far fewer) and hold no traceback, and the agent must still answer a valid request afterwards.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("grpc")
+
+from test_agent import Proc, _echo_manifest, _env, _self_signed  # noqa: E402
+
+from mlharness.agent.tensors import from_raw, to_raw  # noqa: E402
+
+CLIENT_ERRORS = {"INVALID_ARGUMENT", "NOT_FOUND", "FAILED_PRECONDITION", "OUT_OF_RANGE"}
+
+
+def _agent(cache, *args: str, verbosity: str = "-v", **env: str) -> Proc:
+    cmd = [sys.executable, "-m", "mlharness.cli", verbosity, "agent", "serve", "--port", "0", *args]
+    return Proc(cmd, _env(cache, **env), r"listening on 127\.0\.0\.1:(\d+)").started()
+
+
+def _request(name="echo_labels", inputs=(("label", "INT64", [2, 1], np.arange(2, dtype=np.int64).tobytes()),)):
+    from mlharness.agent.protos import grpc_predict_v2_pb2 as pb
+
+    r = pb.ModelInferRequest(model_name=name)
+    for n, dt, shape, raw in inputs:
+        r.inputs.add(name=n, datatype=dt, shape=shape)
+        if raw is not None:
+            r.raw_input_contents.append(raw)
+    return r
+
+
+def _bad_requests(rng: random.Random) -> list[tuple[str, object]]:
+    """(method, request or raw bytes) of many kinds; every one of them is invalid for the echo agent."""
+    from mlharness.agent.protos import grpc_predict_v2_pb2 as pb
+
+    def rnd(n: int) -> bytes:
+        return bytes(rng.getrandbits(8) for _ in range(n))
+
+    cases: list[tuple[str, object]] = []
+    for _ in range(60):  # random bytes where a message is expected (some happen to decode: checked below)
+        cases.append((rng.choice(["ModelInfer", "ModelMetadata", "ModelReady"]), b"\xff" + rnd(rng.randrange(1, 200))))
+    for _ in range(40):
+        size = rng.choice([n for n in range(40) if n != 16])  # 16 bytes would be a valid [2, 1] INT64 tensor
+        cases.append(("ModelInfer", _request(inputs=(("label", "INT64", [2, 1], rnd(size)),))))
+    for k in range(30):
+        shape = rng.choice([[k + 3, 1], [2, 7], [2], [2, 1, 1], [1 << 40, 1 << 30], [-1, 1], [-4, -1], [],
+                            [0, 1], [2 ** 62, 4]])
+        if shape == [2, 1] or shape == [2]:
+            shape = [3, 2]
+        cases.append(("ModelInfer", _request(inputs=(("label", "INT64", shape, rnd(16)),))))
+    for dt in ("FP32", "INT32", "BYTES", "FP128", "", "BF16", "UINT8"):
+        cases.append(("ModelInfer", _request(inputs=(("label", dt, [2, 1], rnd(16)),))))
+    cases += [
+        ("ModelInfer", _request(name="resnet50")),
+        ("ModelInfer", _request(name="x" * 5000)),
+        ("ModelMetadata", pb.ModelMetadataRequest(name="nope")),
+        ("ModelMetadata", pb.ModelMetadataRequest(name="echo_labels", version="7")),
+        ("ModelInfer", _request(inputs=())),
+        ("ModelInfer", _request(inputs=(("image", "INT64", [2, 1], np.zeros(2, np.int64).tobytes()),))),
+        ("ModelInfer", _request(inputs=(("label", "INT64", [2, 1], None),))),  # typed contents: none given
+        ("ModelInfer", _request(inputs=(("label", "INT64", [2, 1], b"\0" * 16),) * 2)),
+        ("ModelInfer", _request(inputs=(("label", "BYTES", [2, 1], b"\xff\xff\xff\x7f" + rnd(8)),))),
+    ]
+    qsl = _request()
+    qsl.parameters["mlharness_qsl"].string_param = "load"
+    cases.append(("ModelInfer", qsl))
+    wrong_output = _request()
+    wrong_output.outputs.add(name="logits")
+    cases.append(("ModelInfer", wrong_output))
+    extra_raw = _request()
+    extra_raw.raw_input_contents.append(b"extra")
+    cases.append(("ModelInfer", extra_raw))
+    return cases
+
+
+def _send(address: str, cases: list[tuple[str, object]]) -> dict[str, int]:
+    """Send every case on a raw channel; assert each is refused with a client-error status."""
+    import grpc
+
+    statuses: dict[str, int] = {}
+    with grpc.insecure_channel(address) as channel:
+        for method, request in cases:
+            data = request if isinstance(request, bytes) else request.SerializeToString()
+            call = channel.unary_unary(f"/inference.GRPCInferenceService/{method}")  # raw bytes both ways
+            try:
+                call(data, timeout=10)
+            except grpc.RpcError as e:
+                statuses[e.code().name] = statuses.get(e.code().name, 0) + 1
+                assert e.code().name in CLIENT_ERRORS, (method, data[:80], e.code(), e.details())
+                continue
+            # random bytes that happen to decode as a valid metadata request: answered, fine
+            assert isinstance(request, bytes) and method != "ModelInfer", (method, data[:80])
+            statuses["OK"] = statuses.get("OK", 0) + 1
+    return statuses
+
+
+def _assert_still_serves(address: str) -> None:
+    import grpc
+
+    from mlharness.agent.protos import grpc_predict_v2_pb2_grpc as pb_grpc
+
+    request = _request(inputs=(("label", "INT64", [3, 1], np.arange(3, dtype=np.int64).tobytes()),))
+    with grpc.insecure_channel(address) as channel:
+        response = pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=10)
+    assert from_raw("INT64", [3, 1], response.raw_output_contents[0], "label").ravel().tolist() == [0, 1, 2]
+
+
+@pytest.mark.slow
+def test_fuzzed_requests_cost_one_line_each_at_most(tmp_path, shared_cache):
+    rng = random.Random(20)
+    manifest = str(_echo_manifest(tmp_path, 0))
+    kinds = _bad_requests(rng)
+    # without rate limiting: every kind of bad request costs exactly one line, never a traceback
+    proc = _agent(shared_cache, "--manifest", manifest, MLHARNESS_AGENT_LOG_BURST="100000")
+    try:
+        before = len(proc.lines)
+        statuses = _send(proc.address, kinds)
+        assert statuses.get("INVALID_ARGUMENT", 0) > len(kinds) // 2 and statuses.get("NOT_FOUND"), statuses
+        _assert_still_serves(proc.address)
+        grown = proc.lines[before:]
+        refused = len(kinds) - statuses.get("OK", 0)
+        assert len(grown) == refused, (len(grown), refused, grown[:5])
+        text = "".join(grown)
+        assert "Traceback" not in text and "unexpected error" not in text, text
+        assert all(" refused: " in line for line in grown), grown
+    finally:
+        assert proc.stop() == 0
+
+    # with the default rate limit, a flood costs a few lines and a summary
+    proc = _agent(shared_cache, "--manifest", manifest)
+    try:
+        before = len(proc.lines)
+        cases = kinds * 8
+        statuses = _send(proc.address, cases)
+        _assert_still_serves(proc.address)
+        grown = proc.lines[before:]
+        assert len(grown) <= 10 * 3, grown  # 10 lines per 10 s window (the flood takes a few seconds at most)
+        assert len(cases) > 1000 and "Traceback" not in "".join(grown)
+    finally:
+        assert proc.stop() == 0
+    assert any(re.search(r"suppressed \d+ similar messages", line) for line in proc.lines), proc.lines[-5:]
+    assert not any("Traceback" in line for line in proc.lines)
+
+
+def test_rate_limit_lets_a_burst_through_then_summarises():
+    import logging
+
+    from mlharness.agent.guard import RateLimit
+
+    now = [0.0]
+    limit = RateLimit(burst=3, interval_s=10.0, clock=lambda: now[0])
+    logger = logging.getLogger("mlharness.test.ratelimit")
+    logger.propagate = False
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger.addHandler(handler)
+    logger.addFilter(limit)
+    try:
+        for k in range(50):
+            try:
+                raise ValueError(f"bad\nrequest {k}")
+            except ValueError:
+                logger.exception("request %d failed", k)
+        assert len(records) == 3 and limit.suppressed == 47
+        assert all(r.exc_info is None and "\n" not in r.getMessage() for r in records)
+        now[0] = 10.5
+        logger.warning("next window")
+        assert records[-1].getMessage() == "next window (suppressed 47 similar messages)"
+        limit.flush(logger)
+        assert len(records) == 4  # nothing pending
+    finally:
+        logger.removeHandler(handler)
+        logger.removeFilter(limit)
+
+
+def test_element_count_rejects_bogus_shapes():
+    from mlharness.agent.tensors import element_count
+    from mlharness.errors import AgentError
+
+    assert element_count([2, 3], "x") == 6 and element_count([], "x") == 1
+    for shape in ([-1, 2], [1 << 40, 1 << 30]):
+        with pytest.raises(AgentError) as e:
+            element_count(shape, "input 'x'")
+        assert e.value.status == "INVALID_ARGUMENT"
+    datatype, shape, raw = to_raw(np.arange(4, dtype=np.int32))
+    with pytest.raises(AgentError, match="negative dimension"):
+        from_raw(datatype, [-2, -2], raw, "input 'x'")
