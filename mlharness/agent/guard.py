@@ -73,6 +73,7 @@ class RateLimit(logging.Filter):
         return True
 
     def flush(self, logger: logging.Logger) -> None:
+        """Log the pending count on ``logger`` (one this filter is not attached to)."""
         with self._lock:
             pending, self.suppressed = self.suppressed, 0
         if pending:

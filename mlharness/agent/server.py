@@ -317,7 +317,7 @@ class AgentServer:
         if self._server is not None:
             self._server.stop(self.config.grace_s if grace_s is None else grace_s).wait()
         self.batcher.close()
-        REQUEST_LIMIT.flush(request_log)
+        REQUEST_LIMIT.flush(log)  # not through request_log: its filter would count the summary too
         log.info("stopped after %d batches (%d samples, largest batch %d)", self.batcher.batches,
                  self.batcher.samples, self.batcher.largest)
         self.backend.close()
