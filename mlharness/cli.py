@@ -76,6 +76,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                      "(started with --hooks agent) run the hooks and the model, this node only dispatches queries")
     net.add_argument("--sut-server", action="append", default=[], metavar="HOST:PORT", help="with --network lon: "
                      "an agent of the network SUT; repeatable")
+    from mlharness.agent.cli import add_connect_args
+
+    add_connect_args(net)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -179,6 +182,7 @@ def _add_task_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from mlharness.agent.cli import connect_options
     from mlharness.loadgen import settings as lgs
     from mlharness.loadgen.runner import DEFAULT_MANIFEST, RunOptions, run
     from mlharness.progress import RunProgress
@@ -208,7 +212,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         ignore_framework_version=args.ignore_framework_version, on_stuck_failure=stuck,
         telemetry_interval_ms=args.telemetry_interval_ms,
         progress=None if args.no_progress else RunProgress(err),
-        agents=[*args.agent, *args.sut_server], network=args.network,
+        agents=[*args.agent, *args.sut_server], network=args.network, agent_options=connect_options(args),
     )
     result = run(opts)
     s = result.summary
@@ -297,6 +301,9 @@ def cmd_sysinfo(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from mlharness.agent.cli import quiet_grpc
+
+    quiet_grpc(args.verbose)  # before anything imports grpc
     logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
     handlers = {"run": cmd_run, "manifest": cmd_manifest, "sysinfo": cmd_sysinfo, "parity": cmd_parity,
                 "bench": cmd_bench, "tune": cmd_tune}

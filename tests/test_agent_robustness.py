@@ -196,3 +196,44 @@ def test_element_count_rejects_bogus_shapes():
     datatype, shape, raw = to_raw(np.arange(4, dtype=np.int32))
     with pytest.raises(AgentError, match="negative dimension"):
         from_raw(datatype, [-2, -2], raw, "input 'x'")
+
+
+@pytest.mark.slow
+def test_run_connection_flags_and_tls_mismatch(run_cli, tmp_path, shared_cache):
+    pytest.importorskip("cryptography")
+    cert, key = _self_signed(tmp_path)
+    # TLS, a token and client certificates (the self-signed certificate is its own CA)
+    secure = _agent(shared_cache, "--tls-cert", str(cert), "--tls-key", str(key), "--tls-client-ca", str(cert),
+                    "--token", "s3cret")
+    plain = _agent(shared_cache)
+    env = _env(shared_cache)  # no token or CA in the environment: only the flags
+    try:
+        out = tmp_path / "acc"
+        proc = run_cli("run", "--scenario", "Offline", "--count", "32", "--agent", secure.address, "--token",
+                       "s3cret", "--tls-ca", str(cert), "--tls-cert", str(cert), "--tls-key", str(key),
+                       "--output", str(out), "--no-progress", env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert (out / "accuracy.txt").read_text() == "accuracy=100.000%, good=32, total=32\n"
+        proc = run_cli("run", "--scenario", "Offline", "--count", "32", "--agent", secure.address, "--tls-ca",
+                       str(cert), "--tls-cert", str(cert), "--tls-key", str(key), "--output", str(tmp_path / "t"),
+                       "--no-progress", env=env)
+        assert proc.returncode == 2 and "UNAUTHENTICATED" in proc.stderr and "--token" in proc.stderr, proc.stderr
+        proc = run_cli("agent", "info", secure.address, "--token", "s3cret", "--tls-ca", str(cert), "--tls-cert",
+                       str(cert), "--tls-key", str(key), "--json", env=env)
+        assert proc.returncode == 0 and '"demo"' in proc.stdout, proc.stderr
+        # plaintext client -> TLS agent, and TLS client -> plaintext agent: named as such, no gRPC log lines
+        for args, address, message in (
+                ((), secure.address, f"the agent at {secure.address} speaks TLS and this client does not; pass "
+                                     f"--tls-ca"),
+                (("--tls-ca", str(cert)), plain.address, f"the agent at {plain.address} does not speak TLS")):
+            proc = run_cli("run", "--scenario", "Offline", "--count", "8", "--agent", address, *args, "--output",
+                           str(tmp_path / "mismatch"), "--no-progress", env=env, timeout=60)
+            assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+            assert "Traceback" not in proc.stderr and "ssl_transport_security" not in proc.stderr, proc.stderr
+            proc = run_cli("agent", "info", address, *args, "--timeout", "5", env=env)
+            assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+        proc = run_cli("run", "--scenario", "Offline", "--agent", plain.address, "--tls-cert", str(cert),
+                       "--no-progress", env=env)
+        assert proc.returncode == 2 and "both --tls-cert and --tls-key" in proc.stderr, proc.stderr
+    finally:
+        assert secure.stop() == 0 and plain.stop() == 0

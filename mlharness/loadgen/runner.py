@@ -82,6 +82,7 @@ class RunOptions:
     # Remote agents (host:port): the model runs there (framework 'remote') with this manifest's inputs/outputs
     agents: list[str] = field(default_factory=list)
     network: str | None = None  # "lon": LoadGen over the network; the agents run the hooks (--hooks agent)
+    agent_options: dict[str, Any] = field(default_factory=dict)  # token, tls_ca, tls_cert, tls_key for the agents
 
 
 @dataclass
@@ -225,7 +226,7 @@ def run(opts: RunOptions) -> RunResult:
         from mlharness.predictors.remote import remote_manifest
 
         # after the hooks are built: ctx["framework"] stays the one the agents run
-        loaded = remote_manifest(loaded, opts.agents, opts.network)
+        loaded = remote_manifest(loaded, opts.agents, opts.network, opts.agent_options)
     framework_version = check_framework_version(loaded, opts.ignore_framework_version)
     affinity = core_sets(max(1, opts.instances)) if opts.pin_cores else None
     predictors = make_instances(loaded, opts, resolve_model_file(loaded), batch, affinity)
