@@ -102,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     si.add_argument("--json", action="store_true", help="print the system description as JSON")
     si.add_argument("--overrides", type=Path, default=None, help="YAML of fields to set or correct")
     si.add_argument("--out", type=Path, default=None, help="write the system description JSON to this file")
+    si.add_argument("--force", action="store_true", help="replace an existing --out file")
     par = sub.add_parser("parity", help="compare two manifests / framework variants on the same samples")
     par.add_argument("a", help="NAME_OR_PATH[@FRAMEWORK]")
     par.add_argument("b", help="NAME_OR_PATH[@FRAMEWORK]")
@@ -131,7 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     tn.add_argument("--instances", type=int, nargs="*", default=[], help="instance counts to try")
     tn.add_argument("--target-latency-ms", type=float, default=None, help="Server p99 bound (default: mlperf.conf)")
     tn.add_argument("--steps", type=int, default=5, help="Server search steps")
-    tn.add_argument("--output", type=Path, default=Path("user.conf"))
+    tn.add_argument("--output", type=Path, default=Path("user.conf"), help="the user.conf to write (default: "
+                    "./user.conf); an existing one is left alone and the result goes to <output>.new")
+    tn.add_argument("--force", action="store_true", help="replace an existing --output (the diff is shown)")
     _add_task_commands(sub)
     _add_group_commands(sub)
     return parser
@@ -277,7 +280,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     cfg = TuneConfig(manifest=args.manifest, scenario=args.scenario, dataset_path=args.dataset_path,
                      count=args.count, seconds=args.seconds, batch_sizes=args.batch_sizes,
                      instances=args.instances, target_latency_ms=args.target_latency_ms, steps=args.steps,
-                     output=args.output, progress=lambda text: err.print(f"[dim]{escape(text)}[/]"))
+                     output=args.output, progress=lambda text: err.print(f"[dim]{escape(text)}[/]"),
+                     force=args.force, show_diff=lambda text: out.print(escape(text), highlight=False, end=""))
+    if args.output.exists() and not args.force:
+        err.print(f"{escape(str(args.output))} exists: it is left as it is and the tuned settings go to "
+                  f"{escape(str(args.output))}.new (--force replaces it)", highlight=False)
     result = tune(cfg)
     table = Table("trial", "settings", "metric", "valid")
     for t in result.trials:
@@ -285,7 +292,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         metric = "n/a" if t.metric is None else f"{t.metric:,.2f}"
         table.add_row(escape(t.what), escape(settings), metric, "VALID" if t.valid else "INVALID")
     out.print(table)
-    out.print(f"wrote {escape(str(result.path))}:")
+    out.print(f"wrote {escape(str(result.path))}" + (f" ({escape(str(args.output))} exists and was left as it "
+              "was; the diff is above; --force replaces it)" if result.kept_existing else "") + ":")
     for line in result.conf_lines:
         out.print(f"  {line}", highlight=False)
     out.print("confirmation run: " + ("[green]VALID[/]" if result.confirmed else
