@@ -214,7 +214,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         workers=args.workers, instances=args.instances, threads_per_instance=args.threads_per_instance, pin_cores=args.pin_cores, load_workers=args.load_workers, device=args.device, trace=args.trace,
         ignore_framework_version=args.ignore_framework_version, on_stuck_failure=stuck,
         telemetry_interval_ms=args.telemetry_interval_ms,
-        progress=None if args.no_progress else RunProgress(err),
+        progress=RunProgress(err, live=not args.no_progress),  # --no-progress: the estimate line only
         agents=[*args.agent, *args.sut_server], network=args.network, agent_options=connect_options(args),
     )
     result = run(opts)

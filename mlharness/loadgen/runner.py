@@ -78,7 +78,7 @@ class RunOptions:
     # ``abort_grace_s``; the CLI uses it to end the process instead of waiting out a long min_duration.
     on_stuck_failure: Callable[[BaseException, Path], None] | None = None
     abort_grace_s: float = 5.0
-    progress: Any = None  # an object with load(done, total) / attach(sut) / close(), or None
+    progress: Any = None  # an object with load(done, total) / attach(sut, total, settings) / close(), or None
     # Remote agents (host:port): the model runs there (framework 'remote') with this manifest's inputs/outputs
     agents: list[str] = field(default_factory=list)
     network: str | None = None  # "lon": LoadGen over the network; the agents run the hooks (--hooks agent)
@@ -405,7 +405,7 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictors, settings, plan, outdir, t
         sut = SystemUnderTest(pipelines, strategy, opts.workers, on_failure=on_failure, tracer=tracer,
                               affinity=affinity)
     if opts.progress:
-        opts.progress.attach(sut, total if opts.mode == "accuracy" else None)
+        opts.progress.attach(sut, total if opts.mode == "accuracy" else None, settings)
     observers = RunObservers(predictors, tracer, opts.telemetry_interval_ms)
     try:
         observers.start()
