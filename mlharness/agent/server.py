@@ -3,8 +3,9 @@
 Every RPC goes through one error mapping (:func:`status_of`): an :class:`AgentError` carries its gRPC status,
 other mlharness errors are INTERNAL with their message, anything else is INTERNAL. Each failed request is logged
 as one rate-limited line (:mod:`mlharness.agent.guard`), never with a traceback (at -vv an unexpected error's
-traceback follows at DEBUG level); requests that are not valid protocol buffers are answered INVALID_ARGUMENT. A bearer token, when set, is checked for every RPC by an interceptor; TLS uses the given server
-certificate and, with a client CA, requires client certificates. ``stop`` is graceful: ServerReady turns false,
+traceback follows at DEBUG level); requests that are not valid protocol buffers are answered INVALID_ARGUMENT.
+A bearer token, when set, is checked for every RPC by an interceptor; TLS uses the given server certificate and,
+with a client CA, requires client certificates. ``stop`` is graceful: ServerReady turns false,
 new RPCs are refused (UNAVAILABLE), in-flight ones finish within the grace period.
 """
 
