@@ -232,8 +232,41 @@ def test_run_connection_flags_and_tls_mismatch(run_cli, tmp_path, shared_cache):
             assert "Traceback" not in proc.stderr and "ssl_transport_security" not in proc.stderr, proc.stderr
             proc = run_cli("agent", "info", address, *args, "--timeout", "5", env=env)
             assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+            assert "ssl_transport_security" not in proc.stderr, proc.stderr
+        # -vv lets gRPC's own lines through (the check above can see them)
+        proc = run_cli("-vv", "agent", "info", plain.address, "--tls-ca", str(cert), "--timeout", "5", env=env)
+        assert proc.returncode == 2 and "ssl_transport_security" in proc.stderr, proc.stderr
         proc = run_cli("run", "--scenario", "Offline", "--agent", plain.address, "--tls-cert", str(cert),
                        "--no-progress", env=env)
         assert proc.returncode == 2 and "both --tls-cert and --tls-key" in proc.stderr, proc.stderr
     finally:
         assert secure.stop() == 0 and plain.stop() == 0
+
+
+def test_an_unexpected_error_is_one_line_without_traceback(tmp_path, shared_cache, monkeypatch, caplog):
+    import grpc
+
+    from mlharness.agent import server as agent_server
+    from mlharness.agent.protos import grpc_predict_v2_pb2_grpc as pb_grpc
+    from mlharness.agent.server import AgentConfig, AgentServer
+
+    monkeypatch.setenv("MLHARNESS_CACHE", str(shared_cache))
+    monkeypatch.setattr(agent_server.REQUEST_LIMIT, "_window_start", -float("inf"))  # a fresh window
+    server = AgentServer(AgentConfig(manifest=str(_echo_manifest(tmp_path, 0)), port=0))
+
+    def broken(inputs):
+        raise KeyError("a bug in the model code")
+
+    server.batcher._run = broken
+    address = f"127.0.0.1:{server.start()}"
+    try:
+        with caplog.at_level("INFO"), grpc.insecure_channel(address) as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as e:
+                stub.ModelInfer(_request(), timeout=10)
+        assert e.value.code() == grpc.StatusCode.INTERNAL and "a bug in the model code" in e.value.details()
+        records = [r for r in caplog.records if r.name == "mlharness.agent.requests"]
+        assert len(records) == 1 and records[0].exc_info is None, records
+        assert "unexpected error" in records[0].getMessage() and "\n" not in records[0].getMessage()
+    finally:
+        server.stop(0)
