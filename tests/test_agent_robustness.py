@@ -239,6 +239,8 @@ def test_run_connection_flags_and_tls_mismatch(run_cli, tmp_path, shared_cache):
         proc = run_cli("run", "--scenario", "Offline", "--agent", plain.address, "--tls-cert", str(cert),
                        "--no-progress", env=env)
         assert proc.returncode == 2 and "both --tls-cert and --tls-key" in proc.stderr, proc.stderr
+        proc = run_cli("run", "--scenario", "Offline", "--token", "s3cret", "--no-progress", env=env)
+        assert proc.returncode == 2 and "--token apply to agents: add --agent" in proc.stderr, proc.stderr
     finally:
         assert secure.stop() == 0 and plain.stop() == 0
 

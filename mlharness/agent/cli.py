@@ -32,6 +32,11 @@ def connect_options(args: argparse.Namespace) -> dict[str, Any]:
     options = {k: getattr(args, k, None) for k in CONNECT_OPTIONS}
     if (options["tls_cert"] is None) != (options["tls_key"] is None):
         raise SettingsError("a client certificate needs both --tls-cert and --tls-key")
+    given = [f"--{k.replace('_', '-')}" for k, v in options.items() if v is not None]
+    if given and hasattr(args, "agent") and not (args.agent or args.sut_server):
+        raise SettingsError(f"{', '.join(given)} apply to agents: add --agent HOST:PORT (or --network lon "
+                            f"--sut-server HOST:PORT); a manifest with framework 'remote' takes them as "
+                            f"framework.options")
     return options
 
 
