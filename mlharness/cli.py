@@ -78,6 +78,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                      "(started with --hooks agent) run the hooks and the model, this node only dispatches queries")
     net.add_argument("--sut-server", action="append", default=[], metavar="HOST:PORT", help="with --network lon: "
                      "an agent of the network SUT; repeatable")
+    from mlharness.agent.cli import add_connect_args
+
+    add_connect_args(net)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -101,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     si.add_argument("--json", action="store_true", help="print the system description as JSON")
     si.add_argument("--overrides", type=Path, default=None, help="YAML of fields to set or correct")
     si.add_argument("--out", type=Path, default=None, help="write the system description JSON to this file")
+    si.add_argument("--force", action="store_true", help="replace an existing --out file")
     par = sub.add_parser("parity", help="compare two manifests / framework variants on the same samples")
     par.add_argument("a", help="NAME_OR_PATH[@FRAMEWORK]")
     par.add_argument("b", help="NAME_OR_PATH[@FRAMEWORK]")
@@ -130,7 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     tn.add_argument("--instances", type=int, nargs="*", default=[], help="instance counts to try")
     tn.add_argument("--target-latency-ms", type=float, default=None, help="Server p99 bound (default: mlperf.conf)")
     tn.add_argument("--steps", type=int, default=5, help="Server search steps")
-    tn.add_argument("--output", type=Path, default=Path("user.conf"))
+    tn.add_argument("--output", type=Path, default=Path("user.conf"), help="the user.conf to write (default: "
+                    "./user.conf); an existing one is left alone and the result goes to <output>.new")
+    tn.add_argument("--force", action="store_true", help="replace an existing --output (the diff is shown)")
     _add_task_commands(sub)
     _add_group_commands(sub)
     return parser
@@ -181,6 +187,7 @@ def _add_task_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from mlharness.agent.cli import connect_options
     from mlharness.loadgen import settings as lgs
     from mlharness.loadgen.runner import DEFAULT_MANIFEST, RunOptions, run
     from mlharness.progress import RunProgress
@@ -212,8 +219,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         workers=args.workers, instances=args.instances, threads_per_instance=args.threads_per_instance, pin_cores=args.pin_cores, load_workers=args.load_workers, device=args.device, trace=args.trace,
         ignore_framework_version=args.ignore_framework_version, on_stuck_failure=stuck,
         telemetry_interval_ms=args.telemetry_interval_ms,
-        progress=None if args.no_progress else RunProgress(err),
-        agents=[*args.agent, *args.sut_server], network=args.network, round=args.round,
+        progress=RunProgress(err, live=not args.no_progress),  # --no-progress: the estimate line only
+        agents=[*args.agent, *args.sut_server], network=args.network, agent_options=connect_options(args),
+        round=args.round,
     )
     result = run(opts)
     s = result.summary
@@ -278,7 +286,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     cfg = TuneConfig(manifest=args.manifest, scenario=args.scenario, dataset_path=args.dataset_path,
                      count=args.count, seconds=args.seconds, batch_sizes=args.batch_sizes,
                      instances=args.instances, target_latency_ms=args.target_latency_ms, steps=args.steps,
-                     output=args.output, progress=lambda text: err.print(f"[dim]{escape(text)}[/]"))
+                     output=args.output, progress=lambda text: err.print(f"[dim]{escape(text)}[/]"),
+                     force=args.force, show_diff=lambda text: out.print(escape(text), highlight=False, end=""))
+    if args.output.exists() and not args.force:
+        err.print(f"{escape(str(args.output))} exists: it is left as it is and the tuned settings go to "
+                  f"{escape(str(args.output))}.new (--force replaces it)", highlight=False)
     result = tune(cfg)
     table = Table("trial", "settings", "metric", "valid")
     for t in result.trials:
@@ -286,7 +298,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         metric = "n/a" if t.metric is None else f"{t.metric:,.2f}"
         table.add_row(escape(t.what), escape(settings), metric, "VALID" if t.valid else "INVALID")
     out.print(table)
-    out.print(f"wrote {escape(str(result.path))}:")
+    out.print(f"wrote {escape(str(result.path))}" + (f" ({escape(str(args.output))} exists and was left as it "
+              "was; the diff is above; --force replaces it)" if result.kept_existing else "") + ":")
     for line in result.conf_lines:
         out.print(f"  {line}", highlight=False)
     out.print("confirmation run: " + ("[green]VALID[/]" if result.confirmed else
@@ -302,6 +315,9 @@ def cmd_sysinfo(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from mlharness.agent.cli import quiet_grpc
+
+    quiet_grpc(args.verbose)  # before anything imports grpc
     logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
     handlers = {"run": cmd_run, "manifest": cmd_manifest, "sysinfo": cmd_sysinfo, "parity": cmd_parity,
                 "bench": cmd_bench, "tune": cmd_tune}

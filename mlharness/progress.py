@@ -1,12 +1,19 @@
-"""Progress bars for loading samples and for the LoadGen run, drawn from a polling thread so the timed path
-only bumps counters it already keeps."""
+"""Progress of a run: the up-front estimate, then progress bars on a terminal or a line every
+``$MLHARNESS_PROGRESS_INTERVAL_S`` seconds (default 30) when the output is not one (logs, CI, batch jobs).
+
+Drawn from one polling thread, so the timed path only bumps the counters the SUT keeps anyway (``sut.completed``,
+a plain integer) and the loader reports every 16 samples.
+"""
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -16,54 +23,119 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from mlharness.loadgen.estimate import Estimate, estimate_run, format_duration
+
+INTERVAL_ENV = "MLHARNESS_PROGRESS_INTERVAL_S"
+DEFAULT_INTERVAL_S = 30.0
+BAR_REFRESH_S = 0.2
+
+
+def line_interval_s() -> float:
+    try:
+        return max(float(os.environ.get(INTERVAL_ENV, DEFAULT_INTERVAL_S)), 0.05)
+    except ValueError:
+        return DEFAULT_INTERVAL_S
+
 
 class RunProgress:
-    def __init__(self, console: Console | None = None):
+    """``live=False`` (``--no-progress``): only the estimate line."""
+
+    def __init__(self, console: Console | None = None, live: bool = True, interval_s: float | None = None):
         self.console = console or Console(stderr=True)
-        self.enabled = self.console.is_terminal
+        self.bars = live and self.console.is_terminal
+        self.lines = live and not self.console.is_terminal
+        self.interval_s = interval_s if interval_s is not None else line_interval_s()
         self._progress = Progress(
             SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), console=self.console, transient=False, disable=not self.enabled,
+            TimeElapsedColumn(), console=self.console, transient=False, disable=not self.bars,
         )
         self._load_task: Any = None
         self._run_task: Any = None
         self._sut: Any = None
         self._total: int | None = None
+        self._loaded = (0, 0)
+        self._estimate: Estimate | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = False
+        self._t0 = time.monotonic()
+        self._mark: tuple[float, int] | None = None  # (time, completed) at the run's first line
 
     def _start(self) -> None:
-        if not self._started:
+        if self.bars and not self._started:
             self._progress.start()
             self._started = True
 
     def load(self, done: int, total: int) -> None:
+        self._loaded = (done, total)
+        if not self.bars:
+            return
         self._start()
         if self._load_task is None:
             self._load_task = self._progress.add_task("loading samples", total=total)
         self._progress.update(self._load_task, completed=done, total=total)
 
-    def attach(self, sut: Any, total: int | None) -> None:
-        self._start()
+    def attach(self, sut: Any, total: int | None, settings: Any = None) -> None:
+        """Before LoadGen starts: print the estimate (from the effective TestSettings) and start the display.
+        ``total``: the samples an accuracy run issues (None in performance mode: the estimate's count)."""
         self._sut, self._total = sut, total
-        self._run_task = self._progress.add_task("running", total=total)
+        if settings is not None:
+            self._estimate = estimate_run(settings, total)
+            self.console.print(escape(self._estimate.line()), highlight=False, soft_wrap=True)
+            if total is None:
+                self._total = self._estimate.samples
+        if not (self.bars or self.lines):
+            return
+        self._start()
+        if self.bars:
+            self._run_task = self._progress.add_task("running", total=self._total or None)
+        self._t0 = time.monotonic()
         self._thread = threading.Thread(target=self._poll, name="mlharness-progress", daemon=True)
         self._thread.start()
 
     def _poll(self) -> None:
-        while not self._stop.wait(0.2):
-            self._refresh()
+        period = BAR_REFRESH_S if self.bars else self.interval_s
+        while not self._stop.wait(period):
+            if self.bars:
+                self._refresh()
+            else:
+                self._line()
 
     def _refresh(self) -> None:
         sut = self._sut
-        total = self._total if self._total is not None else max(sut.issued, 1)
-        self._progress.update(self._run_task, completed=sut.completed, total=total)
+        if self._run_task is None or sut is None:
+            return
+        total = self._total if self._total else max(sut.issued, 1)
+        self._progress.update(self._run_task, completed=sut.completed, total=max(total, sut.completed))
+
+    def _line(self) -> None:
+        """One progress line for logs: loading, then samples completed of the expected total."""
+        sut = self._sut
+        now = time.monotonic()
+        done, issued = sut.completed, sut.issued
+        loaded, to_load = self._loaded
+        if issued == 0 and (not to_load or loaded < to_load):
+            text = (f"loading samples: {loaded:,} / {to_load:,} ({100 * loaded / to_load:.0f}%)" if to_load else
+                    "loading samples") + f", {format_duration(now - self._t0)} elapsed"
+        else:
+            if self._mark is None and issued:
+                self._mark = (now, done)
+            total = self._total or issued
+            approx = "~" if self._estimate is not None and self._estimate.at_least else ""
+            text = f"progress: {done:,} / {approx}{total:,} samples completed"
+            if total:
+                text += f" ({min(100 * done / total, 100):.0f}%)"
+            text += f", {format_duration(now - self._t0)} elapsed"
+            t_mark, done_mark = self._mark or (now, done)
+            if done_mark < done < total:  # at the rate since the first line of the run
+                text += f", about {format_duration((total - done) * (now - t_mark) / (done - done_mark))} left"
+        self.console.print(text, highlight=False, markup=False, soft_wrap=True)
 
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=1)
-            self._refresh()
+            if self.bars:
+                self._refresh()
         if self._started:
             self._progress.stop()

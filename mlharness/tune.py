@@ -4,8 +4,9 @@
 - Server: the highest target QPS that stays VALID (halving from the Offline rate until a run is VALID, then
   bisection), less a 5% margin.
 - SingleStream / MultiStream: the expected latency (the measured p90 per query).
-A confirmation run with the written settings closes the search (the output is replaced only when it is VALID);
-every trial is kept in a table.
+A confirmation run with the written settings closes the search (the output is written only when it is VALID);
+every trial is kept in a table. An existing output (the user's own user.conf) is never replaced without ``force``:
+the tuned conf then goes to ``<output>.new`` and the unified diff of the two is shown.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ class TuneConfig:
     steps: int = 5
     output: Path = Path("user.conf")
     progress: Callable[[str], None] | None = None
+    force: bool = False  # replace an existing output (its diff is shown)
+    show_diff: Callable[[str], None] | None = None
 
 
 @dataclass
@@ -55,7 +58,9 @@ class TuneResult:
     trials: list[Trial]
     confirmed: bool
     best: dict[str, Any]
-    path: Path  # the output when confirmed, else <output>.unconfirmed
+    path: Path  # the output when confirmed (<output>.new when the output existed, without force), else
+    # <output>.unconfirmed
+    kept_existing: bool = False  # the output existed and was left as it was
 
 
 class Tuner:
@@ -162,9 +167,26 @@ class Tuner:
                             min_query_count=64 if s != "Offline" else 1)
             valid = bool(res.summary.valid)
             if valid:
-                staged.replace(out)
                 break
-        return TuneResult(lines, self.trials, valid, best, out if valid else staged)
+        if not valid:
+            return TuneResult(lines, self.trials, False, best, staged)
+        return self._write(lines, best, staged)
+
+    def _write(self, lines: list[str], best: dict[str, Any], staged: Path) -> TuneResult:
+        """Put the confirmed conf in place: the output if it is new (or with force), else ``<output>.new``."""
+        from mlharness.userfiles import unified_diff
+
+        out = self.cfg.output
+        target, kept = out, False
+        if out.exists():
+            old = out.read_text(errors="replace") if out.is_file() else ""
+            new = staged.read_text()
+            if not self.cfg.force:
+                target, kept = out.with_name(out.name + ".new"), True
+            if self.cfg.show_diff is not None:
+                self.cfg.show_diff(unified_diff(old, new, out) or f"{out}: the tuned settings are the same\n")
+        staged.replace(target)
+        return TuneResult(lines, self.trials, True, best, target, kept_existing=kept)
 
     def _server_line(self, qps: float) -> str:
         return f"{self.model}.Server.target_qps = {qps:.2f}"

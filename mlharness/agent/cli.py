@@ -9,6 +9,42 @@ import sys
 from typing import Any
 
 TOKEN_ENV = "MLHARNESS_AGENT_TOKEN"  # same name as mlharness.agent.client.TOKEN_ENV (not imported: it pulls grpc)
+TLS_CA_ENV = "MLHARNESS_AGENT_TLS_CA"  # same name as mlharness.agent.client.TLS_CA_ENV
+CONNECT_OPTIONS = ("token", "tls_ca", "tls_cert", "tls_key", "tls_server_name")
+
+
+def add_connect_args(p: Any) -> None:
+    """The client's connection options, the same on `agent info` and `run --agent`."""
+    p.add_argument("--token", default=None, help=f"bearer token the agents require (default: ${TOKEN_ENV})")
+    p.add_argument("--tls-ca", default=None, help=f"CA bundle (PEM) that signed the agents' certificates; "
+                   f"enables TLS (default: ${TLS_CA_ENV})")
+    p.add_argument("--tls-cert", default=None, help="client certificate (PEM), for agents started with "
+                   "--tls-client-ca")
+    p.add_argument("--tls-key", default=None, help="client private key (PEM)")
+    p.add_argument("--tls-server-name", default=None, help="the name to check in the agents' certificates, if "
+                   "not the host")
+
+
+def connect_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The connection options given on the command line (None: the manifest's option or the environment)."""
+    from mlharness.errors import SettingsError
+
+    options = {k: getattr(args, k, None) for k in CONNECT_OPTIONS}
+    if (options["tls_cert"] is None) != (options["tls_key"] is None):
+        raise SettingsError("a client certificate needs both --tls-cert and --tls-key")
+    given = [f"--{k.replace('_', '-')}" for k, v in options.items() if v is not None]
+    if given and hasattr(args, "agent") and not (args.agent or args.sut_server):
+        raise SettingsError(f"{', '.join(given)} apply to agents: add --agent HOST:PORT (or --network lon "
+                            f"--sut-server HOST:PORT); a manifest with framework 'remote' takes them as "
+                            f"framework.options")
+    return options
+
+
+def quiet_grpc(verbose: int) -> None:
+    """gRPC's C core logs to stderr on its own (TLS handshake failures, connection resets): silence it unless -v
+    (-v: its errors, -vv: its default). Must run before grpc is imported; a GRPC_VERBOSITY the user set wins."""
+    if verbose < 2:
+        os.environ.setdefault("GRPC_VERBOSITY", "ERROR" if verbose else "NONE")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,8 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     i = agent.add_parser("info", help="server and model metadata of an Open Inference Protocol server")
     i.add_argument("address", help="host:port")
     i.add_argument("--model", default="", help="model name (an mlharness agent answers for its model without one)")
-    i.add_argument("--token", default=os.environ.get(TOKEN_ENV), help=f"bearer token (default: ${TOKEN_ENV})")
-    i.add_argument("--tls-ca", default=None, help="CA bundle (PEM) that signed the server's certificate")
+    add_connect_args(i)
     i.add_argument("--timeout", type=float, default=10.0)
     i.add_argument("--json", action="store_true", help="print JSON")
     i.set_defaults(func=cmd_info)
@@ -104,7 +139,7 @@ def cmd_info(args: argparse.Namespace, console: Any) -> int:
     from mlharness.agent.client import Agent, ConnectOptions, rpc_error
     from mlharness.agent.protos import grpc_predict_v2_pb2 as pb
 
-    opts = ConnectOptions(token=args.token, tls_ca=args.tls_ca, connect_timeout_s=args.timeout)
+    opts = ConnectOptions.from_options({**connect_options(args), "connect_timeout_s": args.timeout})
     agent = Agent(args.address, opts)
     stub, md, t = agent.stub, opts.metadata, args.timeout
     info: dict[str, Any] = {"address": args.address}
@@ -126,7 +161,7 @@ def cmd_info(args: argparse.Namespace, console: Any) -> int:
         what = "ModelReady"
         info["model"]["ready"] = stub.ModelReady(pb.ModelReadyRequest(name=mm.name), timeout=t, metadata=md).ready
     except grpc.RpcError as e:
-        error = rpc_error(e, args.address, what)
+        error = rpc_error(e, args.address, what, opts)
         if what == "ModelMetadata" and not args.model:
             raise type(error)(f"{error.message} (servers other than mlharness agents need --model NAME)") from e
         raise error from e

@@ -81,16 +81,37 @@ def make_channel(address: str, opts: ConnectOptions) -> grpc.Channel:
     return grpc.insecure_channel(address, options=options)
 
 
-def rpc_error(e: grpc.RpcError, address: str, what: str) -> AgentError:
+def rpc_error(e: grpc.RpcError, address: str, what: str, opts: ConnectOptions | None = None) -> AgentError:
+    """The error to report for a failed RPC; with ``opts`` (set-up calls), a connection failure is checked for a
+    TLS/plaintext mismatch and named as such."""
     code = e.code() if hasattr(e, "code") else None
     detail = e.details() if hasattr(e, "details") else str(e)
     name = code.name if code is not None else "UNKNOWN"
     hint = ""
     if code == grpc.StatusCode.UNAUTHENTICATED:
-        hint = f" (pass the agent's token: framework option 'token' or ${TOKEN_ENV})"
+        hint = f" (pass the agent's token: --token, framework option 'token' or ${TOKEN_ENV})"
     elif code == grpc.StatusCode.UNAVAILABLE:
+        mismatch = tls_mismatch(address, opts) if opts is not None else None
+        if mismatch:
+            return AgentError(f"agent {address}: {what} failed: {mismatch} (gRPC said: {detail})", name)
         hint = " (is the agent running, and is it the right host:port?)"
     return AgentError(f"agent {address}: {what} failed: {detail}{hint}", name)
+
+
+def tls_mismatch(address: str, opts: ConnectOptions) -> str | None:
+    """A sentence naming a TLS/plaintext mismatch with the agent at ``address``, or None if there is none (or the
+    agent cannot be reached at all)."""
+    from mlharness.agent.tls_probe import speaks_tls
+
+    tls = speaks_tls(address, timeout_s=min(opts.connect_timeout_s, 3.0))
+    client_tls = bool(opts.tls_ca or opts.tls_cert)
+    if tls is True and not client_tls:
+        return (f"the agent at {address} speaks TLS and this client does not; pass --tls-ca CA.pem (the CA bundle "
+                f"that signed the agent's certificate; also framework option 'tls_ca' or ${TLS_CA_ENV})")
+    if tls is False and client_tls:
+        return (f"the agent at {address} does not speak TLS (plaintext) and this client does; drop --tls-ca "
+                f"(and 'tls_ca', ${TLS_CA_ENV}), or start the agent with --tls-cert/--tls-key")
+    return None
 
 
 class Agent:
@@ -136,7 +157,7 @@ class AgentPool:
                 agent.model = agent.stub.ModelMetadata(pb.ModelMetadataRequest(name=model_name), timeout=timeout,
                                                        metadata=md)
             except grpc.RpcError as e:
-                raise rpc_error(e, agent.address, what) from e
+                raise rpc_error(e, agent.address, what, self.opts) from e
         return [a.model for a in self.agents]  # type: ignore[misc]
 
     def close(self) -> None:

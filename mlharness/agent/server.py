@@ -1,9 +1,11 @@
 """The agent: a gRPC server speaking the Open Inference Protocol for one model.
 
 Every RPC goes through one error mapping (:func:`status_of`): an :class:`AgentError` carries its gRPC status,
-other mlharness errors are INTERNAL with their message, anything else is INTERNAL and logged with its
-traceback. A bearer token, when set, is checked for every RPC by an interceptor; TLS uses the given server
-certificate and, with a client CA, requires client certificates. ``stop`` is graceful: ServerReady turns false,
+other mlharness errors are INTERNAL with their message, anything else is INTERNAL. Each failed request is logged
+as one rate-limited line (:mod:`mlharness.agent.guard`), never with a traceback (at -vv an unexpected error's
+traceback follows at DEBUG level); requests that are not valid protocol buffers are answered INVALID_ARGUMENT.
+A bearer token, when set, is checked for every RPC by an interceptor; TLS uses the given server certificate and,
+with a client CA, requires client certificates. ``stop`` is graceful: ServerReady turns false,
 new RPCs are refused (UNAVAILABLE), in-flight ones finish within the grace period.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 import functools
 import hmac
 import logging
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,12 +28,20 @@ import numpy as np
 from mlharness import __version__
 from mlharness.agent.backend import QSL_PARAMETER, SAMPLE_INDEX, ModelBackend, TensorMeta
 from mlharness.agent.batching import Batcher
+from mlharness.agent.guard import RateLimit, Undecodable, add_servicer, tame_grpc_loggers
 from mlharness.agent.protos import grpc_predict_v2_pb2 as pb
 from mlharness.agent.protos import grpc_predict_v2_pb2_grpc as pb_grpc
 from mlharness.agent.tensors import dims_match, from_contents, from_raw, to_raw
 from mlharness.errors import AgentError, DatasetError, MLHarnessError
 
 log = logging.getLogger(__name__)
+# one line per failed request, at most REQUEST_LOG_BURST lines per REQUEST_LOG_INTERVAL_S
+request_log = logging.getLogger("mlharness.agent.requests")
+REQUEST_LOG_BURST = int(os.environ.get("MLHARNESS_AGENT_LOG_BURST", "10"))
+REQUEST_LOG_INTERVAL_S = float(os.environ.get("MLHARNESS_AGENT_LOG_INTERVAL_S", "10"))
+REQUEST_LIMIT = RateLimit(REQUEST_LOG_BURST, REQUEST_LOG_INTERVAL_S)
+request_log.addFilter(REQUEST_LIMIT)
+tame_grpc_loggers(REQUEST_LIMIT)
 
 SERVER_NAME = "mlharness-agent"
 EXTENSION_QSL = "mlharness_qsl"  # announced by agents that run the hooks and accept QSL load/unload requests
@@ -72,18 +83,33 @@ def status_of(e: BaseException) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.FAILED_PRECONDITION, str(e)
     if isinstance(e, MLHarnessError):
         return grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}"
-    log.exception("unexpected error in the agent")
     return grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}"
+
+
+def _log_failure(method: str, context: grpc.ServicerContext, code: grpc.StatusCode, message: str,
+                 e: BaseException | None) -> None:
+    peer = context.peer() if hasattr(context, "peer") else "?"
+    if code == grpc.StatusCode.INTERNAL and not isinstance(e, MLHarnessError):
+        request_log.error("%s from %s failed with an unexpected error: %s", method, peer, message)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("traceback of the unexpected error", exc_info=e)
+    else:
+        request_log.warning("%s from %s refused: %s: %s", method, peer, code.name, message)
 
 
 def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def wrapper(self: Servicer, request: Any, context: grpc.ServicerContext) -> Any:
-        try:
-            return method(self, request, context)
-        except Exception as e:  # noqa: BLE001 - mapped to a status for the client
-            code, message = status_of(e)
-            context.abort(code, message)
+        if isinstance(request, Undecodable):
+            code, message, error = grpc.StatusCode.INVALID_ARGUMENT, request.message(), None
+        else:
+            try:
+                return method(self, request, context)
+            except Exception as e:  # noqa: BLE001 - mapped to a status for the client
+                (code, message), error = status_of(e), e
+        _log_failure(method.__name__, context, code, message, error)
+        context.abort(code, message)
+
 
     return wrapper
 
@@ -197,6 +223,9 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
                 raise AgentError(f"input '{meta.name}' has shape {meta.shape} (batch first), the request sends "
                                  f"{shape}", "INVALID_ARGUMENT")
             what = f"input '{meta.name}'"
+            if not shape or shape[0] == 0:
+                raise AgentError(f"{what}: a request needs a batch axis with at least one sample (shape {shape})",
+                                 "INVALID_ARGUMENT")
             arr = from_raw(t.datatype, shape, raw[j], what) if raw else from_contents(t.datatype, shape,
                                                                                         t.contents, what)
             if arrays and len(arr) != len(arrays[0]):
@@ -258,7 +287,7 @@ class AgentServer:
         interceptors = [_TokenInterceptor(c.token)] if c.token else []
         server = grpc.server(ThreadPoolExecutor(max_workers=c.rpc_threads, thread_name_prefix="mlharness-agent-rpc"),
                              interceptors=interceptors, options=options)
-        pb_grpc.add_GRPCInferenceServiceServicer_to_server(self.servicer, server)
+        add_servicer(self.servicer, server)
         address = _address(c.host, c.port)
         try:
             if c.tls_cert:
@@ -289,6 +318,7 @@ class AgentServer:
         if self._server is not None:
             self._server.stop(self.config.grace_s if grace_s is None else grace_s).wait()
         self.batcher.close()
+        REQUEST_LIMIT.flush(log)  # not through request_log: its filter would count the summary too
         log.info("stopped after %d batches (%d samples, largest batch %d)", self.batcher.batches,
                  self.batcher.samples, self.batcher.largest)
         self.backend.close()

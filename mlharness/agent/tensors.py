@@ -32,6 +32,20 @@ _CONTENTS_FIELD = {
     "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
 }
 DYNAMIC = -1
+MAX_ELEMENTS = 1 << 34  # more elements than any message can carry: a declared shape beyond it is bogus
+
+
+def element_count(shape: list[int], what: str) -> int:
+    """Elements of a tensor of this (concrete) shape; a negative dim or an absurd size is INVALID_ARGUMENT."""
+    count = 1
+    for d in shape:
+        if d < 0:
+            raise AgentError(f"{what}: shape {list(shape)} has a negative dimension", "INVALID_ARGUMENT")
+        count *= int(d)
+        if count > MAX_ELEMENTS:
+            raise AgentError(f"{what}: shape {list(shape)[:8]}{'...' if len(shape) > 8 else ''} declares more "
+                             f"than {MAX_ELEMENTS} elements", "INVALID_ARGUMENT")
+    return count
 
 
 def datatype_of(element_type: str) -> str:
@@ -95,6 +109,8 @@ def decode_bytes(raw: bytes, count: int) -> list[bytes]:
             raise AgentError(f"BYTES tensor is truncated: {count} elements expected", "INVALID_ARGUMENT")
         (n,) = struct.unpack_from("<I", raw, pos)
         pos += 4
+        if pos + n > len(raw):
+            raise AgentError(f"BYTES tensor is truncated: element of {n} bytes past the end", "INVALID_ARGUMENT")
         out.append(bytes(view[pos:pos + n]))
         pos += n
     if pos != len(raw):
@@ -113,7 +129,7 @@ def to_raw(a: np.ndarray | list[bytes]) -> tuple[str, list[int], bytes]:
 
 
 def from_raw(datatype: str, shape: list[int], raw: bytes, what: str) -> np.ndarray:
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    count = element_count(shape, what)
     if datatype == "BYTES":
         arr = np.empty(count, dtype=object)
         arr[:] = decode_bytes(raw, count)
@@ -131,7 +147,7 @@ def from_contents(datatype: str, shape: list[int], contents: Any, what: str) -> 
     if field is None:
         raise AgentError(f"{what}: {datatype} tensors must use raw contents", "INVALID_ARGUMENT")
     values = getattr(contents, field)
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    count = element_count(shape, what)
     if len(values) != count:
         raise AgentError(f"{what}: {len(values)} values for shape {shape}", "INVALID_ARGUMENT")
     if datatype == "BYTES":

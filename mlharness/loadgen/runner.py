@@ -78,11 +78,12 @@ class RunOptions:
     # ``abort_grace_s``; the CLI uses it to end the process instead of waiting out a long min_duration.
     on_stuck_failure: Callable[[BaseException, Path], None] | None = None
     abort_grace_s: float = 5.0
-    progress: Any = None  # an object with load(done, total) / attach(sut) / close(), or None
+    progress: Any = None  # an object with load(done, total) / attach(sut, total, settings) / close(), or None
     # Remote agents (host:port): the model runs there (framework 'remote') with this manifest's inputs/outputs
     agents: list[str] = field(default_factory=list)
     network: str | None = None  # "lon": LoadGen over the network; the agents run the hooks (--hooks agent)
     round: str | None = None  # MLPerf round whose seeds the run uses (None: mlharness.rounds.DEFAULT_ROUND)
+    agent_options: dict[str, Any] = field(default_factory=dict)  # token, tls_ca, tls_cert, tls_key for the agents
 
 
 @dataclass
@@ -226,7 +227,7 @@ def run(opts: RunOptions) -> RunResult:
         from mlharness.predictors.remote import remote_manifest
 
         # after the hooks are built: ctx["framework"] stays the one the agents run
-        loaded = remote_manifest(loaded, opts.agents, opts.network)
+        loaded = remote_manifest(loaded, opts.agents, opts.network, opts.agent_options)
     framework_version = check_framework_version(loaded, opts.ignore_framework_version)
     affinity = core_sets(max(1, opts.instances)) if opts.pin_cores else None
     predictors = make_instances(loaded, opts, resolve_model_file(loaded), batch, affinity)
@@ -405,7 +406,7 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictors, settings, plan, outdir, t
         sut = SystemUnderTest(pipelines, strategy, opts.workers, on_failure=on_failure, tracer=tracer,
                               affinity=affinity)
     if opts.progress:
-        opts.progress.attach(sut, total if opts.mode == "accuracy" else None)
+        opts.progress.attach(sut, total if opts.mode == "accuracy" else None, settings)
     observers = RunObservers(predictors, tracer, opts.telemetry_interval_ms)
     try:
         observers.start()

@@ -39,8 +39,10 @@ KNOWN_OPTIONS = frozenset({"agents", "model_name", "model_version", "mode", "tok
 MODES = ("tensors", "sample_index")
 
 
-def remote_manifest(loaded: Any, agents: list[str], network: str | None) -> Any:
-    """The run's manifest with its framework swapped for ``remote`` (``--agent`` / ``--network lon``).
+def remote_manifest(loaded: Any, agents: list[str], network: str | None,
+                    connect: dict[str, Any] | None = None) -> Any:
+    """The run's manifest with its framework swapped for ``remote`` (``--agent`` / ``--network lon``); ``connect``
+    (``--token``, ``--tls-ca``, ``--tls-cert``, ``--tls-key``) override the manifest's options of those names.
 
     The hooks keep the manifest's own framework in ``ctx["framework"]`` (they were built before the swap), so
     they produce what the agents' framework expects; the model file is not needed here.
@@ -55,6 +57,7 @@ def remote_manifest(loaded: Any, agents: list[str], network: str | None) -> Any:
         raise SettingsError("--network lon needs the agents' addresses: --sut-server host:port (repeatable)")
     if network == "lon":
         options["mode"] = "sample_index"
+    options.update({k: v for k, v in (connect or {}).items() if v is not None})
     framework = m.framework.model_copy(update={"name": "remote", "version": "*", "options": options})
     return replace(loaded, model=m.model_copy(update={"framework": framework, "model": None}))
 

@@ -23,6 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("trace", type=Path, nargs="?", default=None, help=argparse.SUPPRESS)
     p.add_argument("--html", type=Path, default=None, metavar="OUT", help="write the report as one HTML page")
     p.add_argument("--md", type=Path, default=None, metavar="OUT", help="write the report as Markdown")
+    p.add_argument("--force", action="store_true", help="replace existing --html/--md files")
     p.add_argument("--compare", type=Path, default=None, metavar="OTHER_DIR", help="put a second results "
                    "directory side by side, with ratios")
     p.add_argument("--layers", action="store_true", help="PATH is a trace file (or a run folder holding "
@@ -83,15 +84,18 @@ def cmd_report(args: argparse.Namespace, console: Any) -> int:
         return cmd_layers(args.trace, args.top, args.json, console)
     if args.layers:
         return cmd_layers(args.path, args.top, args.json, console)
+    from mlharness.userfiles import check_free, replace_text
+
+    for path in (args.md, args.html):
+        if path is not None:
+            check_free(path, args.force)
     report = render.build(args.path, args.compare)
     if args.md is not None:
-        args.md.parent.mkdir(parents=True, exist_ok=True)
-        args.md.write_text(render.markdown(report))
+        replace_text(args.md, render.markdown(report))
     if args.html is not None:
         from mlharness.report import html
 
-        args.html.parent.mkdir(parents=True, exist_ok=True)
-        args.html.write_text(html.render(report))
+        replace_text(args.html, html.render(report))
     # the terminal gets the essentials; the files carry every column
     table = Table("run", "scenario", "mode", "batch", "value", "result", "accuracy", "p99 (ns)")
     for r in report.runs:

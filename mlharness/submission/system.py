@@ -172,10 +172,13 @@ def sysinfo_command(args: Any, console: Any) -> int:
     from rich.markup import escape
     from rich.table import Table
 
+    from mlharness.userfiles import check_free, replace_text
+
+    if args.out is not None:
+        check_free(args.out, getattr(args, "force", False))
     desc = describe_system(load_overrides(args.overrides))
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(desc.to_json(), indent=2) + "\n")
+        replace_text(args.out, json.dumps(desc.to_json(), indent=2) + "\n")
     if args.json:
         console.print_json(json.dumps(desc.to_json()))
     else:

@@ -21,6 +21,7 @@ def register(synth: Any, prepare: Any, accuracy: Any) -> None:
     p.add_argument("--out", type=Path, required=True, help="folder to write (use it as --dataset-path)")
     p.add_argument("--count", type=int, default=500, help="number of images (default: 500)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--force", action="store_true", help="write into a folder that already has files")
     p.set_defaults(func=cmd_synth)
 
     a = accuracy.add_parser("imagenet", help="ImageNet top-1 of an accuracy log (accuracy-imagenet.py)",
@@ -35,6 +36,9 @@ def register(synth: Any, prepare: Any, accuracy: Any) -> None:
 def cmd_synth(args: argparse.Namespace, console: Any) -> int:
     from mlharness.tasks.imagenet_synth import kind_of, write_synthetic_imagenet
 
+    from mlharness.userfiles import check_free
+
+    check_free(args.out, args.force)
     out = write_synthetic_imagenet(args.out, count=args.count, seed=args.seed)
     kinds = [kind_of(i) for i in range(args.count)]
     console.print(f"wrote {args.count} images ({kinds.count('gray')} grayscale, {kinds.count('cmyk')} CMYK) and "

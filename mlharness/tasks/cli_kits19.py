@@ -20,6 +20,7 @@ def register(synth: Any, prepare: Any, accuracy: Any) -> None:
     p.add_argument("--out", type=Path, required=True, help="folder to write (a KiTS19 'data' folder)")
     p.add_argument("--count", type=int, default=4, help="number of cases (default 4)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--force", action="store_true", help="write into a folder that already has files")
     p.set_defaults(func=_synth)
 
     p = prepare.add_parser("kits19", help="pre-process KiTS19 as the MLPerf 3D U-Net reference does",
@@ -34,6 +35,7 @@ def register(synth: Any, prepare: Any, accuracy: Any) -> None:
     cases.add_argument("--official", action="store_true", help="the 43 MLPerf inference cases (case_00400 is "
                        "read from case_00185 when absent, as the reference's Makefile copies it)")
     p.add_argument("--image-nifti", action="store_true", help="also write nifti/<case>/imaging.nii.gz")
+    p.add_argument("--force", action="store_true", help="write into a folder that already has files")
     p.set_defaults(func=_prepare)
 
     p = accuracy.add_parser("kits19", help="mean DICE (kidney, tumor) from a 3D U-Net accuracy log",
@@ -46,12 +48,16 @@ def register(synth: Any, prepare: Any, accuracy: Any) -> None:
     p.add_argument("--output-dir", type=Path, default=None, help="where predictions and the CSV go (default: "
                    "beside the log)")
     p.add_argument("--no-save-predictions", action="store_true", help="skip writing prediction NIfTI files")
+    p.add_argument("--force", action="store_true", help="replace the CSV in an existing --output-dir")
     p.set_defaults(func=_accuracy)
 
 
 def _synth(args: argparse.Namespace, console: Any) -> int:
     from mlharness.tasks import kits19_synth
 
+    from mlharness.userfiles import check_free
+
+    check_free(args.out, args.force)
     cases = kits19_synth.write_dataset(args.out, args.count, args.seed)
     console.print(f"wrote {len(cases)} synthetic KiTS19 cases to {escape(str(args.out))}", highlight=False)
     return 0
@@ -61,8 +67,11 @@ def _prepare(args: argparse.Namespace, console: Any) -> int:
     from mlharness.errors import DatasetError
     from mlharness.tasks import kits19
 
+    from mlharness.userfiles import check_free
+
     if args.workers < 1:
         raise DatasetError(f"--workers must be >= 1, got {args.workers}")
+    check_free(args.out, args.force)
     cases = None
     if args.official:
         cases = list(kits19.INFERENCE_CASES)
@@ -80,7 +89,11 @@ def _accuracy(args: argparse.Namespace, console: Any) -> int:
     from mlharness.tasks.kits19_dice import score_log
 
     options: dict[str, Any] = {"dtype": args.dtype, "save_predictions": not args.no_save_predictions}
-    if args.output_dir is not None:
+    if args.output_dir is not None:  # the default, beside the log, is in the run's own folder
+        from mlharness.tasks.kits19_dice import CSV_FILE
+        from mlharness.userfiles import check_free
+
+        check_free(args.output_dir / CSV_FILE, args.force)
         options["output_dir"] = str(args.output_dir)
     result = score_log(args.log, args.preprocessed_dir, args.count, options)
     console.print(result.text, end="", markup=False, highlight=False, soft_wrap=True)

@@ -20,6 +20,7 @@ def register(synth: Any, prepare: Any, accuracy: Any) -> None:
     p.add_argument("--out", type=Path, required=True, help="folder to write (use it as --dataset-path)")
     p.add_argument("--count", type=int, default=None, help="number of questions (default: 48)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--force", action="store_true", help="write into a folder that already has files")
     p.set_defaults(func=cmd_synth)
 
     a = accuracy.add_parser("squad", help="SQuAD v1.1 EM/F1 of a BERT accuracy log (accuracy-squad.py)",
@@ -33,12 +34,16 @@ def register(synth: Any, prepare: Any, accuracy: Any) -> None:
     a.add_argument("--out-file", type=Path, default=None, help="predictions.json to write (default: beside the "
                    "log)")
     a.add_argument("--tokenizer", default="slow", choices=("slow", "fast"))
+    a.add_argument("--force", action="store_true", help="replace an existing --out-file")
     a.set_defaults(func=cmd_accuracy)
 
 
 def cmd_synth(args: argparse.Namespace, console: Any) -> int:
     from mlharness.tasks.squad_synth import DEFAULT_COUNT, synthetic_squad, write_synthetic_squad
 
+    from mlharness.userfiles import check_free
+
+    check_free(args.out, args.force)
     count = args.count if args.count is not None else DEFAULT_COUNT
     out = write_synthetic_squad(args.out, count=count, seed=args.seed)
     data = synthetic_squad(count, args.seed)["data"]
@@ -51,6 +56,10 @@ def cmd_synth(args: argparse.Namespace, console: Any) -> int:
 def cmd_accuracy(args: argparse.Namespace, console: Any) -> int:
     from mlharness.tasks.squad import score_accuracy_log
 
+    from mlharness.userfiles import check_free
+
+    if args.out_file is not None:  # the default, beside the log, is in the run's own folder
+        check_free(args.out_file, args.force)
     out_file = args.out_file if args.out_file is not None else args.log.parent / "predictions.json"
     result = score_accuracy_log(args.log, args.val_data, args.vocab, out_file, dtype=args.dtype,
                                 transposed=args.output_transposed, tokenizer=args.tokenizer)

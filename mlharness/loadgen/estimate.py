@@ -1,0 +1,93 @@
+"""How many queries and samples LoadGen will issue for the effective TestSettings, and about how long that takes
+at the expected performance (LoadGen's own rules, ``test_settings_internal.cc`` and ``loadgen.cc``):
+
+- Offline: ONE query of ``max(min_query_count, 1.1 * min_duration_s * expected_qps)`` samples; at the expected
+  rate it lasts about 1.1 x min_duration.
+- Server, SingleStream, MultiStream: queries at the target QPS (Server) or one after another at the expected
+  latency (SingleStream/MultiStream, ``samples_per_query`` samples each) until the run has lasted min_duration AND
+  issued min_query_count queries; ``max_query_count`` and ``max_duration`` cap both.
+- Accuracy mode: every sample of the dataset once (one query in Offline), however long that takes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+OFFLINE_SLACK = 1.1  # LoadGen's kSlack
+
+
+@dataclass
+class Estimate:
+    scenario: str
+    mode: str  # performance or accuracy
+    queries: int
+    samples: int
+    seconds: float | None  # at the expected performance; None when the settings give no rate
+    rate: str  # where the expected rate comes from, for the message
+    at_least: bool  # Server/SingleStream/MultiStream run longer when the system is slower than expected
+
+    def line(self) -> str:
+        per = self.samples // max(self.queries, 1)
+        if self.scenario == "Offline":
+            what = f"1 query of {self.samples:,} samples"
+        else:
+            what = (f"{'at least ' if self.at_least else ''}{self.queries:,} queries of {per:,} "
+                    f"sample{'s' if per != 1 else ''}")
+        text = f"{self.scenario} {self.mode} run: LoadGen will issue {what}"
+        if self.seconds is not None:
+            text += f"; about {format_duration(self.seconds)} at {self.rate}"
+        return text
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, s = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes} min {s:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def _name(value: Any) -> str:
+    return str(value).rsplit(".", 1)[-1]
+
+
+def estimate_run(settings: Any, dataset_samples: int | None = None) -> Estimate:
+    """The estimate for LoadGen TestSettings (``mlperf_loadgen.TestSettings`` or any object with its fields);
+    ``dataset_samples`` is what an accuracy run issues."""
+    scenario, mode = _name(settings.scenario), _name(settings.mode)
+    accuracy = mode == "AccuracyOnly"
+    min_s = settings.min_duration_ms / 1000.0
+    min_queries = max(int(settings.min_query_count), 1)
+    spq = int(settings.multi_stream_samples_per_query) if scenario == "MultiStream" else 1
+    if scenario == "Offline":
+        qps = float(settings.offline_expected_qps)
+        rate = f"the expected {qps:,.1f} samples/s"
+    elif scenario == "Server":
+        qps = float(settings.server_target_qps)
+        rate = f"the target {qps:,.1f} queries/s"
+    else:
+        latency_ns = float(settings.single_stream_expected_latency_ns if scenario == "SingleStream"
+                           else settings.multi_stream_expected_latency_ns)
+        qps = 1e9 / latency_ns if latency_ns > 0 else 0.0
+        rate = f"the expected latency of {latency_ns / 1e6:,.3f} ms per query"
+    query_rate = qps  # queries/s; for Offline, samples/s
+    if accuracy:
+        samples = int(dataset_samples or 0)
+        queries = 1 if scenario == "Offline" else max(samples // spq, 1)
+        seconds = samples / qps if scenario == "Offline" and qps > 0 else (
+            queries / query_rate if query_rate > 0 else None)
+        return Estimate(scenario, "accuracy", queries, samples, seconds, rate, False)
+    if scenario == "Offline":
+        samples = max(min_queries, int(OFFLINE_SLACK * min_s * qps))
+        return Estimate(scenario, "performance", 1, samples, samples / qps if qps > 0 else None, rate, False)
+    queries = max(min_queries, math.ceil(min_s * query_rate))
+    if settings.max_query_count > 0:
+        queries = min(queries, int(settings.max_query_count))
+    seconds = queries / query_rate if query_rate > 0 else None
+    if seconds is not None and settings.max_duration_ms > 0:
+        seconds = min(seconds, settings.max_duration_ms / 1000.0)
+    return Estimate(scenario, "performance", queries, queries * spq, seconds, rate, True)

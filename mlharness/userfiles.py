@@ -1,0 +1,69 @@
+"""Files a command writes where the user may keep their own: never replaced without ``--force``.
+
+Every command that writes to a path the user names (``tune --output``, ``report --md/--html``, ``sysinfo --out``,
+``accuracy ... --out-file``, ``dataset synth|prepare --out``) goes through :func:`check_free` or
+:func:`write_text`: an existing file (or a non-empty folder) is an error naming it and ``--force``; with
+``--force`` a text file is replaced atomically and the unified diff of old and new is shown. Results folders
+under the run tree belong to mlharness and are protected by staging instead.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from mlharness.errors import MLHarnessError
+
+
+class OutputExists(MLHarnessError):
+    """The output path holds the user's file; exit 2 (bad input)."""
+
+
+def check_free(path: Path, force: bool, flag: str = "--force") -> None:
+    """Raise :class:`OutputExists` when ``path`` is an existing file, or a folder with something in it."""
+    path = Path(path)
+    if force or not path.exists():
+        return
+    if path.is_dir():
+        if not any(path.iterdir()):
+            return
+        raise OutputExists(f"{path} is a folder with files in it; not writing into it ({flag} writes over them)")
+    raise OutputExists(f"{path} exists; not overwriting it ({flag} replaces it)")
+
+
+def unified_diff(old: str, new: str, path: Path) -> str:
+    return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                        fromfile=f"{path} (existing)", tofile=f"{path} (new)"))
+
+
+def replace_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (a temporary file beside it, then a rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text(path: Path, text: str, force: bool, show: Callable[[str], None] | None = None) -> None:
+    """Write a text file the user may own: refuse to replace an existing one without ``force``; when replacing,
+    pass the unified diff to ``show`` (nothing when the content is the same)."""
+    path = Path(path)
+    old = path.read_text(errors="replace") if path.is_file() else None
+    if old is None and path.exists():
+        raise OutputExists(f"{path} exists and is not a file; not writing there")
+    if old is not None and not force:
+        if show is not None:
+            show(unified_diff(old, text, path) or f"{path}: the new content is the same\n")
+        check_free(path, force)
+    replace_text(path, text)
+    if old is not None and show is not None and old != text:
+        show(unified_diff(old, text, path))
