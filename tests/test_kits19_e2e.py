@@ -119,8 +119,8 @@ def test_oracle_offline_accuracy_and_outputs(oracle_offline, prepared: Path, env
     for e in entries:  # the response is the uint8 segmentation of the pre-processed case, D*H*W bytes
         assert len(e["data"]) // 2 == int(np.prod(data.entry(data.cases[e["qsl_idx"]])["image_shape"]))
     rows = (out / "kits19_dice.csv").read_text().splitlines()
-    assert rows[0] == "case,composite,kidney,tumor" and rows[-1].startswith("mean,") and len(rows) == CASES + 2
-    assert float(rows[-1].split(",")[1]) == pytest.approx(mean, abs=5e-6)
+    assert rows[0] == "case,kidney,tumor,composite" and rows[-1].startswith("mean,") and len(rows) == CASES + 2
+    assert float(rows[-1].split(",")[3]) == pytest.approx(mean, abs=5e-6)
     import nibabel
 
     pred = nibabel.load(str(out / "kits19_predictions" / "case_00002" / "prediction.nii.gz"))
@@ -174,7 +174,7 @@ def test_accuracy_command_refuses_bad_logs(prepared: Path, env: dict[str, str], 
     for message, entries in cases.items():
         log = tmp_path / "mlperf_log_accuracy.json"
         log.write_text(json.dumps(entries))
-        count = [] if message == "no response for" else ["--count", "1"]
+        count = ["--count", "2" if message == "no response for" else "1"]  # a --count run logs each case once
         proc = _cli(env, "accuracy", "kits19", "--log", str(log), "--preprocessed-dir", str(prepared), *count,
                     "--no-save-predictions")
         assert proc.returncode == 2, (message, proc.stdout, proc.stderr)
