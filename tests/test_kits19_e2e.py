@@ -128,7 +128,7 @@ def test_oracle_offline_accuracy_and_outputs(oracle_offline, prepared: Path, env
     assert np.allclose(pred.affine, data.entry("case_00002")["reshaped_affine"])
     meta = json.loads((out / "mlharness_run.json").read_text())
     assert meta["benchmark"] == "3d-unet-oracle" and meta["conf_model"] == "3d-unet"
-    assert meta["accuracy"]["name"] == "mean_dice"
+    assert meta["accuracy"]["name"] == "mean_dice" and meta["accuracy"]["official"] is True
 
     # the standalone command prints exactly what accuracy.txt holds
     proc = _cli(env, "accuracy", "kits19", "--log", str(out / "mlperf_log_accuracy.json"), "--preprocessed-dir",
@@ -151,6 +151,7 @@ def test_count_run_is_labelled_a_subset(prepared: Path, env: dict[str, str], tmp
                     r"\d\.\d{4}, tumor = \d\.\d{4}\n$", text), text
     assert not any(re.match(p, text) for p in ACC_PATTERNS.values()) and "Accuracy:" not in proc.stdout
     assert len((out / "kits19_dice.csv").read_text().splitlines()) == 2 + 2
+    assert json.loads((out / "mlharness_run.json").read_text())["accuracy"]["official"] is False
 
 
 def test_reference_preprocessed_folder_runs_to_the_same_figure(oracle_offline, prepared: Path,

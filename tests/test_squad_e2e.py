@@ -95,7 +95,7 @@ def test_count_scores_every_question_like_the_official_script(run_cli, tmp_path:
     assert second.startswith("subset of ") and "of 48 questions, not comparable: exact_match 100.000, f1 100.000" \
         in second
     meta = json.loads((out / "mlharness_run.json").read_text())
-    assert meta["accuracy"]["value"] == json.loads(first)["f1"]
+    assert meta["accuracy"]["value"] == json.loads(first)["f1"] and meta["accuracy"]["official"] is True
 
 
 @pytest.mark.parametrize(
