@@ -78,7 +78,7 @@ def test_every_third_entry_dropped_scores_every_question(run_cli, oracle_logits,
 def test_full_log_prints_only_the_official_line(run_cli, oracle_logits, tmp_path: Path) -> None:
     root, features, logits = oracle_logits
     log = tmp_path / "mlperf_log_accuracy.json"
-    entries = [{"seq_id": i, "qsl_idx": f, "data": logits[f].tobytes().hex()} for i, f in enumerate(range(len(features)))]
+    entries = [{"seq_id": f, "qsl_idx": f, "data": logits[f].tobytes().hex()} for f in range(len(features))]
     # a repeated sample: the later response counts, as in the official script
     entries.append({"seq_id": len(entries), "qsl_idx": 0, "data": logits[0].tobytes().hex()})
     log.write_text(json.dumps(entries))
