@@ -228,6 +228,36 @@ def test_top1_exact_text_with_duplicates(tmp_path: Path) -> None:
     assert ImagenetTop1Metric.name == "imagenet_top1"
 
 
+def test_top1_accepts_what_the_official_script_accepts(tmp_path: Path, run_cli) -> None:
+    """accuracy-imagenet.py reads only qsl_idx and data, skips a repeated sample before decoding it, and the line
+    it prints is the same; mlharness also skips blank lines at the end of val_map.txt (the official script stops
+    with an IndexError there), which cannot move any label."""
+    root = tmp_path / "data"
+    _write_val_map(root, [65, 970, 230])
+    with open(root / "val_map.txt", "a") as f:
+        f.write("\n  \n")
+    good = {i: np.array([label], np.float32).tobytes().hex().upper() for i, label in enumerate([65, 970, 1])}
+    log = tmp_path / "mlperf_log_accuracy.json"
+    log.write_text(json.dumps([
+        {"qsl_idx": 0, "data": good[0]},                    # no seq_id
+        {"seq_id": 1, "qsl_idx": 1, "data": good[1]},
+        {"seq_id": 2, "qsl_idx": 1, "data": "not hex"},     # a malformed repeat of a sample already scored
+        {"seq_id": 3, "qsl_idx": 0},                        # a repeat without data
+        {"seq_id": 4, "qsl_idx": 2, "data": good[2]},
+    ]))
+    res = ImagenetTop1Metric().score(log, _ctx(root))
+    assert res.text == "accuracy=66.667%, good=2, total=3\n" and res.details["dupes"] == 2
+    proc = run_cli("accuracy", "imagenet", "--log", str(log), "--val-map", str(root / "val_map.txt"))
+    assert proc.returncode == 0 and proc.stdout == res.text, proc.stderr
+    # where the official script crashes, a clear error naming the entry
+    log.write_text(json.dumps([{"qsl_idx": 0, "data": good[0]}, {"seq_id": 7, "qsl_idx": 2, "data": "zz"}]))
+    with pytest.raises(AccuracyError, match=r"entry 1 \(seq_id 7, qsl_idx 2\): 'data' is not hex"):
+        ImagenetTop1Metric().score(log, _ctx(root))
+    log.write_text(json.dumps([{"seq_id": 0, "data": good[0]}]))
+    with pytest.raises(AccuracyError, match=r"entry 0 is malformed: expected an object with an integer 'qsl_idx'"):
+        ImagenetTop1Metric().score(log, _ctx(root))
+
+
 def test_top1_int64_and_custom_val_map(tmp_path: Path) -> None:
     root = tmp_path / "data"
     _write_val_map(root, [1, 2, 3])

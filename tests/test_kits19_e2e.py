@@ -119,8 +119,8 @@ def test_oracle_offline_accuracy_and_outputs(oracle_offline, prepared: Path, env
     for e in entries:  # the response is the uint8 segmentation of the pre-processed case, D*H*W bytes
         assert len(e["data"]) // 2 == int(np.prod(data.entry(data.cases[e["qsl_idx"]])["image_shape"]))
     rows = (out / "kits19_dice.csv").read_text().splitlines()
-    assert rows[0] == "case,composite,kidney,tumor" and rows[-1].startswith("mean,") and len(rows) == CASES + 2
-    assert float(rows[-1].split(",")[1]) == pytest.approx(mean, abs=5e-6)
+    assert rows[0] == "case,kidney,tumor,composite" and rows[-1].startswith("mean,") and len(rows) == CASES + 2
+    assert float(rows[-1].split(",")[3]) == pytest.approx(mean, abs=5e-6)
     import nibabel
 
     pred = nibabel.load(str(out / "kits19_predictions" / "case_00002" / "prediction.nii.gz"))
@@ -128,7 +128,7 @@ def test_oracle_offline_accuracy_and_outputs(oracle_offline, prepared: Path, env
     assert np.allclose(pred.affine, data.entry("case_00002")["reshaped_affine"])
     meta = json.loads((out / "mlharness_run.json").read_text())
     assert meta["benchmark"] == "3d-unet-oracle" and meta["conf_model"] == "3d-unet"
-    assert meta["accuracy"]["name"] == "mean_dice"
+    assert meta["accuracy"]["name"] == "mean_dice" and meta["accuracy"]["official"] is True
 
     # the standalone command prints exactly what accuracy.txt holds
     proc = _cli(env, "accuracy", "kits19", "--log", str(out / "mlperf_log_accuracy.json"), "--preprocessed-dir",
@@ -136,6 +136,42 @@ def test_oracle_offline_accuracy_and_outputs(oracle_offline, prepared: Path, env
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == (out / "accuracy.txt").read_text()
     assert (out.parent / "rescored" / "kits19_dice.csv").read_text() == (out / "kits19_dice.csv").read_text()
+
+
+def test_count_run_is_labelled_a_subset(prepared: Path, env: dict[str, str], tmp_path: Path):
+    from mlharness.submission.rules import ACC_PATTERNS
+
+    out = tmp_path / "sub"
+    proc = _cli(env, "run", "--manifest", "3d-unet-oracle", "--dataset-path", str(prepared), "--scenario", "Offline",
+                "--mode", "accuracy", "--count", "2", "--output", str(out), "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    text = (out / "accuracy.txt").read_text()
+    # the reference refuses such a log; mlharness scores it under a line no checker takes for the figure
+    assert re.match(rf"^subset of 2 of {CASES} cases, not comparable: DICE mean = 0\.9\d{{4}}, kidney = "
+                    r"\d\.\d{4}, tumor = \d\.\d{4}\n$", text), text
+    assert not any(re.match(p, text) for p in ACC_PATTERNS.values()) and "Accuracy:" not in proc.stdout
+    assert len((out / "kits19_dice.csv").read_text().splitlines()) == 2 + 2
+    assert json.loads((out / "mlharness_run.json").read_text())["accuracy"]["official"] is False
+
+
+def test_reference_preprocessed_folder_runs_to_the_same_figure(oracle_offline, prepared: Path,
+                                                                env: dict[str, str], tmp_path: Path):
+    """The same cases in the layout of the reference's preprocess.py (<case>.pkl, nifti/, preprocessed_files.pkl)
+    give the same accuracy line."""
+    import pickle
+    import shutil
+
+    out, _ = oracle_offline
+    ref = tmp_path / "reference"
+    shutil.copytree(prepared / "nifti", ref / "nifti")
+    shutil.copy(prepared / kits19.REFERENCE_META_FILE, ref / kits19.REFERENCE_META_FILE)
+    for case in kits19.PreparedKits19.open(prepared).cases:
+        with open(ref / f"{case}.pkl", "wb") as f:
+            pickle.dump([np.load(prepared / "images" / f"{case}.npy"), np.load(prepared / "labels" / f"{case}.npy")], f)
+    assert type(kits19.PreparedKits19.open(ref)).__name__ == "ReferenceKits19"
+    again = tmp_path / "again"
+    _accuracy_run(env, "3d-unet-oracle", ref, again)
+    assert (again / "accuracy.txt").read_text() == (out / "accuracy.txt").read_text()
 
 
 def test_oracle_singlestream_accuracy(oracle_offline, prepared: Path, env: dict[str, str], tmp_path: Path):
@@ -174,7 +210,7 @@ def test_accuracy_command_refuses_bad_logs(prepared: Path, env: dict[str, str], 
     for message, entries in cases.items():
         log = tmp_path / "mlperf_log_accuracy.json"
         log.write_text(json.dumps(entries))
-        count = [] if message == "no response for" else ["--count", "1"]
+        count = ["--count", "2" if message == "no response for" else "1"]  # a --count run logs each case once
         proc = _cli(env, "accuracy", "kits19", "--log", str(log), "--preprocessed-dir", str(prepared), *count,
                     "--no-save-predictions")
         assert proc.returncode == 2, (message, proc.stdout, proc.stderr)

@@ -78,15 +78,24 @@ def test_swapped_start_and_end_scores_clearly_lower(run_cli, squad_dir: Path, tm
     assert result["exact_match"] < 50 and result["f1"] < 50, result
 
 
-def test_count_scores_the_questions_it_covers_on_the_default_synthetic_set(run_cli, tmp_path: Path) -> None:
-    # no --dataset-path: the oracle manifest generates its synthetic set in the cache
+def test_count_scores_every_question_like_the_official_script(run_cli, tmp_path: Path) -> None:
+    # no --dataset-path: the oracle manifest generates its synthetic set (48 questions) in the cache
+    from tests.helpers.squad_official import official_line
+
     out = tmp_path / "acc"
-    proc = run_cli("run", "--manifest", "bert-oracle", "--scenario", "Offline", "--mode", "accuracy", "--count", "30",
+    proc = run_cli("run", "--manifest", "bert-oracle", "--scenario", "Offline", "--mode", "accuracy", "--count", "40",
                    "--output", str(out), "--no-progress")
     assert proc.returncode == 0, proc.stderr
-    assert (out / "accuracy.txt").read_text() == PERFECT
     predictions = json.loads((out / "predictions.json").read_text())
-    assert 0 < len(predictions) < 30  # only the questions whose every feature is among the first 30
+    dev = synthetic_squad(48)
+    assert len(predictions) == 48  # every question answered, "empty" where none of its features was logged
+    first, second = (out / "accuracy.txt").read_text().splitlines()
+    assert first == official_line(dev, predictions)  # the official figure: unanswered questions score 0
+    assert json.loads(first)["exact_match"] < 50
+    assert second.startswith("subset of ") and "of 48 questions, not comparable: exact_match 100.000, f1 100.000" \
+        in second
+    meta = json.loads((out / "mlharness_run.json").read_text())
+    assert meta["accuracy"]["value"] == json.loads(first)["f1"] and meta["accuracy"]["official"] is True
 
 
 @pytest.mark.parametrize(

@@ -482,8 +482,8 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictors, settings, plan, outdir, t
         "samples": {"total": total, "performance_sample_count": perf_count, "issued": sut.issued,
                     "completed": sut.completed, "batches": sut.batches},
         "result": {**asdict(summary), "fields": None},
-        "accuracy": ({"name": accuracy.name, "value": accuracy.value, "text": accuracy.text}
-                     if accuracy else None),
+        "accuracy": ({"name": accuracy.name, "value": accuracy.value, "text": accuracy.text,
+                      "official": accuracy.official} if accuracy else None),
         "loadgen_errors": detail["errors"],
         "host": host_facts(),
         "telemetry": observers.telemetry,

@@ -40,10 +40,13 @@ def register(synth: Any, prepare: Any, accuracy: Any) -> None:
 
     p = accuracy.add_parser("kits19", help="mean DICE (kidney, tumor) from a 3D U-Net accuracy log",
                             description="Score mlperf_log_accuracy.json like the reference's accuracy_kits.py and "
-                            "print what accuracy.txt holds.")
+                            "print what accuracy.txt holds: the official line when the log holds every case, a "
+                            "line labelled 'subset of N of M cases, not comparable' otherwise.")
     p.add_argument("--log", type=Path, required=True, help="mlperf_log_accuracy.json")
-    p.add_argument("--preprocessed-dir", type=Path, required=True, help="the folder 'dataset prepare' wrote")
-    p.add_argument("--count", type=int, default=None, help="score the first N cases (default: all)")
+    p.add_argument("--preprocessed-dir", type=Path, required=True, help="the folder 'dataset prepare' or the "
+                   "reference's preprocess.py wrote")
+    p.add_argument("--count", type=int, default=None, help="the log is of a run over the first N cases: each must "
+                   "be there once (default: any cases; fewer than all are scored as a labelled subset)")
     p.add_argument("--dtype", default="uint8", help="response dtype (default uint8)")
     p.add_argument("--output-dir", type=Path, default=None, help="where predictions and the CSV go (default: "
                    "beside the log)")

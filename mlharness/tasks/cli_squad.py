@@ -25,7 +25,9 @@ def register(synth: Any, prepare: Any, accuracy: Any) -> None:
 
     a = accuracy.add_parser("squad", help="SQuAD v1.1 EM/F1 of a BERT accuracy log (accuracy-squad.py)",
                             description="Post-process an mlperf_log_accuracy.json of BERT logits as the MLPerf "
-                                        "reference does and print the official v1.1 evaluation's line.")
+                                        "reference does and print the official v1.1 evaluation's line (every "
+                                        "question scored); a log lacking some features adds a line labelled "
+                                        "'subset of N of M questions, not comparable'.")
     a.add_argument("--log", type=Path, required=True, help="mlperf_log_accuracy.json")
     a.add_argument("--val-data", type=Path, required=True, help="dev-v1.1.json")
     a.add_argument("--vocab", type=Path, required=True, help="the model's vocab.txt")

@@ -4,8 +4,11 @@ The official script reads ``val_map.txt`` (``<file> <label>`` per line, the line
 each accuracy-log response with ``np.frombuffer`` in the chosen dtype, takes the first element as the predicted
 label, counts each qsl_idx once (the first occurrence wins, duplicates are ignored) and prints
 ``accuracy={:.3f}%, good={}, total={}``.  Reproducing it byte for byte keeps accuracy.txt identical to what a
-submission checker or reviewer expects; the only differences are clean errors where the official script would
-crash with a traceback (or, for a negative qsl_idx, silently index from the end).
+submission checker or reviewer expects.  It reads only ``qsl_idx`` and ``data`` of each entry (no ``seq_id``
+needed) and never looks at the response of a repeated sample.  The differences are clean errors where the
+official script would crash with a traceback (or, for a negative qsl_idx, silently index from the end), and
+blank lines at the end of ``val_map.txt``, which the official script crashes on (IndexError) and mlharness
+skips: they cannot shift any sample's label.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from mlharness.errors import AccuracyError, DatasetError
-from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult, read_accuracy_log
+from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult, accuracy_log_entries
 
 log = logging.getLogger(__name__)
 
@@ -79,27 +82,30 @@ class ImagenetTop1Metric(AccuracyMetric):
         except DatasetError as e:
             raise AccuracyError(f"imagenet_top1: {e}") from e
 
-        entries = read_accuracy_log(accuracy_log)
+        entries = accuracy_log_entries(accuracy_log)
         if not entries:
             raise AccuracyError(f"imagenet_top1: accuracy log {accuracy_log} has no entries; nothing to score")
 
         seen: set[int] = set()
         good = 0
-        for seq_id, qsl_idx, data in entries:
-            # De-dupe: LoadGen may send the same sample several times; the first response counts.
+        for entry in entries:
+            qsl_idx = entry.qsl_idx
+            # De-dupe: LoadGen may send the same sample several times; the first response counts, and a repeated
+            # entry is skipped before its response is read, as the official script does.
             if qsl_idx in seen:
                 continue
             if not 0 <= qsl_idx < len(labels):
                 raise AccuracyError(
-                    f"imagenet_top1: {accuracy_log}: seq_id {seq_id} has qsl_idx {qsl_idx}, outside the "
-                    f"{len(labels)} entries of val map {val_map}"
+                    f"imagenet_top1: {accuracy_log}: {entry.where} is outside the {len(labels)} entries of val map "
+                    f"{val_map}"
                 )
             seen.add(qsl_idx)
+            data = entry.data(accuracy_log)
             try:
                 found = int(np.frombuffer(data, dtype)[0])
             except (ValueError, IndexError, OverflowError) as e:
                 raise AccuracyError(
-                    f"imagenet_top1: {accuracy_log}: seq_id {seq_id} (qsl_idx {qsl_idx}): cannot decode "
+                    f"imagenet_top1: {accuracy_log}: {entry.where}: cannot decode "
                     f"{len(data)} response bytes as {dtype_name} label: {e}"
                 ) from e
             expected = int(labels[qsl_idx])

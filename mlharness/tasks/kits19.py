@@ -9,8 +9,9 @@ a multiple of 64 so the 128^3 sliding window with 50% overlap tiles the volume e
 A prepared folder holds, per case, ``images/<case>.npy`` (float32, (1, D, H, W)), ``labels/<case>.npy``
 (uint8) and the reference's ground truth ``nifti/<case>/segmentation.nii.gz`` (with the case's affine rescaled to
 the new spacing), plus ``kits19_preprocessed.json`` (case order = qsl index, shapes, affines, sha256 of every file)
-and the reference's ``preprocessed_files.pkl`` so the official ``accuracy_kits.py`` can score it too.  The DICE
-metric lives in :mod:`mlharness.tasks.kits19_dice`.
+and the reference's ``preprocessed_files.pkl`` so the official ``accuracy_kits.py`` can score it too.  A folder
+written by the reference's own ``preprocess.py`` is read as well (:mod:`mlharness.tasks.kits19_reference`).  The
+DICE metric lives in :mod:`mlharness.tasks.kits19_dice`.
 """
 
 from __future__ import annotations
@@ -241,6 +242,7 @@ def prepare(raw: Path, out: Path, cases: Sequence[str] | None = None, workers: i
     try:
         out.mkdir(parents=True, exist_ok=True)
         (out / META_FILE).unlink(missing_ok=True)
+        (out / REFERENCE_META_FILE).unlink(missing_ok=True)
         workers = max(1, min(workers, len(cases)))
         if workers == 1:
             entries = [prepare_case(raw, out, c, image_nifti) for c in cases]
@@ -283,11 +285,16 @@ class PreparedKits19:
             raise DatasetError("KiTS19 needs --dataset-path: the folder written by 'mlharness dataset prepare kits19'")
         root = Path(root)
         path = root / META_FILE
+        if not path.is_file() and (root / REFERENCE_META_FILE).is_file() and not (root / "images").is_dir():
+            from mlharness.tasks.kits19_reference import ReferenceKits19
+
+            return ReferenceKits19.open_reference(root)  # written by the reference's preprocess.py
         try:
             meta = json.loads(path.read_text())
         except FileNotFoundError:
-            raise DatasetError(f"{root} is not a prepared KiTS19 folder ({META_FILE} is missing); run "
-                               f"'mlharness dataset prepare kits19 --raw <kits19/data> --out {root}'") from None
+            raise DatasetError(f"{root} is not a prepared KiTS19 folder (neither {META_FILE} nor the reference's "
+                               f"{REFERENCE_META_FILE} is there); run 'mlharness dataset prepare kits19 --raw "
+                               f"<kits19/data> --out {root}' or the reference's preprocess.py") from None
         except (OSError, json.JSONDecodeError) as e:
             raise DatasetError(f"cannot read {path}: {e}") from e
         if not isinstance(meta, dict) or meta.get("format") != FORMAT or not meta.get("file_list"):

@@ -5,9 +5,14 @@ entry per case), saves it as ``<case>/prediction.nii.gz`` with the case's resamp
 the pre-processed ground truth: per class c in (kidney = 1, tumor = 2), on one-hot labels,
 ``(2 |X_c & Y_c| + 1e-6) / (|X_c| + |Y_c| + 1e-6)`` (so a class absent from both scores 1), the case's composite is
 the mean of the two, a NaN (a crash, in the reference's words) counts as 0, and the figures are the means over
-the cases.  It writes ``summary.csv`` (columns case, composite, kidney, tumor, then a ``mean`` row) and prints
+the cases.  It writes ``summary.csv`` (columns case, kidney, tumor, composite, then a ``mean`` row) and prints
 ``Accuracy: mean = {:.5f}, kidney = {:.4f}, tumor = {:.4f}``; so does this module, beside the accuracy log
 (``kits19_dice.csv`` and ``kits19_predictions/<case>/prediction.nii.gz``).
+
+The reference refuses a log that does not hold every case of the dataset exactly once ("Number of predictions
+does not match number of samples").  A development run over some cases (``--count``) is scored all the same,
+but its line reads ``subset of N of M cases, not comparable: ...`` instead of the official one, so it is
+never taken for the benchmark's figure.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import AccuracyError, DatasetError
-from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult, read_accuracy_log
+from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult, accuracy_log_entries, subset_line
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +34,7 @@ NUM_CLASSES = 3
 SMOOTH_NR = 1e-6
 SMOOTH_DR = 1e-6
 CSV_FILE = "kits19_dice.csv"
+CSV_COLUMNS = ("case", "kidney", "tumor", "composite")
 PREDICTIONS_DIR = "kits19_predictions"
 # The reference's --output_dtype choices.
 DTYPES: dict[str, type[np.generic]] = {
@@ -70,11 +76,11 @@ def _csv_value(v: float) -> str:
 
 
 def write_csv(path: Path, rows: list[tuple[str, float, float]], summary: dict[str, float]) -> None:
-    lines = ["case,composite,kidney,tumor"]
+    lines = [",".join(CSV_COLUMNS)]  # the reference's column order
     for case, kidney, tumor in rows:
         composite = float(np.mean([kidney, tumor]))
-        lines.append(",".join([case, _csv_value(composite), _csv_value(kidney), _csv_value(tumor)]))
-    lines.append(",".join(["mean", *(_csv_value(summary[k]) for k in ("composite", "kidney", "tumor"))]))
+        lines.append(",".join([case, _csv_value(kidney), _csv_value(tumor), _csv_value(composite)]))
+    lines.append(",".join(["mean", *(_csv_value(summary[k]) for k in CSV_COLUMNS[1:])]))
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -105,29 +111,15 @@ class Kits19DiceMetric(AccuracyMetric):
             data = PreparedKits19.open(ctx.dataset_path)
         except DatasetError as e:
             raise AccuracyError(f"kits19_dice: {e}") from e
-        expected = min(ctx.count, len(data)) if ctx.count else len(data)
-        entries = read_accuracy_log(accuracy_log)
-        by_index: dict[int, bytes] = {}
-        for seq_id, qsl_idx, raw in entries:
-            if not 0 <= qsl_idx < expected:
-                raise AccuracyError(f"kits19_dice: {accuracy_log}: seq_id {seq_id} has qsl_idx {qsl_idx}, outside "
-                                    f"the {expected} cases scored")
-            if qsl_idx in by_index:
-                raise AccuracyError(f"kits19_dice: {accuracy_log}: case {data.cases[qsl_idx]} (qsl_idx {qsl_idx}) "
-                                    "has more than one response; the reference expects exactly one per case")
-            by_index[qsl_idx] = raw
-        missing = [data.cases[i] for i in range(expected) if i not in by_index]
-        if missing:
-            raise AccuracyError(f"kits19_dice: {accuracy_log} has no response for {len(missing)} of the {expected} "
-                                f"cases (first: {', '.join(missing[:5])})")
-
+        by_index = self._responses(accuracy_log, data.cases, ctx.count)
         out_dir = Path(ctx.options.get("output_dir") or Path(accuracy_log).parent)
         save = bool(ctx.options.get("save_predictions", True))
         rows: list[tuple[str, float, float]] = []
-        for index in range(expected):  # the reference's order: its file list
+        for index in sorted(by_index):  # the reference's order: its file list
             case = data.cases[index]
             entry = data.entry(case)
-            labels = self._decode(by_index[index], DTYPES[dtype_name], entry["image_shape"], case)
+            labels = self._decode(by_index[index].data(Path(accuracy_log)), DTYPES[dtype_name],
+                                  entry["image_shape"], case)
             try:
                 target = data.ground_truth(case)
             except DatasetError as e:
@@ -142,12 +134,37 @@ class Kits19DiceMetric(AccuracyMetric):
         summary = summarize(rows)
         csv_path = out_dir / CSV_FILE
         write_csv(csv_path, rows, summary)
+        official = len(rows) == len(data)
+        text = accuracy_text(summary) if official else subset_line(
+            len(rows), len(data), "cases", "DICE mean = {:.5f}, kidney = {:.4f}, tumor = {:.4f}".format(  # noqa: UP032
+                summary["composite"], summary["kidney"], summary["tumor"]))
         return AccuracyResult(
-            text=accuracy_text(summary), value=summary["composite"], name="mean_dice",
-            details={**summary, "cases": len(rows), "csv": str(csv_path),
+            text=text, value=summary["composite"], name="mean_dice", official=official,
+            details={**summary, "cases": len(rows), "cases_total": len(data), "csv": str(csv_path),
                      "predictions": str(out_dir / PREDICTIONS_DIR) if save else None,
                      "per_case": {c: {"kidney": k, "tumor": t} for c, k, t in rows}},
         )
+
+    @staticmethod
+    def _responses(accuracy_log: Path, cases: list[str], count: int) -> dict[int, Any]:
+        """qsl_idx -> log entry.  Each case at most once (the reference refuses a second response); with
+        ``count`` (a run over the first ``count`` cases) exactly the cases 0..count-1, each once."""
+        expected = min(count, len(cases)) if count else len(cases)
+        by_index: dict[int, Any] = {}
+        for entry in accuracy_log_entries(accuracy_log):
+            if not 0 <= entry.qsl_idx < expected:
+                raise AccuracyError(f"kits19_dice: {accuracy_log}: {entry.where} is outside the {expected} cases "
+                                    "scored")
+            if entry.qsl_idx in by_index:
+                raise AccuracyError(f"kits19_dice: {accuracy_log}: case {cases[entry.qsl_idx]} (qsl_idx "
+                                    f"{entry.qsl_idx}) has more than one response; the reference expects exactly "
+                                    "one per case")
+            by_index[entry.qsl_idx] = entry
+        missing = [cases[i] for i in range(expected) if i not in by_index]
+        if not by_index or (count and missing):
+            raise AccuracyError(f"kits19_dice: {accuracy_log} has no response for {len(missing)} of the {expected} "
+                                f"cases (first: {', '.join(missing[:5])})")
+        return by_index
 
     @staticmethod
     def _decode(raw: bytes, dtype: type[np.generic], shape: list[int], case: str) -> np.ndarray:
@@ -156,9 +173,14 @@ class Kits19DiceMetric(AccuracyMetric):
             raise AccuracyError(f"kits19_dice: the response for {case} has {len(raw)} bytes; its pre-processed shape "
                                 f"{tuple(shape)} in {np.dtype(dtype).name} needs {size}")
         labels = np.frombuffer(raw, dtype).reshape(shape)
+        if np.issubdtype(labels.dtype, np.floating):
+            # the reference saves the response as NIfTI and reads it back with get_fdata().astype(np.uint8):
+            # fractional labels are truncated toward zero
+            if not np.isfinite(labels).all():
+                raise AccuracyError(f"kits19_dice: the response for {case} holds NaN or infinite labels")
+            labels = np.trunc(labels)
         lo, hi = labels.min(), labels.max()
-        fractional = np.issubdtype(labels.dtype, np.floating) and not np.array_equal(labels, np.floor(labels))
-        if lo < 0 or hi >= NUM_CLASSES or fractional:
+        if lo < 0 or hi >= NUM_CLASSES:
             raise AccuracyError(f"kits19_dice: the response for {case} holds labels outside 0 (background), "
                                 f"1 (kidney) and 2 (tumor): range [{lo}, {hi}]")
         return labels.astype(np.uint8)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from mlharness.errors import AccuracyError
-from mlharness.tasks.base import read_accuracy_log
+from mlharness.tasks.base import accuracy_log_entries
 from mlharness.tasks.squad import MAX_SEQ_LENGTH, Features, SquadExample
 
 N_BEST_SIZE = 20
@@ -170,21 +170,23 @@ def decode_accuracy_log(path: Path, n_features: int, dtype: str = "float32", tra
     """
     if dtype not in DTYPES:
         raise AccuracyError(f"squad: unsupported response dtype '{dtype}'; expected one of {', '.join(DTYPES)}")
-    entries = read_accuracy_log(path)
+    entries = accuracy_log_entries(path)
     results: dict[int, np.ndarray] = {}
-    for seq_id, qsl_idx, data in entries:
+    for entry in entries:
+        qsl_idx = entry.qsl_idx
         if not 0 <= qsl_idx < n_features:
-            raise AccuracyError(f"squad: {path}: seq_id {seq_id} has qsl_idx {qsl_idx}, outside the {n_features} "
-                                f"features of the dataset (was the log made with another dataset?)")
+            raise AccuracyError(f"squad: {path}: {entry.where} is outside the {n_features} features of the dataset "
+                                f"(was the log made with another dataset?)")
+        data = entry.data(path)
         try:
             values = np.frombuffer(data, DTYPES[dtype])
             logits = values.reshape(2, -1).T if transposed else values.reshape(-1, 2)
         except ValueError as e:
-            raise AccuracyError(f"squad: {path}: seq_id {seq_id} (qsl_idx {qsl_idx}): {len(data)} response bytes "
-                                f"are not (start, end) pairs of {dtype}: {e}") from e
+            raise AccuracyError(f"squad: {path}: {entry.where}: {len(data)} response bytes are not (start, end) "
+                                f"pairs of {dtype}: {e}") from e
         if logits.shape[0] > max_seq_length:
-            raise AccuracyError(f"squad: {path}: seq_id {seq_id} (qsl_idx {qsl_idx}) has {logits.shape[0]} logit "
-                                f"pairs, more than the sequence length {max_seq_length}")
+            raise AccuracyError(f"squad: {path}: {entry.where} has {logits.shape[0]} logit pairs, more than the "
+                                f"sequence length {max_seq_length}")
         padded = np.full((max_seq_length, 2), PAD_LOGIT, dtype=np.float64)
         padded[:logits.shape[0]] = logits
         results[qsl_idx] = padded
