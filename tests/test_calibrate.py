@@ -1,0 +1,146 @@
+"""Expected performance calibrated before a performance run, through the real CLI and the real LoadGen.
+
+Two toy models with no user.conf of their own: a fast one (the echo predictor, microseconds per query) and a
+slow one (a fixed sleep per sample). LoadGen's defaults (10 ms expected latency, 1 QPS, ...) make both INVALID
+in some scenario; with calibration every scenario is VALID with nothing but ``--min-duration-ms 1000``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlharness.loadgen import calibrate as cal
+from mlharness.loadgen import settings as lgs
+from mlharness.loadgen.rundir import parse_summary
+
+SCENARIOS = ("SingleStream", "MultiStream", "Offline", "Server")
+SLOW_SAMPLE_S = 0.001
+
+
+def toy_manifest(folder: Path, name: str, sleep_per_sample_s: float = 0.0) -> Path:
+    (folder / "none.bin").write_bytes(b"")
+    predict = (
+        "predict: |\n  import time\n  def predict(ctx, run, inputs):\n"
+        f"      time.sleep({sleep_per_sample_s} * len(inputs[0]))\n      return run(inputs)\n"
+        if sleep_per_sample_s else ""
+    )
+    text = (
+        f"name: {name}\n"
+        "framework:\n  name: echo\n  warmup: 1\n"
+        "inputs:\n  - name: x\n    shape: [4]\noutputs:\n  - name: y\n"
+        "model:\n  graph_path: none.bin\n"
+        "dataset:\n  name: inline\n  init: |\n    def init(count):\n        return count or 64\n"
+        "batching:\n  max_batchsize: 8\n"
+        "preprocess: |\n  import numpy as np\n  def preprocess(ctx, index):\n"
+        "      return np.full((4,), index, np.float32)\n"
+        "postprocess: |\n  def postprocess(ctx, outputs):\n      return outputs[0][:, 0]\n" + predict
+    )
+    path = folder / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def toys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("toys")
+    return {"fast": toy_manifest(folder, "fasttoy"), "slow": toy_manifest(folder, "slowtoy", SLOW_SAMPLE_S)}
+
+
+def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["MLHARNESS_CACHE"] = str(tmp_path / "cache")
+    return subprocess.run([sys.executable, "-m", "mlharness.cli", "run", "--mode", "performance", "--no-progress",
+                           *args], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("toy", ["fast", "slow"])
+def test_calibrated_runs_are_valid_in_every_scenario(toys, tmp_path, toy, scenario):
+    out = tmp_path / "run"
+    proc = run(tmp_path, "--manifest", str(toys[toy]), "--scenario", scenario, "--min-duration-ms", "1000",
+               "--output", str(out))
+    assert proc.returncode == 0, proc.stderr
+    summary = parse_summary(out / "mlperf_log_summary.txt", scenario)
+    assert summary.valid, (proc.stdout, proc.stderr, (out / "mlperf_log_summary.txt").read_text())
+    meta = json.loads((out / "mlharness_run.json").read_text())
+    c = meta["calibration"]
+    key = cal.EXPECTED_KEYS[scenario]
+    assert c["calibrated"] is True and c["key"] == key and c["samples_measured"] >= 8
+    assert c["queries_measured"] >= cal.MIN_ROUNDS and 0 < c["seconds"] < 5
+    # the one line that says so, and the value LoadGen really used
+    assert re.search(rf"calibrated (expected latency|expected QPS|target QPS): {re.escape(cal._fmt(c['value']))}",
+                     proc.stderr), proc.stderr
+    settings = meta["settings"]
+    used = {"Offline": settings["offline_expected_qps"], "Server": settings["server_target_qps"],
+            "SingleStream": settings["single_stream_expected_latency_ns"] / 1e6,
+            "MultiStream": settings["multi_stream_expected_latency_ns"] / 1e6}[scenario]
+    assert used == pytest.approx(c["value"], rel=1e-3)
+    if toy == "slow" and scenario in ("SingleStream", "MultiStream"):
+        per_query = SLOW_SAMPLE_S * (8 if scenario == "MultiStream" else 1) * 1000
+        assert c["measured"] >= per_query  # the sleep is in what was measured
+    # the user.conf the run effectively used, beside its logs, reproduces the settings
+    conf = (out / "user.conf").read_text()
+    model = meta["conf_model"]
+    line = next(ln for ln in conf.splitlines() if ln.startswith(f"{model}.{scenario}.{key} = "))
+    assert float(line.split("=")[1]) == pytest.approx(c["value"], rel=1e-3)
+    assert f"{model}.{scenario}.min_duration = 1000" in conf
+    lgs.validate_user_conf(out / "user.conf", model)
+
+
+def test_without_calibration_the_fast_toy_is_invalid_and_the_named_fix_works(toys, tmp_path):
+    for scenario in ("SingleStream", "Offline"):
+        out = tmp_path / f"{scenario}-nocal"
+        base = ["--manifest", str(toys["fast"]), "--scenario", scenario, "--min-duration-ms", "1000"]
+        proc = run(tmp_path, *base, "--output", str(out), "--no-calibrate")
+        assert proc.returncode == 0, proc.stderr
+        assert not parse_summary(out / "mlperf_log_summary.txt", scenario).valid
+        meta = json.loads((out / "mlharness_run.json").read_text())
+        assert meta["calibration"] == {"calibrated": False, "reason": "--no-calibrate"}
+        assert not (out / "user.conf").exists()
+        text = " ".join(proc.stdout.split())
+        assert "INVALID because: min duration not met" in text, proc.stdout
+        assert "LoadGen recommends: " + ("Decrease the expected latency" if scenario == "SingleStream"
+                                         else "Increase expected QPS") in text
+        if scenario == "SingleStream":  # the error is shown as LoadGen's text, not as its key
+            assert "Ran out of generated queries to issue before the minimum query count" in text
+            assert "['error_runtime']" not in proc.stdout
+        fix = re.search(r"fix: (--target-(?:latency-ms|qps) [0-9.e+-]+)", proc.stdout)
+        assert fix, proc.stdout
+        fixed = tmp_path / f"{scenario}-fixed"
+        proc = run(tmp_path, *base, "--output", str(fixed), "--no-calibrate", *shlex.split(fix.group(1)))
+        assert proc.returncode == 0, proc.stderr
+        assert parse_summary(fixed / "mlperf_log_summary.txt", scenario).valid, proc.stdout
+        assert "INVALID because" not in proc.stdout
+
+
+def test_a_stated_expected_performance_is_not_calibrated(toys, tmp_path):
+    conf = tmp_path / "mine.conf"
+    conf.write_text("fasttoy.SingleStream.target_latency = 0.001\n")
+    out = tmp_path / "conf"
+    proc = run(tmp_path, "--manifest", str(toys["fast"]), "--scenario", "SingleStream", "--min-duration-ms", "300",
+               "--user-conf", str(conf), "--output", str(out))
+    assert proc.returncode == 0, proc.stderr
+    meta = json.loads((out / "mlharness_run.json").read_text())
+    assert meta["calibration"]["calibrated"] is False and str(conf) in meta["calibration"]["reason"]
+    assert meta["settings"]["single_stream_expected_latency_ns"] == 1000
+    assert "calibrated" not in proc.stderr
+
+
+def test_given_by_reads_flags_and_the_given_user_conf_only(tmp_path):
+    o = lgs.Overrides()
+    assert cal.given_by("Offline", "m", o, None) is None
+    assert cal.given_by("Offline", "m", lgs.Overrides(target_qps=5), None).endswith("(--target-qps)")
+    assert cal.given_by("SingleStream", "m", lgs.Overrides(target_qps=5), None) is None
+    conf = tmp_path / "u.conf"
+    conf.write_text("*.Offline.target_qps = 10\nother.SingleStream.target_latency = 3\nm.Server.target_latency = 9\n")
+    assert cal.given_by("Offline", "m", o, conf) == str(conf)
+    assert cal.given_by("SingleStream", "m", o, conf) is None  # another model's line
+    assert cal.given_by("Server", "m", o, conf) is None  # the Server latency bound is not its expected rate
