@@ -144,3 +144,78 @@ def test_given_by_reads_flags_and_the_given_user_conf_only(tmp_path):
     assert cal.given_by("Offline", "m", o, conf) == str(conf)
     assert cal.given_by("SingleStream", "m", o, conf) is None  # another model's line
     assert cal.given_by("Server", "m", o, conf) is None  # the Server latency bound is not its expected rate
+
+
+SUBMISSION_OVERRIDES = {"status": "available", "system_type": "edge", "cooling": "air",
+                        "host_memory_configuration": "1x 24 GB", "host_networking_topology": "N/A",
+                        "host_storage_capacity": "256 GB", "host_storage_type": "SSD"}
+
+
+@pytest.fixture(scope="module")
+def imagenet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from mlharness.tasks.imagenet_synth import write_synthetic_imagenet
+
+    return write_synthetic_imagenet(tmp_path_factory.mktemp("imagenet") / "imagenet", count=32)
+
+
+def submission(tmp_path: Path, env_cache: Path, images: Path, *args: str) -> subprocess.CompletedProcess:
+    import yaml
+
+    overrides = tmp_path / "system.yaml"
+    overrides.write_text(yaml.safe_dump(SUBMISSION_OVERRIDES))
+    env = dict(os.environ)
+    env["MLHARNESS_CACHE"] = str(env_cache)
+    return subprocess.run(
+        [sys.executable, "-m", "mlharness.cli", "submission", "run", "--manifest", "resnet50-oracle",
+         "--dataset-path", str(images), "--count", "32", "--division", "open", "--submitter", "Acme",
+         "--system-name", "box", "--results", str(tmp_path / "results"), "--system-overrides", str(overrides),
+         "--min-duration-ms", "1000", "--min-query-count", "32", "--threads", "1", *args],
+        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+
+
+@pytest.mark.slow
+def test_submission_run_sizes_its_runs_without_a_tune(tmp_path, shared_cache, imagenet):
+    proc = submission(tmp_path, shared_cache, imagenet, "--scenarios", "Offline", "SingleStream")
+    assert proc.returncode in (0, 4), proc.stdout + proc.stderr  # 4: a timing verdict on a busy host
+    results = tmp_path / "results"
+    for scenario in ("Offline", "SingleStream"):
+        scen = results / "box" / "resnet" / scenario if (results / "box" / "resnet").is_dir() else \
+            next((results / "box").iterdir()) / scenario
+        assert parse_summary(scen / "performance" / "run_1" / "mlperf_log_summary.txt", scenario).valid
+        runs = results / ".mlharness" / "runs" / "box" / scen.parent.name / scenario
+        meta = json.loads((runs / "performance" / "mlharness_run.json").read_text())
+        assert meta["calibration"]["calibrated"] is True
+        # the scenario's user.conf is the one the performance run used, calibrated line included
+        key = cal.EXPECTED_KEYS[scenario]
+        assert f"resnet50.{scenario}.{key} = " in (scen / "user.conf").read_text()
+        assert (scen / "user.conf").read_text() == (runs / "performance.user.conf").read_text()
+        # the compliance runs that compare performance were given the same user.conf (and did not calibrate)
+        tests = ["TEST01", "TEST04"] if scenario == "Offline" else ["TEST01"]
+        for test in tests:
+            step = json.loads((runs / test / "step.json").read_text())
+            argv = step["argv"]
+            assert argv[argv.index("--user-conf") + 1] == str(runs / "performance.user.conf")
+            t_meta = json.loads((runs / test / "mlharness_run.json").read_text())
+            assert t_meta["calibration"]["calibrated"] is False
+            assert t_meta["settings"][{"Offline": "offline_expected_qps",
+                                       "SingleStream": "single_stream_expected_latency_ns"}[scenario]] == \
+                meta["settings"][{"Offline": "offline_expected_qps",
+                                  "SingleStream": "single_stream_expected_latency_ns"}[scenario]]
+            assert (scen / test / "verify_performance.txt").is_file()
+    assert "INVALID" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_submission_run_stops_before_compliance_when_performance_stays_invalid(tmp_path, shared_cache, imagenet):
+    conf = tmp_path / "tuned.conf"
+    conf.write_text("resnet50.SingleStream.target_latency = 100000\n")  # 100 s per query: far too few queries
+    proc = submission(tmp_path, shared_cache, imagenet, "--scenarios", "SingleStream", "--user-conf", str(conf))
+    assert proc.returncode == 5, proc.stdout + proc.stderr
+    err = " ".join(proc.stderr.split())
+    assert "the performance run is INVALID" in err and "compliance runs were not started" in err
+    assert "min duration not met" in err and "Decrease the expected latency" in err
+    assert "--target-latency-ms" in err
+    scen = next((tmp_path / "results" / "box").iterdir()) / "SingleStream"
+    assert (scen / "performance" / "run_1" / "mlperf_log_summary.txt").is_file()
+    assert not (scen / "TEST01").exists()
+    assert "2 LoadGen test(s) run" not in proc.stdout

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.loadgen import settings as lgs
+from mlharness.paths import USER_CONF_DIR
 
 EXPECTED_KEYS = {"Offline": "target_qps", "Server": "target_qps", "SingleStream": "target_latency",
                  "MultiStream": "target_latency"}
@@ -97,7 +98,8 @@ def given_by(scenario: str, model: str, overrides: lgs.Overrides, user_conf: Pat
         return "the command line (--target-qps)"
     if scenario in ("SingleStream", "MultiStream") and overrides.target_latency_ms is not None:
         return "the command line (--target-latency-ms)"
-    if user_conf is not None and Path(user_conf).is_file():
+    # the package's own user.conf files (mlharness/user_conf/) are generic guesses, not this system's figures
+    if user_conf is not None and Path(user_conf).is_file() and Path(user_conf).resolve().parent != USER_CONF_DIR:
         key = EXPECTED_KEYS[scenario]
         for _, m, s, k, _ in lgs.parse_conf(Path(user_conf).read_text(), str(user_conf)):
             if k == key and m in (model, "*") and s in (scenario, "*"):
@@ -130,6 +132,7 @@ def calibrate(scenario: str, settings: Any, pipelines: list[Any], loader: Any, p
     finally:
         loader.unload(indices)
         loader.on_progress = progress
+    cal.value = float(_fmt(cal.value))  # exactly what the written user.conf says, so a rerun from it matches
     apply(cal, settings)
     return cal
 

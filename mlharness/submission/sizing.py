@@ -1,0 +1,80 @@
+"""How ``mlharness submission run`` sizes a scenario's performance and compliance runs.
+
+- A user.conf given with ``--user-conf`` that states the scenario's expected performance (a tuned one) is
+  used as it is.
+- Otherwise the performance run calibrates the expected performance itself (:mod:`mlharness.loadgen.calibrate`)
+  and writes the user.conf it effectively used. Should the run still be INVALID, the fix its explanation
+  names (:mod:`mlharness.loadgen.explain`: a smaller expected latency, a larger expected QPS, a lower Server
+  rate, more queries for early stopping) is added to that user.conf and the performance run repeated, a few
+  times at most: for Server this is a search for a VALID rate by trial runs, from the calibrated one down.
+- A performance run that stays INVALID stops the command before the compliance runs, with the reason.
+- The compliance runs that compare performance with it (TEST01's performance half, TEST04) get the user.conf
+  the performance run used, so both are sized the same; it is also the scenario's ``user.conf``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from mlharness.errors import MLHarnessError
+from mlharness.loadgen.explain import Explanation, explain_run
+from mlharness.submission.layout import Tree
+
+RETRIES = 2  # performance reruns with the explained fix, after a calibrated run that was INVALID
+CONF_NAME = "performance.user.conf"  # beside the step records: what the compliance runs are given
+
+
+class PerformanceInvalid(MLHarnessError):
+    """A performance run of the submission stayed INVALID; the compliance runs were not started."""
+
+    exit_code = 5
+
+
+def performance_dir(tree: Tree, ids: tuple[str, str, str]) -> Path:
+    return tree.scenario_dir(*ids) / "performance" / "run_1"
+
+
+def verdict(tree: Tree, ids: tuple[str, str, str], conf_model: str) -> Explanation:
+    return explain_run(performance_dir(tree, ids), ids[2], conf_model)
+
+
+def used_conf(tree: Tree, ids: tuple[str, str, str]) -> Path | None:
+    """The user.conf the performance run wrote beside its logs (calibrated runs only), kept where the
+    compliance runs can read it: ``.mlharness/runs/<system>/<benchmark>/<scenario>/performance.user.conf``."""
+    written = tree.record_dir(*ids, "performance") / "user.conf"
+    if not written.is_file():
+        return None
+    kept = tree.record_dir(*ids, "performance").parent / CONF_NAME
+    shutil.copyfile(written, kept)
+    return kept
+
+
+def with_fixes(conf: Path, exp: Explanation, attempt: int) -> Path:
+    """A copy of ``conf`` with the explanation's user.conf lines appended (later lines win in LoadGen)."""
+    lines = [f.conf_line.split("   (")[0] for f in exp.fixes]
+    out = conf.with_name(f"{conf.stem}.retry{attempt}.conf")
+    out.write_text(conf.read_text() + f"\n# INVALID run, retry {attempt}: {', '.join(exp.failed)} not met\n"
+                   + "\n".join(lines) + "\n")
+    return out
+
+
+def invalid_message(ids: tuple[str, str, str], exp: Explanation, tries: int) -> str:
+    detail = "; ".join(exp.lines()) or "LoadGen gave no reason"
+    return (f"{'/'.join(ids)}: the performance run is INVALID after {tries} attempt(s), so the compliance runs "
+            f"were not started. {detail}. Give the fix with --user-conf (a user.conf line) or find the settings "
+            f"with `mlharness tune --scenario {ids[2]}`.")
+
+
+def set_user_conf(argv: list[str], conf: Path) -> list[str]:
+    """``argv`` with ``--user-conf conf`` (replacing any earlier one)."""
+    out = list(argv)
+    if "--user-conf" in out:
+        out[out.index("--user-conf") + 1] = str(conf)
+    else:
+        out[out.index("--scenario") + 2:out.index("--scenario") + 2] = ["--user-conf", str(conf)]
+    return out
+
+
+__all__ = ["PerformanceInvalid", "invalid_message", "set_user_conf", "used_conf", "verdict",
+           "with_fixes"]
