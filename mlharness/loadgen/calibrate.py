@@ -231,10 +231,10 @@ def apply(cal: Calibration, settings: Any) -> None:
         settings.server_target_qps = cal.value
         if "min_query_count" in cal.extra:
             settings.min_query_count = int(cal.extra["min_query_count"])
-    elif cal.scenario == "SingleStream":
-        settings.single_stream_expected_latency_ns = int(cal.value * 1e6)
+    elif cal.scenario == "SingleStream":  # LoadGen holds it as a double: the same ns as the user.conf line gives
+        settings.single_stream_expected_latency_ns = cal.value * 1e6
     else:
-        settings.multi_stream_expected_latency_ns = int(cal.value * 1e6)
+        settings.multi_stream_expected_latency_ns = cal.value * 1e6
 
 
 def effective_conf(base: Path | None, model: str, scenario: str, overrides: dict[str, Any],
