@@ -175,32 +175,33 @@ def submission(tmp_path: Path, env_cache: Path, images: Path, *args: str) -> sub
 
 @pytest.mark.slow
 def test_submission_run_sizes_its_runs_without_a_tune(tmp_path, shared_cache, imagenet):
-    proc = submission(tmp_path, shared_cache, imagenet, "--scenarios", "Offline", "SingleStream")
+    proc = submission(tmp_path, shared_cache, imagenet, "--scenarios", "Offline", "SingleStream", "Server")
     assert proc.returncode in (0, 4), proc.stdout + proc.stderr  # 4: a timing verdict on a busy host
     results = tmp_path / "results"
-    for scenario in ("Offline", "SingleStream"):
+    for scenario in ("Offline", "SingleStream", "Server"):
         scen = results / "box" / "resnet" / scenario if (results / "box" / "resnet").is_dir() else \
             next((results / "box").iterdir()) / scenario
         assert parse_summary(scen / "performance" / "run_1" / "mlperf_log_summary.txt", scenario).valid
         runs = results / ".mlharness" / "runs" / "box" / scen.parent.name / scenario
         meta = json.loads((runs / "performance" / "mlharness_run.json").read_text())
-        assert meta["calibration"]["calibrated"] is True
+        # calibrated; or, when the calibrated run was INVALID on this busy host, repeated with the explained fix
+        assert meta["calibration"]["calibrated"] is True or (
+            ".retry" in meta["calibration"]["reason"] and f"resnet/{scenario} performance INVALID" in proc.stdout)
         # the scenario's user.conf is the one the performance run used, calibrated line included
         key = cal.EXPECTED_KEYS[scenario]
         assert f"resnet50.{scenario}.{key} = " in (scen / "user.conf").read_text()
         assert (scen / "user.conf").read_text() == (runs / "performance.user.conf").read_text()
         # the compliance runs that compare performance were given the same user.conf (and did not calibrate)
-        tests = ["TEST01", "TEST04"] if scenario == "Offline" else ["TEST01"]
-        for test in tests:
+        for test in ("TEST01", "TEST04"):
             step = json.loads((runs / test / "step.json").read_text())
             argv = step["argv"]
             assert argv[argv.index("--user-conf") + 1] == str(runs / "performance.user.conf")
+            assert "--min-query-count" not in argv  # the user.conf states it (a flag would override it)
             t_meta = json.loads((runs / test / "mlharness_run.json").read_text())
             assert t_meta["calibration"]["calibrated"] is False
-            assert t_meta["settings"][{"Offline": "offline_expected_qps",
-                                       "SingleStream": "single_stream_expected_latency_ns"}[scenario]] == \
-                meta["settings"][{"Offline": "offline_expected_qps",
-                                  "SingleStream": "single_stream_expected_latency_ns"}[scenario]]
+            for name in ("offline_expected_qps", "single_stream_expected_latency_ns", "server_target_qps",
+                         "min_query_count", "min_duration_ms"):
+                assert t_meta["settings"][name] == meta["settings"][name], (scenario, test, name)
             assert (scen / test / "verify_performance.txt").is_file()
     assert "INVALID" not in proc.stderr
 
@@ -219,3 +220,16 @@ def test_submission_run_stops_before_compliance_when_performance_stays_invalid(t
     assert (scen / "performance" / "run_1" / "mlperf_log_summary.txt").is_file()
     assert not (scen / "TEST01").exists()
     assert "2 LoadGen test(s) run" not in proc.stdout
+
+
+def test_compliance_argv_takes_the_effective_user_conf_instead_of_setting_flags(tmp_path):
+    from mlharness.submission.sizing import set_user_conf
+
+    argv = ["py", "-m", "mlharness.cli", "run", "--manifest", "m.yaml", "--scenario", "Server", "--mode",
+            "performance", "--user-conf", "/pkg/resnet50.conf", "--count", "32", "--min-duration-ms", "1000",
+            "--min-query-count", "32", "--target-qps", "5", "--threads", "1"]
+    out = set_user_conf(argv, tmp_path / "used.conf")
+    assert out == ["py", "-m", "mlharness.cli", "run", "--manifest", "m.yaml", "--scenario", "Server", "--mode",
+                   "performance", "--user-conf", str(tmp_path / "used.conf"), "--count", "32", "--threads", "1"]
+    bare = set_user_conf([a for a in argv if a not in ("--user-conf", "/pkg/resnet50.conf")], tmp_path / "u.conf")
+    assert bare[bare.index("--scenario") + 2:bare.index("--scenario") + 4] == ["--user-conf", str(tmp_path / "u.conf")]

@@ -184,9 +184,10 @@ def _sized_performance(tree: Tree, ids: tuple[str, str, str], argv: list[str], l
         exp = sizing.verdict(tree, ids, conf_model)
     if not exp.valid:
         raise sizing.PerformanceInvalid(sizing.invalid_message(ids, exp, tries))
-    if conf is not None:
-        files["user.conf"] = conf.read_text()
-    return conf
+    if conf is None:
+        return None
+    files["user.conf"] = conf.read_text()
+    return sizing.keep(tree, ids, conf)
 
 
 def _update_state(tree: Tree, req: SubmissionRequest, loaded: Any, benchmark: str, conf_model: str) -> dict:

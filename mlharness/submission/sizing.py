@@ -43,10 +43,13 @@ def used_conf(tree: Tree, ids: tuple[str, str, str]) -> Path | None:
     """The user.conf the performance run wrote beside its logs (calibrated runs only), kept where the
     compliance runs can read it: ``.mlharness/runs/<system>/<benchmark>/<scenario>/performance.user.conf``."""
     written = tree.record_dir(*ids, "performance") / "user.conf"
-    if not written.is_file():
-        return None
+    return keep(tree, ids, written) if written.is_file() else None
+
+
+def keep(tree: Tree, ids: tuple[str, str, str], conf: Path) -> Path:
     kept = tree.record_dir(*ids, "performance").parent / CONF_NAME
-    shutil.copyfile(written, kept)
+    if conf.resolve() != kept.resolve():
+        shutil.copyfile(conf, kept)
     return kept
 
 
@@ -66,9 +69,24 @@ def invalid_message(ids: tuple[str, str, str], exp: Explanation, tries: int) -> 
             f"with `mlharness tune --scenario {ids[2]}`.")
 
 
+# the development overrides of `mlharness run`; the effective user.conf holds them as lines
+SETTING_FLAGS = ("--min-duration-ms", "--min-query-count", "--max-query-count", "--target-qps", "--target-latency-ms",
+                 "--samples-per-query", "--performance-sample-count")
+
+
 def set_user_conf(argv: list[str], conf: Path) -> list[str]:
-    """``argv`` with ``--user-conf conf`` (replacing any earlier one)."""
-    out = list(argv)
+    """``argv`` with ``--user-conf conf`` (replacing any earlier one) and without the LoadGen setting flags:
+    ``conf`` is an effective user.conf that states them, and a flag would override its later lines (a
+    calibrated ``min_query_count``, a retry's fix)."""
+    out = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in SETTING_FLAGS:
+            skip = True
+        else:
+            out.append(arg)
     if "--user-conf" in out:
         out[out.index("--user-conf") + 1] = str(conf)
     else:
@@ -76,5 +94,5 @@ def set_user_conf(argv: list[str], conf: Path) -> list[str]:
     return out
 
 
-__all__ = ["PerformanceInvalid", "invalid_message", "set_user_conf", "used_conf", "verdict",
+__all__ = ["PerformanceInvalid", "invalid_message", "keep", "set_user_conf", "used_conf", "verdict",
            "with_fixes"]
