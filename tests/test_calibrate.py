@@ -233,3 +233,20 @@ def test_compliance_argv_takes_the_effective_user_conf_instead_of_setting_flags(
                    "performance", "--user-conf", str(tmp_path / "used.conf"), "--count", "32", "--threads", "1"]
     bare = set_user_conf([a for a in argv if a not in ("--user-conf", "/pkg/resnet50.conf")], tmp_path / "u.conf")
     assert bare[bare.index("--scenario") + 2:bare.index("--scenario") + 4] == ["--user-conf", str(tmp_path / "u.conf")]
+
+
+def test_a_retry_conf_appends_the_explained_fix_and_loadgen_takes_it(tmp_path):
+    from mlharness.loadgen.explain import explain
+    from mlharness.submission.sizing import with_fixes
+
+    data = Path(__file__).parent / "data" / "loadgen_invalid"
+    exp = explain((data / "server_over_latency.summary.txt").read_text(), [], "Server", "resnet50")
+    conf = tmp_path / "performance.user.conf"
+    conf.write_text("resnet50.Server.min_query_count = 700\nresnet50.Server.target_qps = 269.86\n")
+    retry = with_fixes(conf, exp, 1)
+    assert retry.name == "performance.user.retry1.conf" and retry.parent == tmp_path
+    lgs.validate_user_conf(retry, "resnet50")
+    plan = lgs.SettingsPlan(model="resnet50", official=True, scenario="Server", mode="performance",
+                            user_conf=retry, overrides=lgs.Overrides(), audit_config=None)
+    s = lgs.build_test_settings(plan)
+    assert s.server_target_qps == pytest.approx(134.9) and s.min_query_count == 700

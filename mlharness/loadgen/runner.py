@@ -24,8 +24,8 @@ from mlharness.errors import (
     suggest,
 )
 from mlharness.loadgen import calibrate
-from mlharness.loadgen.explain import error_texts as explain_errors
 from mlharness.loadgen import settings as lgs
+from mlharness.loadgen.explain import error_texts as explain_errors
 from mlharness.loadgen.qsl import SampleLoader, SampleStore
 from mlharness.loadgen.rundir import StagedDir, Summary, default_output, detail_values, parse_summary
 from mlharness.loadgen.sut import NetworkQDL, Pipeline, Strategy, SystemUnderTest

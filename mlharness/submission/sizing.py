@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -42,8 +43,16 @@ def verdict(tree: Tree, ids: tuple[str, str, str], conf_model: str) -> Explanati
 def used_conf(tree: Tree, ids: tuple[str, str, str]) -> Path | None:
     """The user.conf the performance run wrote beside its logs (calibrated runs only), kept where the
     compliance runs can read it: ``.mlharness/runs/<system>/<benchmark>/<scenario>/performance.user.conf``."""
-    written = tree.record_dir(*ids, "performance") / "user.conf"
-    return keep(tree, ids, written) if written.is_file() else None
+    record = tree.record_dir(*ids, "performance")
+    written = record / "user.conf"
+    if written.is_file():
+        return keep(tree, ids, written)
+    try:  # a run repeated with the fix (its user.conf was given, so it wrote none): the one it was given
+        argv = json.loads((record / "step.json").read_text())["argv"]
+        given = Path(argv[argv.index("--user-conf") + 1])
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+    return keep(tree, ids, given) if given.parent == record.parent and given.is_file() else None
 
 
 def keep(tree: Tree, ids: tuple[str, str, str], conf: Path) -> Path:
