@@ -84,3 +84,14 @@ def test_explain_run_tolerates_missing_logs(tmp_path, missing):
         assert e.errors == [] and e.failed == ["min duration"]
     else:
         assert e.failed == [] and e.errors[0].startswith("Ending early: Ran out of generated queries")
+
+
+def test_ttft_and_tpot_failures_are_named():
+    # the Server summary above with the recommendation LoadGen's results.cc writes for token latencies
+    text = (DATA / "server_over_latency.summary.txt").read_text().replace(
+        " * Reduce target QPS to improve latency.",
+        " * TTFT constrain not met: Reduce target QPS to improve latency.\n"
+        " * TPOT constrain not met: Reduce target QPS to improve latency.")
+    e = explain(text, [], "Server", "llm")
+    assert e.failed == ["early stopping", "TTFT", "TPOT"]
+    assert [f.flag for f in e.fixes] == ["--target-qps 134.9"]
