@@ -69,6 +69,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     tune.add_argument("--telemetry-interval-ms", type=float, default=500.0, help="sample CPU, memory and GPUs "
                       "(NVML) this often during the run (default 500; 0 disables); summaries go to "
                       "mlharness_run.json")
+    tune.add_argument("--no-calibrate", action="store_true", help="performance mode: do not measure the expected "
+                      "performance (target_qps / target_latency) when neither a --user-conf nor a flag gives it")
     tune.add_argument("--ignore-framework-version", action="store_true")
     tune.add_argument("--no-progress", action="store_true")
     net = p.add_argument_group("remote agents (Open Inference Protocol over gRPC)")
@@ -222,6 +224,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress=RunProgress(err, live=not args.no_progress),  # --no-progress: the estimate line only
         agents=[*args.agent, *args.sut_server], network=args.network, agent_options=connect_options(args),
         round=args.round,
+        calibrate=not args.no_calibrate, say=lambda text: err.print(f"[dim]{escape(text)}[/]", highlight=False),
     )
     result = run(opts)
     s = result.summary
@@ -241,6 +244,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not md["submittable"]:
         table.add_row("submittable", "no: " + "; ".join(md["not_submittable_reasons"]))
     out.print(table)
+    if md["mode"] == "performance":
+        from mlharness.loadgen.explain import explain_run
+
+        for line in explain_run(result.output, s.scenario, md["conf_model"]).lines():
+            out.print(escape(line), highlight=False)
     return 0
 
 

@@ -23,7 +23,9 @@ from mlharness.errors import (
     SettingsError,
     suggest,
 )
+from mlharness.loadgen import calibrate
 from mlharness.loadgen import settings as lgs
+from mlharness.loadgen.explain import error_texts as explain_errors
 from mlharness.loadgen.qsl import SampleLoader, SampleStore
 from mlharness.loadgen.rundir import StagedDir, Summary, default_output, detail_values, parse_summary
 from mlharness.loadgen.sut import NetworkQDL, Pipeline, Strategy, SystemUnderTest
@@ -79,6 +81,8 @@ class RunOptions:
     on_stuck_failure: Callable[[BaseException, Path], None] | None = None
     abort_grace_s: float = 5.0
     progress: Any = None  # an object with load(done, total) / attach(sut, total, settings) / close(), or None
+    calibrate: bool = True  # measure the expected performance when no user.conf or flag states it
+    say: Callable[[str], None] | None = None  # one-line notices (the calibrated expected performance)
     # Remote agents (host:port): the model runs there (framework 'remote') with this manifest's inputs/outputs
     agents: list[str] = field(default_factory=list)
     network: str | None = None  # "lon": LoadGen over the network; the agents run the hooks (--hooks agent)
@@ -405,6 +409,9 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictors, settings, plan, outdir, t
     else:
         sut = SystemUnderTest(pipelines, strategy, opts.workers, on_failure=on_failure, tracer=tracer,
                               affinity=affinity)
+    # calibrated first: the progress estimate reads the expected performance from the settings
+    calibration = calibrate.for_run(opts, plan, settings, pipelines, loader, perf_count, batch,
+                                    loaded.model.framework.warmup, outdir)
     if opts.progress:
         opts.progress.attach(sut, total if opts.mode == "accuracy" else None, settings)
     observers = RunObservers(predictors, tracer, opts.telemetry_interval_ms)
@@ -448,7 +455,7 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictors, settings, plan, outdir, t
     if not plan.official:
         reasons.append("the manifest names no MLPerf benchmark (mlperf.model): not an official benchmark")
     if detail["errors"]:
-        reasons.append(f"LoadGen logged errors: {[e['key'] for e in detail['errors']]}")
+        reasons.append(f"LoadGen logged errors: {'; '.join(explain_errors(detail['errors']))}")
     metadata = {
         "mlharness_version": __version__,
         "manifest": {"name": loaded.model.name, "version": loaded.model.version, "path": str(loaded.path),
@@ -484,6 +491,7 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictors, settings, plan, outdir, t
         "result": {**asdict(summary), "fields": None},
         "accuracy": ({"name": accuracy.name, "value": accuracy.value, "text": accuracy.text,
                       "official": accuracy.official} if accuracy else None),
+        "calibration": calibration,
         "loadgen_errors": detail["errors"],
         "host": host_facts(),
         "telemetry": observers.telemetry,

@@ -24,7 +24,7 @@ from mlharness.loadgen import settings as lgs
 from mlharness.manifest.loader import load_manifest
 from mlharness.paths import AUDIT_DIR
 from mlharness.rounds import DEFAULT_ROUND, get_round
-from mlharness.submission import records
+from mlharness.submission import records, sizing
 from mlharness.submission.audits import scenario_verdicts
 from mlharness.submission.layout import Tree, check_system_name
 from mlharness.submission.round_check import record_round
@@ -128,7 +128,7 @@ def run_submission(req: SubmissionRequest, console: Any) -> Outcome:
             "README.md": records.readme(benchmark, scenario, req.system, req.command,
                                         [(s, _display(a)) for s, a in argvs.items()], notes),
         }
-        _run_scenario(tree, req, ids, argvs, files, loaded, user_conf, console, outcome, progress)
+        _run_scenario(tree, req, ids, argvs, files, loaded, user_conf, console, outcome, progress, conf_model)
         row = {"benchmark": benchmark, "scenario": scenario,
                "accuracy": result_line(tree.scenario_dir(*ids), "accuracy", scenario),
                "performance": result_line(tree.scenario_dir(*ids), "performance", scenario)}
@@ -145,11 +145,15 @@ def run_submission(req: SubmissionRequest, console: Any) -> Outcome:
 
 def _run_scenario(tree: Tree, req: SubmissionRequest, ids: tuple[str, str, str], argvs: dict[str, list[str]],
                   files: dict[str, str], loaded: Any, user_conf: Path | None, console: Any, outcome: Outcome,
-                  progress: dict[str, int]) -> None:
+                  progress: dict[str, int], conf_model: str) -> None:
     """The scenario's LoadGen tests in order. Its user.conf, measurements.json and README.md are written once
-    a test has succeeded, so a scenario that never ran leaves no directory behind."""
+    a test has succeeded, so a scenario that never ran leaves no directory behind. The compliance runs get the
+    user.conf the performance run used (:mod:`mlharness.submission.sizing`)."""
     scen_dir = tree.scenario_dir(*ids)
+    used: Path | None = None
     for step, argv in argvs.items():
+        if used is not None and step != "accuracy":
+            argv = sizing.set_user_conf(argv, used)
         progress["n"] += 1
         label = f"[{progress['n']}/{progress['total']}] {ids[1]} {ids[2]} {step}"
         signature = _signature(argv, loaded, user_conf)
@@ -162,8 +166,36 @@ def _run_scenario(tree: Tree, req: SubmissionRequest, ids: tuple[str, str, str],
             console.print(f"[green]✓[/] {label} ({seconds:.1f} s): {result_line(scen_dir, step, ids[2])}",
                           highlight=False, soft_wrap=True)
             outcome.ran += 1
+        if step == "performance":
+            used = _sized_performance(tree, ids, argv, loaded, conf_model, console, outcome, files)
         for name, text in files.items():
             (scen_dir / name).write_text(text)
+
+
+def _sized_performance(tree: Tree, ids: tuple[str, str, str], argv: list[str], loaded: Any, conf_model: str,
+                       console: Any, outcome: Outcome, files: dict[str, str]) -> Path | None:
+    """After the performance run: a calibrated run that is INVALID is repeated with the explained fix (a few
+    times); one that stays INVALID stops the command. Returns the user.conf the VALID run used, if calibrated."""
+    exp = sizing.verdict(tree, ids, conf_model)
+    conf = sizing.used_conf(tree, ids)
+    tries = 1
+    while not exp.valid and conf is not None and exp.fixes and tries <= sizing.RETRIES:
+        conf = sizing.with_fixes(conf, exp, tries)
+        console.print(f"[yellow]{'/'.join(ids[1:])} performance INVALID[/] ({', '.join(exp.failed)} not met): "
+                      f"again with {', '.join(f.flag for f in exp.fixes)}", highlight=False, soft_wrap=True)
+        retry = sizing.set_user_conf(argv, conf)
+        seconds = run_step(tree, ids, "performance", retry, _signature(retry, loaded, conf))
+        outcome.ran += 1
+        tries += 1
+        console.print(f"[green]✓[/] {ids[1]} {ids[2]} performance ({seconds:.1f} s): "
+                      f"{result_line(tree.scenario_dir(*ids), 'performance', ids[2])}", highlight=False)
+        exp = sizing.verdict(tree, ids, conf_model)
+    if not exp.valid:
+        raise sizing.PerformanceInvalid(sizing.invalid_message(ids, exp, tries))
+    if conf is None:
+        return None
+    files["user.conf"] = conf.read_text()
+    return sizing.keep(tree, ids, conf)
 
 
 def _update_state(tree: Tree, req: SubmissionRequest, loaded: Any, benchmark: str, conf_model: str) -> dict:

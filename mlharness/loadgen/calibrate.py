@@ -1,0 +1,277 @@
+"""Expected performance, measured: size a performance run so that LoadGen can make it VALID.
+
+LoadGen sizes a performance run from the system's *expected* performance, and a wrong guess makes the run
+INVALID whatever the system does:
+
+- SingleStream / MultiStream: LoadGen pre-generates ``max(min_query_count, 2 * min_duration / expected
+  latency)`` queries. A system faster than half the expected latency runs out of queries before
+  ``min_duration`` ("Ran out of generated queries"); a smaller expected latency only costs memory.
+- Offline: the one query holds ``max(min_query_count, 1.1 * min_duration * target_qps)`` samples. A system
+  faster than 1.1 x ``target_qps`` finishes it before ``min_duration``; a larger one only lengthens the run.
+- Server: ``target_qps`` is the arrival rate the latency bound is judged at; the run holds
+  ``max(min_query_count, min_duration * target_qps)`` queries, and early stopping needs several hundred of them
+  to accept a 99th percentile.
+
+When neither the command line nor a user.conf given with ``--user-conf`` states the value (the package's own
+user.conf files are generic guesses), :func:`calibrate` measures it on samples loaded for the purpose, after a
+warm-up and before LoadGen starts (so nothing of it is timed by LoadGen), within a bounded time, and sets it
+with headroom. Server starts from the Offline-style measurement: the highest rate an ideal queue on the measured
+batch times keeps within the latency bound (:mod:`mlharness.queueing`), of which a conservative fraction is
+used (``mlharness tune`` searches the highest VALID rate by trial runs).
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mlharness.loadgen import settings as lgs
+from mlharness.paths import USER_CONF_DIR
+
+EXPECTED_KEYS = {"Offline": "target_qps", "Server": "target_qps", "SingleStream": "target_latency",
+                 "MultiStream": "target_latency"}
+OFFLINE_HEADROOM = 1.5  # target_qps = 1.5 x measured: the run may be up to 1.36x faster than measured
+LATENCY_HEADROOM = 0.5  # expected latency = 0.5 x measured: queries for 4x min_duration at that speed
+SERVER_FRACTION = 0.35  # of the ideal-queue rate (the harness reaches about half of it on a busy CPU)
+# harness costs added to the measured Server batch times: per batch (hand-offs, completion) and per query
+# (LoadGen's issue callback into Python, queueing); they only matter for models of a few microseconds
+SERVER_BATCH_OVERHEAD_MS, SERVER_QUERY_OVERHEAD_MS = 0.2, 0.05
+EARLY_STOPPING_QUERIES = 700  # queries a Server run needs before early stopping can accept its 99th percentile
+MAX_GENERATED_QUERIES = 2_000_000  # cap on the queries LoadGen pre-generates (memory), via the expected latency
+FAST_PERCENTILE = 10  # Offline and the streams are sized from the fast end of the timed batches/queries
+MIN_ROUNDS = 3  # measured queries/batches at least, whatever the time budget
+
+
+@dataclass
+class Calibration:
+    """How the expected performance of a run was calibrated (recorded in mlharness_run.json)."""
+
+    scenario: str
+    key: str  # user.conf key set: target_qps or target_latency
+    value: float  # what was set (samples/s, or ms per query)
+    measured: float  # samples/s (Offline: at the fast quantile; Server: mean) or ms per query at the fast quantile
+    headroom: float  # value = measured x headroom (Server: fraction of the ideal-queue rate)
+    samples_measured: int
+    queries_measured: int  # queries (SingleStream/MultiStream) or batches (Offline/Server) timed
+    seconds: float  # wall time of the timed pass
+    batch: int
+    extra: dict[str, Any] = field(default_factory=dict)  # Server: ideal rate, batch times; raised min_query_count
+
+    @property
+    def unit(self) -> str:
+        return "ms" if self.key == "target_latency" else "QPS"
+
+    def conf_lines(self, model: str) -> list[str]:
+        lines = [f"{model}.{self.scenario}.{self.key} = {_fmt(self.value)}"]
+        if "min_query_count" in self.extra:
+            lines.append(f"{model}.{self.scenario}.min_query_count = {self.extra['min_query_count']}")
+        return lines
+
+    def one_line(self) -> str:
+        what = "expected latency" if self.key == "target_latency" else (
+            "target QPS" if self.scenario == "Server" else "expected QPS")
+        measured = (f"{self.measured:.4g} ms per query" if self.key == "target_latency"
+                    else f"{self.measured:,.4g} samples/s")
+        how = (f"{self.headroom:g} x the ideal-queue rate {self.extra.get('ideal_qps', 0):,.4g} QPS"
+               if self.scenario == "Server" else f"headroom x{self.headroom:g}")
+        more = (f"; min_query_count raised to {self.extra['min_query_count']} for early stopping"
+                if "min_query_count" in self.extra else "")
+        return (f"calibrated {what}: {_fmt(self.value)} {self.unit} ({measured} over {self.queries_measured} "
+                f"{'queries' if self.key == 'target_latency' else 'batches'} of {self.samples_measured} loaded "
+                f"samples, {how}{more}; --no-calibrate or a user.conf line turns this off)")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"calibrated": True, **asdict(self)}
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.6g}" if value < 1 else f"{value:.2f}"
+
+
+def given_by(scenario: str, model: str, overrides: lgs.Overrides, user_conf: Path | None) -> str | None:
+    """Where this run's expected performance is stated: 'the command line', the user.conf given, or None
+    (mlperf.conf's or the package user.conf's generic default, which calibration replaces)."""
+    if scenario in ("Offline", "Server") and overrides.target_qps is not None:
+        return "the command line (--target-qps)"
+    if scenario in ("SingleStream", "MultiStream") and overrides.target_latency_ms is not None:
+        return "the command line (--target-latency-ms)"
+    # the package's own user.conf files (mlharness/user_conf/) are generic guesses, not this system's figures
+    if user_conf is not None and Path(user_conf).is_file() and Path(user_conf).resolve().parent != USER_CONF_DIR:
+        key = EXPECTED_KEYS[scenario]
+        for _, m, s, k, _ in lgs.parse_conf(Path(user_conf).read_text(), str(user_conf)):
+            if k == key and m in (model, "*") and s in (scenario, "*"):
+                return f"{user_conf}"
+    return None
+
+
+def budget_seconds(settings: Any) -> float:
+    """The timed pass lasts ~1% of min_duration, between 0.25 s and 3 s."""
+    return min(3.0, max(0.25, int(settings.min_duration_ms) / 1000.0 * 0.01))
+
+
+def calibrate(scenario: str, settings: Any, pipelines: list[Any], loader: Any, perf_count: int, batch: int,
+              warmup: int = 1, budget_s: float | None = None) -> Calibration:
+    """Measure on up to a few dozen samples loaded for the purpose (unloaded afterwards), set the expected
+    performance in ``settings`` and return how."""
+    budget = budget_seconds(settings) if budget_s is None else budget_s
+    spq = int(settings.multi_stream_samples_per_query) if scenario == "MultiStream" else 1
+    n = max(1, min(perf_count, max(2 * batch, 16, spq)))
+    indices = list(range(n))
+    progress, loader.on_progress = loader.on_progress, None
+    loader.load(indices)
+    try:
+        for p in pipelines:
+            p.warmup(np.asarray(indices[:batch], dtype=np.int64), max(1, warmup))
+        if scenario in ("SingleStream", "MultiStream"):
+            cal = _latency(scenario, settings, pipelines[0], n, spq, batch, budget)
+        else:
+            cal = _throughput(scenario, settings, pipelines, n, batch, budget)
+    finally:
+        loader.unload(indices)
+        loader.on_progress = progress
+    cal.value = float(_fmt(cal.value))  # exactly what the written user.conf says, so a rerun from it matches
+    apply(cal, settings)
+    return cal
+
+
+def _latency(scenario: str, settings: Any, pipeline: Any, n: int, spq: int, batch: int,
+             budget: float) -> Calibration:
+    times: list[float] = []
+    start = time.perf_counter()
+    q = 0
+    while (time.perf_counter() - start < budget or len(times) < MIN_ROUNDS) and len(times) < 100_000:
+        idx = (np.arange(q * spq, (q + 1) * spq) % n).astype(np.int64)
+        t0 = time.perf_counter()
+        for b in range(0, spq, batch):  # as the SUT runs a query: in batches of at most max_batchsize
+            pipeline.run(idx[b:b + batch])
+        times.append(time.perf_counter() - t0)
+        q += 1
+    fast_ms = fast_quantile(times) * 1000.0
+    floor_ms = 2.0 * int(settings.min_duration_ms) / MAX_GENERATED_QUERIES
+    value = max(LATENCY_HEADROOM * fast_ms, floor_ms, 1e-3)
+    return Calibration(scenario, "target_latency", value, fast_ms, LATENCY_HEADROOM, n, len(times),
+                       time.perf_counter() - start, batch, {"median_ms": statistics.median(times) * 1000.0})
+
+
+def fast_quantile(times: list[float]) -> float:
+    """The 10th percentile: a busy host only ever slows a pass down, so the fast end is the model's own speed
+    (sizing LoadGen for a faster system than measured is the safe side for Offline and the streams)."""
+    return float(np.percentile(np.asarray(times), FAST_PERCENTILE))
+
+
+def _batches_per_second(pipelines: list[Any], n: int, size: int, budget: float) -> tuple[float, int, float, float]:
+    """Every pipeline (instance) running batches of ``size`` side by side: (samples/s, batches, seconds,
+    samples/s at the fast quantile of the batch times)."""
+    counts = [0] * len(pipelines)
+    times: list[list[float]] = [[] for _ in pipelines]
+    errors: list[BaseException] = []
+    start = time.perf_counter()
+
+    def loop(k: int) -> None:
+        try:
+            b = 0
+            while time.perf_counter() - start < budget or counts[k] < MIN_ROUNDS:
+                t0 = time.perf_counter()
+                pipelines[k].run((np.arange(b * size, (b + 1) * size) % n).astype(np.int64))
+                times[k].append(time.perf_counter() - t0)
+                counts[k] += 1
+                b += 1
+        except BaseException as e:  # noqa: BLE001 - re-raised on the calling thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=loop, args=(k,), daemon=True) for k in range(1, len(pipelines))]
+    for t in threads:
+        t.start()
+    loop(0)
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    seconds = time.perf_counter() - start
+    fast = sum(size / max(fast_quantile(t), 1e-9) for t in times)
+    return sum(counts) * size / seconds, sum(counts), seconds, fast
+
+
+def _throughput(scenario: str, settings: Any, pipelines: list[Any], n: int, batch: int,
+                budget: float) -> Calibration:
+    size = min(batch, n)
+    sps, batches, seconds, fast = _batches_per_second(pipelines, n, size,
+                                                      budget if scenario == "Offline" else budget / 2)
+    if scenario == "Offline":
+        return Calibration(scenario, "target_qps", OFFLINE_HEADROOM * fast, fast, OFFLINE_HEADROOM, n, batches,
+                           seconds, batch, {"mean_samples_per_second": sps})
+    from mlharness.queueing import server_ceiling
+
+    # Server is judged on its latency tail: the mean batch times (noise included), not the fast end
+    one_sps, one_batches, one_seconds, _ = _batches_per_second(pipelines[:1], n, 1, budget / 2)
+    batch_ms = {1: 1000.0 / one_sps + SERVER_BATCH_OVERHEAD_MS + SERVER_QUERY_OVERHEAD_MS}
+    if size > 1:
+        batch_ms[size] = (1000.0 * size * len(pipelines) / sps + SERVER_BATCH_OVERHEAD_MS
+                          + size * SERVER_QUERY_OVERHEAD_MS)
+    bound_ms = int(settings.server_target_latency_ns) / 1e6
+    ideal = server_ceiling(batch_ms, bound_ms, size, len(pipelines), percentile=99.5, queries=4000, steps=14)
+    # no rate keeps the bound (one batch alone is too slow): a trickle, and the run explains the INVALID
+    qps = SERVER_FRACTION * ideal if ideal > 0 else max(0.1, 0.1 * one_sps)
+    cal = Calibration(scenario, "target_qps", qps, sps, SERVER_FRACTION, n, batches + one_batches,
+                      seconds + one_seconds, batch,
+                      {"ideal_qps": ideal, "batch_ms": batch_ms, "latency_bound_ms": bound_ms})
+    needed = EARLY_STOPPING_QUERIES
+    if int(settings.min_query_count) < needed and qps * int(settings.min_duration_ms) / 1000.0 < needed:
+        cal.extra["min_query_count"] = needed
+    return cal
+
+
+def apply(cal: Calibration, settings: Any) -> None:
+    if cal.scenario == "Offline":
+        settings.offline_expected_qps = cal.value
+    elif cal.scenario == "Server":
+        settings.server_target_qps = cal.value
+        if "min_query_count" in cal.extra:
+            settings.min_query_count = int(cal.extra["min_query_count"])
+    elif cal.scenario == "SingleStream":  # LoadGen holds it as a double: the same ns as the user.conf line gives
+        settings.single_stream_expected_latency_ns = cal.value * 1e6
+    else:
+        settings.multi_stream_expected_latency_ns = cal.value * 1e6
+
+
+def effective_conf(base: Path | None, model: str, scenario: str, overrides: dict[str, Any],
+                   cal: Calibration | None) -> str:
+    """The user.conf a run effectively used: the file, the command line's overrides, the calibrated lines."""
+    from mlharness.submission.records import effective_user_conf
+
+    text = effective_user_conf(base, model, scenario, overrides)
+    if cal is not None:
+        text += ("\n# Expected performance calibrated by mlharness on this system "
+                 f"(measured {cal.measured:.6g} {'ms per query' if cal.unit == 'ms' else 'samples/s'}):\n"
+                 + "\n".join(cal.conf_lines(model)) + "\n")
+    return text
+
+
+def for_run(opts: Any, plan: lgs.SettingsPlan, settings: Any, pipelines: list[Any], loader: Any, perf_count: int,
+            batch: int, warmup: int, outdir: Path) -> dict[str, Any]:
+    """The runner's step: calibrate when the run needs it, say so, write the effective user.conf beside the
+    logs; returns what goes into the run metadata under 'calibration'."""
+    if plan.mode != "performance":
+        return {"calibrated": False, "reason": "accuracy mode"}
+    if not getattr(opts, "calibrate", True):
+        return {"calibrated": False, "reason": "--no-calibrate"}
+    if getattr(opts, "network", None) == "lon":
+        return {"calibrated": False, "reason": "LoadGen over the network: the agents run the model"}
+    source = given_by(plan.scenario, plan.model, plan.overrides, opts.user_conf)
+    if source is not None:
+        return {"calibrated": False, "reason": f"expected performance given by {source}"}
+    cal = calibrate(plan.scenario, settings, pipelines, loader, perf_count, batch, warmup)
+    if getattr(opts, "say", None):
+        opts.say(cal.one_line())
+    (outdir / "user.conf").write_text(effective_conf(plan.user_conf, plan.model, plan.scenario,
+                                                     plan.overrides.given(), cal))
+    return cal.as_dict()
+
+
+__all__ = ["Calibration", "EXPECTED_KEYS", "apply", "calibrate", "effective_conf", "for_run", "given_by"]

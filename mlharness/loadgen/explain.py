@@ -1,0 +1,195 @@
+"""Why LoadGen called a performance run INVALID, and what fixes it.
+
+LoadGen writes its verdict into ``mlperf_log_summary.txt`` (``Result is : INVALID`` followed by one line per
+requirement: performance constraints (the latency bound, or TTFT/TPOT), min duration, min queries, early
+stopping), its own recommendations and the early-stopping result; errors and warnings go to
+``mlperf_log_detail.txt`` as ``:::MLLOG`` events whose value is the message. This module reads both and turns
+them into: the requirement(s) that failed, LoadGen's recommendation(s), and the flag or user.conf line that
+fixes the run, with a value computed from what the run measured.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlharness.loadgen.calibrate import LATENCY_HEADROOM, OFFLINE_HEADROOM
+from mlharness.loadgen.rundir import read_detail
+
+REQUIREMENTS = {  # summary line -> what it means
+    "Performance constraints satisfied": "latency bound (the target latency percentile at target_qps)",
+    "Min duration satisfied": "min duration",
+    "Min queries satisfied": "min queries",
+    "Early stopping satisfied": "early stopping",
+}
+_STATUS = re.compile(r"^\s*(Performance constraints satisfied|Min duration satisfied|Min queries satisfied|"
+                     r"Early stopping satisfied)\s*:\s*(\S+)")
+SERVER_BACKOFF = 0.5  # a Server run over its latency bound: try half the rate (mlharness tune finds the best)
+SHORT_QUERY, SHORT_QUERY_FACTOR = 0.25, 3.0  # an Offline query under 25% of min_duration: expect 3x its rate
+QUERY_SLACK = 1.25  # queries suggested when early stopping needed more: what it asked for, plus 25%
+
+
+@dataclass
+class Fix:
+    flag: str  # e.g. "--target-latency-ms 0.0137"
+    conf_line: str  # e.g. "mymodel.SingleStream.target_latency = 0.0137"
+
+    def text(self) -> str:
+        return f"{self.flag}   (or in the user.conf: {self.conf_line})"
+
+
+@dataclass
+class Explanation:
+    valid: bool
+    failed: list[str] = field(default_factory=list)  # requirement names that failed
+    recommendations: list[str] = field(default_factory=list)  # LoadGen's own words
+    fixes: list[Fix] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # LoadGen errors, as text
+    warnings: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        out = []
+        if not self.valid:
+            out.append("INVALID because: " + (", ".join(f"{f} not met" for f in self.failed) or "(no failed "
+                                                  "requirement named in the summary)"))
+            out += [f"LoadGen recommends: {r}" for r in self.recommendations]
+            out += [f"fix: {f.text()}" for f in self.fixes]
+            out += [f"LoadGen error: {e}" for e in self.errors]
+            out += [f"LoadGen warning: {w}" for w in self.warnings]
+        return out
+
+
+def summary_sections(text: str) -> dict[str, Any]:
+    """The summary's verdict lines, recommendations, early stopping lines, and 'key : value' stats."""
+    status: dict[str, bool] = {}
+    recommendations: list[str] = []
+    early: list[str] = []
+    stats: dict[str, str] = {}
+    section = None
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        m = _STATUS.match(line)
+        if m:
+            status[m.group(1)] = m.group(2).lower() == "yes"
+            continue
+        stripped = line.strip()
+        if stripped.startswith("Recommendations:"):
+            section = "rec"
+            continue
+        if "Early Stopping Result:" in stripped:
+            section = "early"
+            continue
+        if stripped.startswith("====") or not stripped:
+            section = None
+            continue
+        target = {"rec": recommendations, "early": early}.get(section)
+        if target is not None:
+            if stripped.startswith("* "):
+                target.append(stripped[2:].strip())
+            elif target:  # a wrapped line continues the previous item
+                target[-1] += " " + stripped
+            continue
+        if ":" in stripped:
+            k, _, v = stripped.partition(":")
+            stats.setdefault(k.strip(), v.strip())
+    return {"status": status, "recommendations": recommendations, "early_stopping": early, "stats": stats}
+
+
+def _num(stats: dict[str, str], *names: str) -> float | None:
+    for name in names:
+        try:
+            return float(stats[name].replace(",", ""))
+        except (KeyError, ValueError):
+            continue
+    return None
+
+
+def _ms(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def fixes_for(scenario: str, model: str, failed: list[str], sec: dict[str, Any]) -> list[Fix]:
+    stats, fixes = sec["stats"], []
+    conf = f"{model}.{scenario}"
+    if "min duration" in failed:
+        if scenario in ("SingleStream", "MultiStream"):
+            mean_ns = _num(stats, "Mean latency (ns)")
+            if mean_ns:
+                v = _ms(LATENCY_HEADROOM * mean_ns / 1e6)
+                fixes.append(Fix(f"--target-latency-ms {v}", f"{conf}.target_latency = {v}"))
+        elif scenario == "Offline":
+            sps = _num(stats, "Samples per second")
+            if sps:
+                # a query much shorter than min_duration is dominated by its start: its rate understates
+                spq, min_ms = _num(stats, "samples_per_query"), _num(stats, "min_duration (ms)")
+                short = bool(spq and min_ms and spq / sps < SHORT_QUERY * min_ms / 1000.0)
+                v = f"{OFFLINE_HEADROOM * sps * (SHORT_QUERY_FACTOR if short else 1):.2f}"
+                fixes.append(Fix(f"--target-qps {v}", f"{conf}.target_qps = {v}"))
+        else:
+            qps = _num(stats, "target_qps")
+            if qps:
+                v = f"{qps * 2:.2f}"
+                fixes.append(Fix(f"--target-qps {v}", f"{conf}.target_qps = {v}"))
+    latency_failed = "latency bound" in failed or any(f in ("TTFT", "TPOT") for f in failed)
+    if "early stopping" in failed and not latency_failed:  # over the bound, more queries would not help
+        text = " ".join(sec["early_stopping"])
+        processed = _num({"n": (re.findall(r"[Pp]rocessed (?:at least )?(\d+)", text) or [""])[-1]}, "n") or 0
+        more = re.search(r"at least (\d+) more queries", text)
+        total = re.search(r"at least\s+(\d+) total queries", text)
+        need = processed + int(more.group(1)) if more else (int(total.group(1)) if total else None)
+        if need:
+            n = int(need * QUERY_SLACK)
+            fixes.append(Fix(f"--min-query-count {n}", f"{conf}.min_query_count = {n}"))
+    if latency_failed:
+        qps = _num(stats, "target_qps")
+        if qps:
+            v = f"{qps * SERVER_BACKOFF:.4g}"
+            fixes.append(Fix(f"--target-qps {v}", f"{conf}.target_qps = {v}   "
+                             f"(or find the highest VALID rate: mlharness tune --scenario {scenario})"))
+    return fixes
+
+
+def explain(summary_text: str, events: list[dict[str, Any]], scenario: str, model: str) -> Explanation:
+    """From the summary's text and the detail log's events."""
+    sec = summary_sections(summary_text)
+    valid = bool(re.search(r"^Result is\s*:\s*VALID", summary_text, re.M))
+    failed = [REQUIREMENTS[k].split(" (")[0] for k, ok in sec["status"].items() if not ok]
+    recs = list(sec["recommendations"])
+    for r in recs:  # TTFT/TPOT show up only as recommendations of the performance constraints
+        for token in ("TTFT", "TPOT"):
+            if r.startswith(f"{token} constrain") and token not in failed:
+                failed.append(token)
+    if "latency bound" in failed and any(f in ("TTFT", "TPOT") for f in failed):
+        failed.remove("latency bound")
+    errors, warnings = [], []
+    for ev in events:
+        meta = ev.get("metadata") or {}
+        key = str(ev.get("key", ""))
+        text = str(ev.get("value", "")).strip() or key
+        if meta.get("is_error") or key.startswith("error"):
+            errors.append(text)
+        elif meta.get("is_warning") or key.startswith("warning"):
+            warnings.append(text)
+    exp = Explanation(valid, failed, recs if not valid else [], errors=list(dict.fromkeys(errors)),
+                      warnings=list(dict.fromkeys(warnings)))
+    if not valid:
+        exp.fixes = fixes_for(scenario, model, failed, sec)
+    return exp
+
+
+def explain_run(outdir: Path, scenario: str, model: str) -> Explanation:
+    """Explain the LoadGen logs in a run directory."""
+    summary = Path(outdir) / "mlperf_log_summary.txt"
+    detail = Path(outdir) / "mlperf_log_detail.txt"
+    text = summary.read_text(errors="replace") if summary.is_file() else ""
+    return explain(text, read_detail(detail) if detail.is_file() else [], scenario, model)
+
+
+def error_texts(errors: list[dict[str, Any]]) -> list[str]:
+    """The messages of the detail log's error events (``detail_values(...)["errors"]``), not their key names."""
+    return [str(e.get("value") or e.get("key")).strip() for e in errors]
+
+
+__all__ = ["Explanation", "Fix", "error_texts", "explain", "explain_run", "summary_sections"]

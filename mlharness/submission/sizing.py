@@ -1,0 +1,107 @@
+"""How ``mlharness submission run`` sizes a scenario's performance and compliance runs.
+
+- A user.conf given with ``--user-conf`` that states the scenario's expected performance (a tuned one) is
+  used as it is.
+- Otherwise the performance run calibrates the expected performance itself (:mod:`mlharness.loadgen.calibrate`)
+  and writes the user.conf it effectively used. Should the run still be INVALID, the fix its explanation
+  names (:mod:`mlharness.loadgen.explain`: a smaller expected latency, a larger expected QPS, a lower Server
+  rate, more queries for early stopping) is added to that user.conf and the performance run repeated, a few
+  times at most: for Server this is a search for a VALID rate by trial runs, from the calibrated one down.
+- A performance run that stays INVALID stops the command before the compliance runs, with the reason.
+- The compliance runs that compare performance with it (TEST01's performance half, TEST04) get the user.conf
+  the performance run used, so both are sized the same; it is also the scenario's ``user.conf``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from mlharness.errors import MLHarnessError
+from mlharness.loadgen.explain import Explanation, explain_run
+from mlharness.submission.layout import Tree
+
+RETRIES = 2  # performance reruns with the explained fix, after a calibrated run that was INVALID
+CONF_NAME = "performance.user.conf"  # beside the step records: what the compliance runs are given
+
+
+class PerformanceInvalid(MLHarnessError):
+    """A performance run of the submission stayed INVALID; the compliance runs were not started."""
+
+    exit_code = 5
+
+
+def performance_dir(tree: Tree, ids: tuple[str, str, str]) -> Path:
+    return tree.scenario_dir(*ids) / "performance" / "run_1"
+
+
+def verdict(tree: Tree, ids: tuple[str, str, str], conf_model: str) -> Explanation:
+    return explain_run(performance_dir(tree, ids), ids[2], conf_model)
+
+
+def used_conf(tree: Tree, ids: tuple[str, str, str]) -> Path | None:
+    """The user.conf the performance run wrote beside its logs (calibrated runs only), kept where the
+    compliance runs can read it: ``.mlharness/runs/<system>/<benchmark>/<scenario>/performance.user.conf``."""
+    record = tree.record_dir(*ids, "performance")
+    written = record / "user.conf"
+    if written.is_file():
+        return keep(tree, ids, written)
+    try:  # a run repeated with the fix (its user.conf was given, so it wrote none): the one it was given
+        argv = json.loads((record / "step.json").read_text())["argv"]
+        given = Path(argv[argv.index("--user-conf") + 1])
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+    return keep(tree, ids, given) if given.parent == record.parent and given.is_file() else None
+
+
+def keep(tree: Tree, ids: tuple[str, str, str], conf: Path) -> Path:
+    kept = tree.record_dir(*ids, "performance").parent / CONF_NAME
+    if conf.resolve() != kept.resolve():
+        shutil.copyfile(conf, kept)
+    return kept
+
+
+def with_fixes(conf: Path, exp: Explanation, attempt: int) -> Path:
+    """A copy of ``conf`` with the explanation's user.conf lines appended (later lines win in LoadGen)."""
+    lines = [f.conf_line.split("   (")[0] for f in exp.fixes]
+    out = conf.with_name(f"{conf.stem}.retry{attempt}.conf")
+    out.write_text(conf.read_text() + f"\n# INVALID run, retry {attempt}: {', '.join(exp.failed)} not met\n"
+                   + "\n".join(lines) + "\n")
+    return out
+
+
+def invalid_message(ids: tuple[str, str, str], exp: Explanation, tries: int) -> str:
+    detail = "; ".join(exp.lines()) or "LoadGen gave no reason"
+    return (f"{'/'.join(ids)}: the performance run is INVALID after {tries} attempt(s), so the compliance runs "
+            f"were not started. {detail}. Give the fix with --user-conf (a user.conf line) or find the settings "
+            f"with `mlharness tune --scenario {ids[2]}`.")
+
+
+# the development overrides of `mlharness run`; the effective user.conf holds them as lines
+SETTING_FLAGS = ("--min-duration-ms", "--min-query-count", "--max-query-count", "--target-qps", "--target-latency-ms",
+                 "--samples-per-query", "--performance-sample-count")
+
+
+def set_user_conf(argv: list[str], conf: Path) -> list[str]:
+    """``argv`` with ``--user-conf conf`` (replacing any earlier one) and without the LoadGen setting flags:
+    ``conf`` is an effective user.conf that states them, and a flag would override its later lines (a
+    calibrated ``min_query_count``, a retry's fix)."""
+    out = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in SETTING_FLAGS:
+            skip = True
+        else:
+            out.append(arg)
+    if "--user-conf" in out:
+        out[out.index("--user-conf") + 1] = str(conf)
+    else:
+        out[out.index("--scenario") + 2:out.index("--scenario") + 2] = ["--user-conf", str(conf)]
+    return out
+
+
+__all__ = ["PerformanceInvalid", "invalid_message", "keep", "set_user_conf", "used_conf", "verdict",
+           "with_fixes"]
