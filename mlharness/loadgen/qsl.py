@@ -154,8 +154,9 @@ class SampleLoader:
             out = self.hooks.call("preprocess", self.ctx, index)
         else:
             raise HookError("preprocess", self.hooks.manifest, "the manifest defines no preprocess hook")
-        return check_preprocessed(out, index, self.store.n_inputs, self.ctx.get("inputs") or [],
-                                  self.hooks.manifest)
+        # with a predict hook, the declared inputs are the model's and the samples are what the hook cuts them from
+        declared = [] if "predict" in self.hooks else self.ctx.get("inputs") or []
+        return check_preprocessed(out, index, self.store.n_inputs, declared, self.hooks.manifest)
 
     def load(self, indices: list[int]) -> None:
         if "load" in self.hooks:
@@ -208,10 +209,13 @@ def check_preprocessed(out: Any, index: int, n_inputs: int, specs: list[dict[str
                 a = np.asarray(a)
             except Exception as e:  # noqa: BLE001 - whatever the hook returned, say what it was
                 raise fail(f"{label} is a {type(a).__name__}, not array-like: {e}") from None
+        declared = spec.get("element_type")
+        if declared == "bytes":
+            result.append(a)
+            continue
         if a.dtype.kind not in "biuf":
             raise fail(f"{label} is {type(arrays[k]).__name__} with dtype {a.dtype}; expected a numeric array "
-                       f"(field 'inputs[{k}].element_type' is {spec.get('element_type', 'float32')})")
-        declared = spec.get("element_type")
+                       f"(field 'inputs[{k}].element_type' is {declared or 'float32'})")
         if declared not in (None, "bytes", "bfloat16") and a.dtype != np.dtype(declared):
             raise fail(f"{label} is a {a.dtype} array but field 'inputs[{k}].element_type' declares {declared}; "
                        f"return {declared} (e.g. .astype(np.{declared})) or correct the declaration")

@@ -196,6 +196,7 @@ def make_predictor(loaded: LoadedManifest, opts: RunOptions, model_file: Path | 
         input_specs=[i.model_dump() for i in m.inputs],
         output_specs=[o.model_dump() for o in m.outputs],
         model_name=m.name,
+        manifest_path=str(loaded.path),
         profile=wants_profile(opts.trace),
     )
     predictor = PREDICTORS.get(m.framework.name)(config)

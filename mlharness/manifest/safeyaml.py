@@ -48,6 +48,8 @@ class BudgetLoader(yaml.SafeLoader):
         out = ""
         for part in self._path:
             out += part if part.startswith("[") else ("." if out else "") + part
+        if len(out) > 80:  # a path 60 levels deep says no more than its ends
+            out = f"{out[:50]}...{out[-20:]}"
         return out or None
 
     def compose_node(self, parent: Node | None, index: Any) -> Node:

@@ -12,6 +12,7 @@ import numpy as np
 
 from mlharness.errors import PredictorError
 from mlharness.predictors.base import Predictor, PredictorConfig
+from mlharness.predictors.checks import check_inputs, tf_tensor
 from mlharness.telemetry.framework_profile import SharedProfiler
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,12 @@ class TensorFlowPredictor(Predictor):
             raise PredictorError(f"SavedModel {path} has no signature '{signature}'; it has {list(sigs)}")
         self._fn = sigs[signature]
         where = f"signature '{signature}' of {path}"
-        self._feeds = _match("inputs", self.config.input_names, list(self._fn.structured_input_signature[1]), where)
+        signature_inputs = self._fn.structured_input_signature[1]
+        self._feeds = _match("inputs", self.config.input_names, list(signature_inputs), where)
+        if all(self.config.input_names):  # matched by name: the manifest's specs are in feed order
+            check_inputs(self.config.input_specs,
+                         [tf_tensor(n, signature_inputs[n].dtype, signature_inputs[n].shape) for n in self._feeds],
+                         where, self.config.manifest_path)
         self._fetches = _match("outputs", self.config.output_names, list(self._fn.structured_outputs), where)
 
     def _load_frozen_graph(self, tf: Any, path: str) -> None:
@@ -101,6 +107,8 @@ class TensorFlowPredictor(Predictor):
             self._fetches = [graph.get_tensor_by_name(_tensor(n)) for n in out_names]
         except (KeyError, ValueError) as e:
             raise PredictorError(f"{path}: {e}") from e
+        check_inputs(self.config.input_specs, [tf_tensor(t.name, t.dtype, t.shape) for t in self._feeds], path,
+                     self.config.manifest_path)
         config = tf.compat.v1.ConfigProto()
         if self.config.threads:
             config.intra_op_parallelism_threads = self.config.threads
