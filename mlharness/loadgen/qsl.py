@@ -21,16 +21,19 @@ MAX_SAMPLES = 1_000_000_000
 
 
 def check_sample_count(hooks: HookSet, count: int | None, total: Any) -> int:
-    """The dataset size ``init(count)`` returned, checked: an int from 1 to MAX_SAMPLES."""
+    """The dataset size ``init(count)`` returned, checked (an int from 1 to MAX_SAMPLES) and limited to
+    ``count`` when one is given."""
     loaded = hooks.loaded
     manifest = str((loaded.dataset_source or loaded.source).path)
     if not isinstance(total, int | np.integer) or isinstance(total, bool) or total < 1:
         shown = repr(total) if len(repr(total)) < 80 else f"{repr(total)[:80]}..."
         raise HookError("init", manifest, f"init({count}) must return the dataset size (an int >= 1), got {shown}")
+    total = min(int(total), count) if count else int(total)
     if total > MAX_SAMPLES:
-        raise HookError("init", manifest, f"init({count}) returned {int(total):,} samples; at most "
-                                          f"{MAX_SAMPLES:,} are supported (pass --count to use fewer)")
-    return int(total)
+        shown = f"{total:,}" if total < 10**18 else f"a {len(str(total))}-digit number of"
+        raise HookError("init", manifest, f"init({count}) returned {shown} samples; at most {MAX_SAMPLES:,} are "
+                                          "supported (pass --count to use fewer)")
+    return total
 
 
 class SampleStore:

@@ -339,8 +339,6 @@ def _sample_count(hooks: HookSet, opts: RunOptions, ctx: dict[str, Any]) -> int:
             count = min(count, from_hook) if count else from_hook
     if "init" in hooks:
         total = check_sample_count(hooks, count, hooks.call("init", count))
-        if count:
-            total = min(total, count)
     elif count:
         total = count
     else:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 MAX_BYTES = 8 * 1024 * 1024
@@ -61,6 +62,11 @@ class BudgetLoader(yaml.SafeLoader):
             self._path.append("<key>" if parent is not None else "")
         self._depth += 1
         try:
+            if self.check_event(AliasEvent):
+                anchored = self.anchors.get(self.peek_event().anchor)
+                if anchored is not None and id(anchored) not in self._sizes:  # still being composed
+                    raise YAMLBudgetError("an alias refers to a node that contains it (a recursive alias)",
+                                          self._field(), self.peek_event().start_mark)
             if self._depth > MAX_DEPTH:
                 raise YAMLBudgetError(f"nested deeper than {MAX_DEPTH} levels", self._field(),
                                       self.peek_event().start_mark)
@@ -134,12 +140,19 @@ def read_bytes(path: Path, limit: int = MAX_BYTES) -> bytes:
 
 def load(text: str) -> tuple[Any, Node | None]:
     """The document and its composed node tree, within the budget (YAMLError otherwise)."""
-    loader = BudgetLoader(text)
     try:
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
-    finally:
-        loader.dispose()
+        loader = BudgetLoader(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except yaml.reader.ReaderError as e:  # reported by offset: give the line and column instead
+        line = text.count("\n", 0, e.position)
+        column = e.position - (text.rfind("\n", 0, e.position) + 1)
+        character = e.character if isinstance(e.character, str) else chr(e.character)
+        raise YAMLBudgetError(f"the character {character!r} is not allowed in YAML text", None,
+                              yaml.Mark("", e.position, line, column, None, None)) from None
     return data, node
 
 
