@@ -68,6 +68,20 @@ def tf_tensor(name: str, dtype: Any, shape: Any) -> ModelTensor:
     return ModelTensor(name, et, dims)
 
 
+def exported_inputs(program: Any) -> list[ModelTensor]:
+    """The user inputs of a torch.export program with their traced shapes (symbolic sizes are dynamic). The
+    element type is left open: the PyTorch predictor converts floating inputs to the dtype it runs in."""
+    user = list(program.graph_signature.user_inputs)
+    found: dict[str, ModelTensor] = {}
+    for node in program.graph.nodes:
+        if node.op == "placeholder" and node.name in user:
+            val = node.meta.get("val")
+            shape = None if getattr(val, "shape", None) is None else [
+                d if isinstance(d, int) else None for d in val.shape]
+            found[node.name] = ModelTensor(node.name, None, shape)
+    return [found[n] for n in user if n in found]
+
+
 def misshapen_output(outputs: Any, n: int, names: list[str | None], model: str, by_hook: bool) -> Exception | None:
     """After postprocess failed on a batch of ``n``: the error to report instead when the model (or the predict
     hook) gave an output whose first axis is not the batch axis, e.g. one that depends on the data."""

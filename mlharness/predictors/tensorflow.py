@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from mlharness.errors import PredictorError
+from mlharness.errors import MLHarnessError, PredictorError
 from mlharness.predictors.base import Predictor, PredictorConfig
 from mlharness.predictors.checks import check_inputs, tf_tensor
 from mlharness.telemetry.framework_profile import SharedProfiler
@@ -68,7 +68,7 @@ class TensorFlowPredictor(Predictor):
                 self._load_saved_model(tf, path, opts.get("signature", "serving_default"))
             else:
                 self._load_frozen_graph(tf, path)
-        except PredictorError:
+        except MLHarnessError:  # PredictorError, or a ManifestError from the declared inputs' check
             raise
         except Exception as e:
             raise PredictorError(f"tensorflow cannot load {path}: {type(e).__name__}: {e}") from e
@@ -84,7 +84,7 @@ class TensorFlowPredictor(Predictor):
         where = f"signature '{signature}' of {path}"
         signature_inputs = self._fn.structured_input_signature[1]
         self._feeds = _match("inputs", self.config.input_names, list(signature_inputs), where)
-        if all(self.config.input_names):  # matched by name: the manifest's specs are in feed order
+        if all(self.config.input_names) or len(self._feeds) == 1:  # the manifest's specs are in feed order
             check_inputs(self.config.input_specs,
                          [tf_tensor(n, signature_inputs[n].dtype, signature_inputs[n].shape) for n in self._feeds],
                          where, self.config.manifest_path)
