@@ -126,7 +126,7 @@ class Case:
     id: str
     content: str | bytes  # the manifest file
     expect: tuple[str, ...]  # substrings of the error paragraph ('{file}' is the manifest's file name)
-    command: str = "validate"  # validate | run
+    command: str = "validate"  # validate | run | argv (the arguments are the whole command line)
     rc: int = 2
     field: str | None = None  # the field path named in quotes
     extra: dict[str, str | bytes] = dc_field(default_factory=dict)  # further files ('{id}' in a name or content)
@@ -231,6 +231,11 @@ def cases() -> list[Case]:
                        ("run_system_emoji", ":smile: :-1:")]:
         c.append(Case(cid, dump(BASE), ("--system", "folder"), command="run", args=("--system", value),
                       named_file=""))
+    for cid, option in [("submission_submitter_dotdot", "--submitter"), ("submission_system_dotdot", "--system-name")]:
+        argv = {"--submitter": "Acme", "--system-name": "box", option: "../../x"}
+        c.append(Case(cid, dump(BASE), (option, "folder"), command="argv", named_file="", args=(
+            "submission", "run", "--manifest", "{path}", "--scenarios", "Offline", "--division", "open",
+            "--results", "{folder}/submission_{id}", *(x for kv in argv.items() for x in kv))))
     for cid, value in [("init_10e12", "10**12"), ("init_string", "'8'"), ("init_negative", "-1"),
                        ("init_float", "8.0"), ("init_huge_int", "10**400")]:
         c.append(Case(cid, mutate(BASE, "dataset", "init", f"def init(count):\n    return {value}\n"),
@@ -312,6 +317,8 @@ def _materialise(case: Case, folder: Path) -> Path:
 
 
 def _argv(case: Case, path: Path, folder: Path) -> list[str]:
+    if case.command == "argv":
+        return [a.format(path=path, folder=folder, id=case.id) for a in case.args]
     if case.command == "validate":
         return ["manifest", "validate", str(path), *case.args]
     return ["run", "--manifest", str(path), "--scenario", "Offline", "--mode", "accuracy",
@@ -413,6 +420,7 @@ def check(case: Case, rc: Any, output: str, seconds: float, memory_mb: float, li
     # nothing of a refused run lands anywhere: not in the results root, not outside it
     if rc == 2:
         assert not (folder / f"results_{case.id}").exists(), what
+        assert not (folder / f"submission_{case.id}").exists(), what
     assert not (folder.parent.parent / "x").exists() and not (folder.parent / "x").exists(), what
 
 

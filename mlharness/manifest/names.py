@@ -46,5 +46,5 @@ def check_path_component(value: str, what: str) -> str:
 
     problem = name_problem(value)
     if problem is not None:
-        raise SettingsError(f"{what}: the name is used as a folder of the results tree and {problem}")
+        raise SettingsError(f"{what}: the name is used as a folder name and {problem}")
     return value

@@ -187,7 +187,7 @@ def sysinfo_command(args: Any, console: Any) -> int:
             source = desc.sources[key]
             table.add_row(key, escape(value), f"[{colours.get(source, 'green')}]{source}[/]")
         console.print(table)
-    notes = Console(stderr=True) if args.json else console  # keep --json's stdout pure JSON
+    notes = Console(stderr=True, emoji=False) if args.json else console  # keep --json's stdout pure JSON
     if desc.missing:
         notes.print(f"missing (set them with --overrides FILE.yaml): {', '.join(desc.missing)}", highlight=False,
                     soft_wrap=True)
