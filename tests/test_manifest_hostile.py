@@ -73,7 +73,7 @@ def mutate(base: dict[str, Any], *path_and_value: Any) -> str:
     return dump(m)
 
 
-def with_hook(key: str, body: str, base: dict[str, Any] = BASE) -> str:
+def with_hook(key: str, body: Any, base: dict[str, Any] = BASE) -> str:
     return mutate(base, key, body)
 
 
@@ -204,6 +204,19 @@ def cases() -> list[Case]:
     c.append(Case("unhashable_key", text_append("attributes:\n  ? [a, b]\n  : 1\n"), ("invalid YAML", "unhashable")))
     c.append(Case("two_documents", dump(BASE) + "---\nname: second\n", ("invalid YAML", "single document")))
     c.append(Case("undefined_alias", text_append("attributes: *nowhere\n"), ("invalid YAML", "nowhere")))
+    # ---- hook sources
+    c.append(Case("hook_nested_too_deeply", with_hook("postprocess", "def postprocess(ctx, outputs):\n    return "
+                                                      + "-" * 100_000 + "1\n"), ("hook 'postprocess'", "nested")))
+    c.append(Case("run_hook_nested_too_deeply", with_hook("postprocess", "def postprocess(ctx, outputs):\n    return "
+                                                          + "-" * 100_000 + "1\n"), ("hook 'postprocess'", "nested"),
+                  command="run"))
+    c.append(Case("hook_with_nul", with_hook("postprocess", "def postprocess(ctx, outputs):\x00\n    return 1\n"),
+                  ("hook 'postprocess'", "null bytes")))
+    c.append(Case("hook_file_not_utf8", with_hook("preprocess", {"file": "hooks_{id}.py"}), ("not UTF-8",),
+                  field="preprocess.file", extra={"hooks_{id}.py": b"def preprocess(ctx, index):\n    # \xff\n"}))
+    c.append(Case("run_hook_file_not_utf8", with_hook("preprocess", {"file": "hooks_{id}.py"}), ("not UTF-8",),
+                  command="run", field="preprocess.file",
+                  extra={"hooks_{id}.py": b"def preprocess(ctx, index):\n    # \xff\n"}))
     # ---- accuracy dtype vs response dtype
     for cid, dtype, response in [("accuracy_dtype_float16", "float16", "float32"),
                                  ("accuracy_dtype_int64_vs_uint8", "int64", "uint8"),
