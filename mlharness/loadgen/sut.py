@@ -118,9 +118,7 @@ class Pipeline:
                 raise self.hooks._runtime_error("postprocess", e) from e
             return self.encode(responses, n)
         except HookError as e:  # blame the model, not postprocess, for an output without a batch axis
-            config = self.predictor.config
-            better = misshapen_output(outputs, n, config.output_names, str(config.model_path or config.model_name),
-                                      self._predict is not None)
+            better = misshapen_output(outputs, n, self.predictor, by_hook=self._predict is not None)
             if better is None:
                 raise
             raise better from e

@@ -82,13 +82,16 @@ def exported_inputs(program: Any) -> list[ModelTensor]:
     return [found[n] for n in user if n in found]
 
 
-def misshapen_output(outputs: Any, n: int, names: list[str | None], model: str, by_hook: bool) -> Exception | None:
+def misshapen_output(outputs: Any, n: int, predictor: Any, by_hook: bool) -> Exception | None:
     """After postprocess failed on a batch of ``n``: the error to report instead when the model (or the predict
     hook) gave an output whose first axis is not the batch axis, e.g. one that depends on the data."""
     from mlharness.errors import PredictorError
 
     if not isinstance(outputs, list | tuple):
         return None
+    config = getattr(predictor, "config", None)
+    names = list(getattr(config, "output_names", None) or [])
+    model = getattr(config, "model_path", None) or getattr(config, "model_name", None) or "the model"
     for k, out in enumerate(outputs):
         shape = getattr(out, "shape", None)
         if shape is None or (len(shape) >= 1 and shape[0] == n):
