@@ -16,9 +16,10 @@ from mlharness import __version__
 from mlharness.errors import MLHarnessError
 from mlharness.manifest.schema import SCENARIOS
 
-# Piped output (logs, CI) gets wide lines instead of rich's 80-column wrapping of tables.
-out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
+# Piped output (logs, CI) gets wide lines instead of rich's 80-column wrapping of tables. Emoji codes are off:
+# text from users (names, paths, error messages) is printed as written, ':-1:' or ':smile:' included.
+out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200, emoji=False)
+err = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 200, emoji=False)
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:

@@ -16,6 +16,25 @@ from mlharness.manifest.hooks import HookSet
 
 log = logging.getLogger(__name__)
 
+MAX_SAMPLES = 1_000_000_000
+"""Largest dataset a run accepts from ``init``: the QSL keeps an index entry per sample (8 bytes each)."""
+
+
+def check_sample_count(hooks: HookSet, count: int | None, total: Any) -> int:
+    """The dataset size ``init(count)`` returned, checked (an int from 1 to MAX_SAMPLES) and limited to
+    ``count`` when one is given."""
+    loaded = hooks.loaded
+    manifest = str((loaded.dataset_source or loaded.source).path)
+    if not isinstance(total, int | np.integer) or isinstance(total, bool) or total < 1:
+        shown = repr(total) if len(repr(total)) < 80 else f"{repr(total)[:80]}..."
+        raise HookError("init", manifest, f"init({count}) must return the dataset size (an int >= 1), got {shown}")
+    total = min(int(total), count) if count else int(total)
+    if total > MAX_SAMPLES:
+        shown = f"{total:,}" if total < 10**18 else f"a {len(str(total))}-digit number of"
+        raise HookError("init", manifest, f"init({count}) returned {shown} samples; at most {MAX_SAMPLES:,} are "
+                                          "supported (pass --count to use fewer)")
+    return total
+
 
 class SampleStore:
     """Pre-processed samples of the loaded set. ``gather(indices)`` returns one batch array per model input."""
@@ -23,7 +42,11 @@ class SampleStore:
     def __init__(self, total: int, n_inputs: int):
         self.total = total
         self.n_inputs = n_inputs
-        self._rows = np.full(total, -1, dtype=np.int64)
+        try:
+            self._rows = np.full(total, -1, dtype=np.int64)
+        except MemoryError:
+            raise DatasetError(f"not enough memory for the index of {total:,} samples; pass --count to use "
+                               "fewer") from None
         self._arrays: list[np.ndarray] | None = None  # contiguous, when every sample has the same shapes
         self._ragged: dict[int, tuple[np.ndarray, ...]] = {}
         self._lock = threading.Lock()
@@ -134,22 +157,9 @@ class SampleLoader:
             out = self.hooks.call("preprocess", self.ctx, index)
         else:
             raise HookError("preprocess", self.hooks.manifest, "the manifest defines no preprocess hook")
-        arrays = tuple(out) if isinstance(out, tuple | list) else (out,)
-        if len(arrays) != self.store.n_inputs:
-            raise HookError(
-                "preprocess",
-                self.hooks.manifest,
-                f"returned {len(arrays)} array(s) for sample {index}; the model has {self.store.n_inputs} input(s)",
-            )
-        result = []
-        for k, a in enumerate(arrays):
-            if not isinstance(a, np.ndarray):
-                try:
-                    a = np.asarray(a)
-                except Exception as e:
-                    raise HookError("preprocess", self.hooks.manifest, f"input {k} is not array-like: {e}") from e
-            result.append(a)
-        return tuple(result)
+        # with a predict hook, the declared inputs are the model's and the samples are what the hook cuts them from
+        declared = [] if "predict" in self.hooks else self.ctx.get("inputs") or []
+        return check_preprocessed(out, index, self.store.n_inputs, declared, self.hooks.manifest)
 
     def load(self, indices: list[int]) -> None:
         if "load" in self.hooks:
@@ -177,3 +187,49 @@ class SampleLoader:
         self.store.drop(list(indices))
         if "unload" in self.hooks:
             self.hooks.call("unload", list(indices))
+
+
+def check_preprocessed(out: Any, index: int, n_inputs: int, specs: list[dict[str, Any]],
+                       manifest: str) -> tuple[np.ndarray, ...]:
+    """What ``preprocess`` returned for sample ``index``, as one array per model input, checked against the
+    manifest's ``inputs`` (count, numeric dtype, element_type, shape). Runs at load time, untimed."""
+
+    def fail(message: str) -> HookError:
+        return HookError("preprocess", manifest, f"sample {index}: {message}")
+
+    if out is None or isinstance(out, dict | str | bytes):
+        raise fail(f"returned {type(out).__name__}; it must return one array per model input "
+                   f"({n_inputs}), as an array or a list/tuple of arrays")
+    arrays = tuple(out) if isinstance(out, tuple | list) else (out,)
+    if len(arrays) != n_inputs:
+        raise fail(f"returned {len(arrays)} array(s); the model has {n_inputs} input(s)")
+    result = []
+    for k, a in enumerate(arrays):
+        spec = specs[k] if k < len(specs) else {}
+        label = f"input {k}" + (f" ('{spec['name']}')" if spec.get("name") else "")
+        if not isinstance(a, np.ndarray):
+            try:
+                a = np.asarray(a)
+            except Exception as e:  # noqa: BLE001 - whatever the hook returned, say what it was
+                raise fail(f"{label} is a {type(a).__name__}, not array-like: {e}") from None
+        declared = spec.get("element_type")
+        if declared == "bytes":
+            result.append(a)
+            continue
+        if a.dtype.kind not in "biuf":
+            raise fail(f"{label} is {type(arrays[k]).__name__} with dtype {a.dtype}; expected a numeric array "
+                       f"(field 'inputs[{k}].element_type' is {declared or 'float32'})")
+        if declared not in (None, "bytes", "bfloat16") and a.dtype != np.dtype(declared):
+            raise fail(f"{label} is a {a.dtype} array but field 'inputs[{k}].element_type' declares {declared}; "
+                       f"return {declared} (e.g. .astype(np.{declared})) or correct the declaration")
+        shape = spec.get("shape")
+        if shape is not None and not _shape_matches(shape, a.shape):
+            raise fail(f"{label} has shape {tuple(a.shape)} but field 'inputs[{k}].shape' declares {list(shape)} "
+                       "per sample (without the batch axis; -1 or a name marks a dynamic axis)")
+        result.append(a)
+    return tuple(result)
+
+
+def _shape_matches(declared: list[Any], actual: tuple[int, ...]) -> bool:
+    return len(declared) == len(actual) and all(
+        not isinstance(d, int) or d == -1 or d == a for d, a in zip(declared, actual, strict=True))

@@ -26,12 +26,13 @@ from mlharness.errors import (
 from mlharness.loadgen import calibrate
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.explain import error_texts as explain_errors
-from mlharness.loadgen.qsl import SampleLoader, SampleStore
+from mlharness.loadgen.qsl import SampleLoader, SampleStore, check_sample_count
 from mlharness.loadgen.rundir import StagedDir, Summary, default_output, detail_values, parse_summary
 from mlharness.loadgen.sut import NetworkQDL, Pipeline, Strategy, SystemUnderTest
 from mlharness.manifest.assets import cache_dir, resolve_asset
 from mlharness.manifest.hooks import HookSet
 from mlharness.manifest.loader import LoadedManifest, is_bare_version, load_manifest
+from mlharness.manifest.names import check_path_component
 from mlharness.manifest.schema import numpy_dtype
 from mlharness.predictors import FRAMEWORK_PACKAGES, PREDICTORS
 from mlharness.predictors.base import Predictor, PredictorConfig
@@ -201,6 +202,7 @@ def make_predictor(loaded: LoadedManifest, opts: RunOptions, model_file: Path | 
         input_specs=[i.model_dump() for i in m.inputs],
         output_specs=[o.model_dump() for o in m.outputs],
         model_name=m.name,
+        manifest_path=str(loaded.path),
         profile=wants_profile(opts.trace),
     )
     predictor = PREDICTORS.get(m.framework.name)(config)
@@ -211,6 +213,7 @@ def make_predictor(loaded: LoadedManifest, opts: RunOptions, model_file: Path | 
 def run(opts: RunOptions) -> RunResult:
     """The whole run. Raises an MLHarnessError subclass on any failure; a failed run leaves earlier results."""
     lgs.check_scenario(opts.scenario)
+    check_path_component(opts.system, "--system")
     if opts.trace not in LEVELS:
         raise SettingsError(f"unknown trace level '{opts.trace}'.{suggest(opts.trace, LEVELS)}")
     if opts.mode not in ("accuracy", "performance"):
@@ -341,12 +344,7 @@ def _sample_count(hooks: HookSet, opts: RunOptions, ctx: dict[str, Any]) -> int:
         if isinstance(from_hook, int) and not isinstance(from_hook, bool) and from_hook > 0:
             count = min(count, from_hook) if count else from_hook
     if "init" in hooks:
-        total = hooks.call("init", count)
-        if not isinstance(total, int) or isinstance(total, bool) or total < 1:
-            raise DatasetError(f"the dataset's init({count}) must return the dataset size (an int >= 1), "
-                               f"got {total!r}")
-        if count:
-            total = min(total, count)
+        total = check_sample_count(hooks, count, hooks.call("init", count))
     elif count:
         total = count
     else:

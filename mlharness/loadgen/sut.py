@@ -29,6 +29,7 @@ from mlharness.loadgen.qsl import SampleLoader, SampleStore
 from mlharness.loadgen.stages import StagedWorkers
 from mlharness.manifest.hooks import HookSet
 from mlharness.predictors.base import Predictor
+from mlharness.predictors.checks import misshapen_output
 
 log = logging.getLogger(__name__)
 
@@ -108,13 +109,19 @@ class Pipeline:
 
     def respond(self, outputs: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
         """postprocess (or the first output as is) and the encoding of one response per sample."""
-        if self._post is None:
-            return self.encode(outputs[0], n)
         try:
-            responses = self._post(self.ctx, outputs)
-        except Exception as e:
-            raise self.hooks._runtime_error("postprocess", e) from e
-        return self.encode(responses, n)
+            if self._post is None:
+                return self.encode(outputs[0], n)
+            try:
+                responses = self._post(self.ctx, outputs)
+            except Exception as e:
+                raise self.hooks._runtime_error("postprocess", e) from e
+            return self.encode(responses, n)
+        except HookError as e:  # blame the model, not postprocess, for an output without a batch axis
+            better = misshapen_output(outputs, n, self.predictor, by_hook=self._predict is not None)
+            if better is None:
+                raise
+            raise better from e
 
     def warmup(self, indices: np.ndarray, n: int) -> None:
         """Run the model (not the hooks around it) ``n`` times on real samples, before LoadGen times anything."""

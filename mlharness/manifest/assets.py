@@ -8,6 +8,7 @@ are renamed into place, so an interrupted fetch never leaves something that look
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import http.client
 import logging
@@ -121,11 +122,20 @@ def _local(graph_path: str, checksum: str | None, manifest_dir: Path | None) -> 
     path = Path(graph_path).expanduser()
     if not path.is_absolute():
         path = Path(manifest_dir).expanduser() / path if manifest_dir is not None else Path.cwd() / path
-    path = path.resolve()
+    try:
+        path = path.resolve()
+    except (OSError, RuntimeError) as e:  # Python raises RuntimeError for a symlink loop
+        raise AssetError(f"asset '{graph_path}' cannot be resolved (looked for {path}): {_reason(e)}") from None
     if not path.exists():
         raise AssetError(f"asset '{graph_path}' does not exist (looked for {path})")
     _verify(path, checksum)
     return path
+
+
+def _reason(e: BaseException) -> str:
+    if isinstance(e, RuntimeError) or getattr(e, "errno", None) == errno.ELOOP:
+        return "a loop of symbolic links"
+    return getattr(e, "strerror", None) or str(e)
 
 
 def _fetch(url: str, checksum: str | None, progress: bool) -> Path:

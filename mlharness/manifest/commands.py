@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from mlharness.errors import MLHarnessError
+from mlharness.errors import ManifestError, MLHarnessError
+from mlharness.manifest import safeyaml
 from mlharness.manifest.hooks import check_hooks
 from mlharness.manifest.loader import load_manifest, manifest_dirs
 
@@ -82,16 +82,16 @@ def list_manifests(out: Console, extra: list[Path]) -> int:
     for root in roots:
         for path in sorted(list(root.rglob("*.yaml")) + list(root.rglob("*.yml"))):
             try:
-                data = yaml.safe_load(path.read_text())
-            except (OSError, yaml.YAMLError) as e:
-                table.add_row(path.stem, "[red]unreadable[/]", "", "", escape(f"{path}: {e}"))
+                data = safeyaml.safe_load_file(path)
+            except (OSError, ValueError) as e:
+                table.add_row(escape(path.stem), "[red]unreadable[/]", "", "", escape(f"{path}: {e}"))
                 continue
             if not isinstance(data, dict):
                 continue
             kind = "model" if "framework" in data else "dataset"
             fw = (data.get("framework") or {}).get("name", "") if kind == "model" else ""
             mlperf = (data.get("mlperf") or {}).get("model") or "" if kind == "model" else ""
-            table.add_row(str(data.get("name", path.stem)), kind, str(fw), str(mlperf), escape(str(path)))
+            table.add_row(*(escape(str(v)) for v in (data.get("name", path.stem), kind, fw, mlperf, path)))
     out.print(table)
     return 0
 
@@ -129,6 +129,9 @@ def validate(out: Console, ref: str, dataset_path: str | None) -> int:
     else:
         path = (loaded.directory / asset.graph_path).expanduser()
         if not path.exists():
+            if path.is_symlink():
+                raise ManifestError(loaded.path, "model.graph_path", f"{path} is a symbolic link that leads nowhere "
+                                    "(a loop of links or a missing target)")
             raise MLHarnessError(f"{loaded.path}: field 'model.graph_path': {path} does not exist")
         verify_checksum(path, asset.graph_checksum)
         notes.append(f"model file {path} present" + (", checksum ok" if asset.graph_checksum else ""))

@@ -74,6 +74,8 @@ class HookSet:
             return compile(text, filename, "exec")
         except SyntaxError as e:
             raise syntax_error(key, manifest, e, first_line) from None
+        except (RecursionError, MemoryError):
+            raise too_nested(key, manifest) from None
 
     def _exec(self, key: str, code: Any) -> None:
         try:
@@ -86,7 +88,7 @@ class HookSet:
         if not path.is_file():
             raise ManifestError(source.path, f"{key}.file", f"hook file {path} does not exist")
         if path not in self._files_loaded:
-            text = path.read_text()
+            text = read_hook_file(source.path, f"{key}.file", path)
             filename = str(path)
             self._filenames[filename] = (key, 1)
             code = self._compile(key, text, filename, str(path), 1)
@@ -133,7 +135,27 @@ class HookSet:
 def syntax_error(key: str, where: str, e: SyntaxError, first_line: int) -> HookError:
     """A hook's syntax error with its line in the hook and in the file that holds it."""
     line = e.lineno or 0
+    if line < 1:  # e.g. a NUL byte: Python names no line
+        return HookError(key, where, str(e.msg))
     return HookError(key, where, f"{e.msg} (hook line {line}, file line {first_line + line - 1})", line=line)
+
+
+def too_nested(key: str, where: str) -> HookError:
+    return HookError(key, where, "the source is nested too deeply for Python to compile")
+
+
+def read_hook_file(manifest: Path, field: str, path: Path) -> str:
+    """The text of a hook file named by ``field`` of ``manifest``: UTF-8 Python source."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ManifestError(manifest, field, f"cannot read hook file {path}: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        from mlharness.manifest.safeyaml import undecodable
+
+        raise ManifestError(manifest, field, f"hook file {path} is {undecodable(data, e)}") from None
 
 
 def check_hooks(loaded: LoadedManifest) -> list[str]:
@@ -157,13 +179,16 @@ def check_hooks(loaded: LoadedManifest) -> list[str]:
                 path = (source.path.parent / hook.file).resolve()
                 if not path.is_file():
                     raise ManifestError(source.path, f"{prefix}{key}.file", f"hook file {path} does not exist")
-                text, first, where, name = path.read_text(), 1, str(path), hook.function or key
+                text = read_hook_file(source.path, f"{prefix}{key}.file", path)
+                first, where, name = 1, str(path), hook.function or key
             else:
                 text, first, where, name = hook, source.hook_lines.get(prefix + key, 1), str(source.path), key
             try:
                 tree = ast.parse(text, filename=where)
             except SyntaxError as e:
                 raise syntax_error(key, where, e, first) from None
+            except (RecursionError, MemoryError):
+                raise too_nested(key, where) from None
             defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
             if name not in defined and not (isinstance(hook, HookRef) and "import" in text):
                 raise ManifestError(source.path, prefix + key, f"the hook's source must define a function named "

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from mlharness.errors import ManifestError, suggest
+from mlharness.manifest import safeyaml
 from mlharness.manifest.schema import DATASET_HOOK_KEYS, MODEL_HOOK_KEYS, DatasetManifest, ModelManifest
 from mlharness.paths import MANIFESTS_DIR
 
@@ -64,22 +65,22 @@ class LoadedManifest:
 
 
 def _read_yaml(path: Path) -> tuple[dict[str, Any], SourceInfo]:
+    """A manifest file, read within the YAML budget of :mod:`mlharness.manifest.safeyaml`."""
     try:
-        text = path.read_text()
+        raw = safeyaml.read_bytes(path)
     except OSError as e:
         raise ManifestError(path, None, f"cannot read the file: {e.strerror or e}") from e
+    except ValueError as e:
+        raise ManifestError(path, None, str(e)) from None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        text = safeyaml.decode(raw)
+    except UnicodeDecodeError as e:
+        raise ManifestError(path, None, safeyaml.undecodable(raw, e)) from None
+    try:
+        data, node = safeyaml.load(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(e, "problem", None) or str(e)
-        context, cmark = getattr(e, "context", None), getattr(e, "context_mark", None)
-        if context and cmark is not None and mark is not None and cmark.line != mark.line:
-            # an unclosed bracket or quote is reported where parsing failed; name where it was opened too
-            problem += f" ({context} at line {cmark.line + 1}, column {cmark.column + 1})"
-        raise ManifestError(path, None, f"invalid YAML: {where}{problem}") from e
+        field, problem = safeyaml.describe_error(e)
+        raise ManifestError(path, field, problem if field else f"invalid YAML: {problem}") from None
     if not isinstance(data, dict):
         raise ManifestError(path, None, f"expected a mapping at the top level, found {type(data).__name__}")
     source = SourceInfo(path=path, text=text)
@@ -343,6 +344,30 @@ def _check_metric(path: Path, model: ModelManifest) -> None:
         name = model.accuracy.metric
         known = suggest(name, METRICS.names())
         raise ManifestError(path, "accuracy.metric", f"unknown accuracy metric '{name}'.{known}")
+    _check_accuracy_dtype(path, model)
+
+
+def _check_accuracy_dtype(path: Path, model: ModelManifest) -> None:
+    """The metric decodes responses with ``accuracy.options.dtype``: another dtype than the one they are written
+    in (``response.element_type``) would score garbage, silently."""
+    if model.accuracy is None or "dtype" not in model.accuracy.options:
+        return
+    declared = model.accuracy.options["dtype"]
+    written = model.response.element_type
+    if str(declared) == written:
+        return
+    try:
+        import numpy as np
+
+        from mlharness.manifest.schema import numpy_dtype
+
+        if np.dtype(str(declared)) == numpy_dtype(written):
+            return
+    except (TypeError, ValueError):
+        pass
+    raise ManifestError(path, "accuracy.options.dtype",
+                        f"is {declared!r} but 'response.element_type' is '{written}': the metric would decode the "
+                        f"responses in another dtype than they are written in; make the two the same")
 
 
 def is_bare_version(text: str) -> bool:

@@ -12,6 +12,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from mlharness.manifest.names import safe_name
+
 SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
 HOOK_KEYS = (
     "before_preprocess",
@@ -163,6 +165,11 @@ class MLPerfSpec(_Strict):
     benchmark: str | None = None
     """Benchmark directory name in results trees (resnet, bert-99, 3d-unet-99); defaults to ``model``."""
 
+    @field_validator("model", "benchmark")
+    @classmethod
+    def _safe(cls, v: str | None) -> str | None:
+        return v if v is None else safe_name(v)
+
 
 class ResponseSpec(_Strict):
     element_type: str = "float32"
@@ -203,6 +210,7 @@ class DatasetManifest(_Strict):
     bring samples in and out of memory. Its hooks share one namespace with the model's hooks."""
 
     name: str
+    """Name of the dataset; letters, digits and ``. _ + -``, at most 128 characters."""
     version: str = "1.0"
     description: str = ""
     path: str | None = None
@@ -213,6 +221,11 @@ class DatasetManifest(_Strict):
     unload: Hook | None = None
     load_workers: int | None = Field(default=None, ge=0)
     """Threads running ``preprocess`` at load time when ``--load-workers`` is not given; 0 = one per CPU core."""
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, v: str) -> str:
+        return safe_name(v)
 
 
 class FrameworkVariant(_Strict):
@@ -230,6 +243,8 @@ class FrameworkVariant(_Strict):
 
 class ModelManifest(_Strict):
     name: str
+    """Name of the model: a folder name in caches and (without ``mlperf.benchmark``) in results trees, so
+    letters, digits and ``. _ + -`` only, at most 128 characters."""
     version: str = "1.0"
     description: str = ""
     manifest_version: Literal[1] = 1
@@ -262,6 +277,11 @@ class ModelManifest(_Strict):
     # MLModelScope manifests carry these; accepted and ignored.
     license: str | None = None
     container: dict[str, Any] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, v: str) -> str:
+        return safe_name(v)
 
     @field_validator("framework", mode="before")
     @classmethod

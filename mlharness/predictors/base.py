@@ -28,6 +28,7 @@ class PredictorConfig:
     profile: bool = False
     output_specs: list[dict[str, Any]] = field(default_factory=list)  # the manifest's outputs
     model_name: str | None = None  # the manifest's name (remote: the model an agent serves)
+    manifest_path: str | None = None  # the manifest file, named when its declarations disagree with the model
 
 
 class Predictor(abc.ABC):

@@ -9,6 +9,7 @@ import numpy as np
 
 from mlharness.errors import PredictorError
 from mlharness.predictors.base import Predictor, PredictorConfig
+from mlharness.predictors.checks import ORT_TYPES, ModelTensor, check_inputs
 from mlharness.telemetry.framework_profile import ClockAlign
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,10 @@ class OnnxRuntimePredictor(Predictor):
         self._fetch_names = _match(
             "output", [o.name for o in model_outputs], self.config.output_names, self.config.model_path
         )
+        by_name = {i.name: i for i in model_inputs}
+        check_inputs(self.config.input_specs,
+                     [ModelTensor(n, ORT_TYPES.get(by_name[n].type), list(by_name[n].shape or []) or None)
+                      for n in self._feed_names], self.config.model_path, self.config.manifest_path)
         first = model_inputs[0].shape[0] if model_inputs[0].shape else None
         # A fixed leading dim (e.g. 1) means the graph has no dynamic batch axis: run it in slices.
         self._fixed_batch = first if isinstance(first, int) and first > 0 else None

@@ -15,6 +15,7 @@ import numpy as np
 
 from mlharness.errors import PredictorError
 from mlharness.predictors.base import Predictor, PredictorConfig
+from mlharness.predictors.checks import check_inputs, exported_inputs
 from mlharness.telemetry.framework_profile import SharedProfiler
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,7 @@ class PyTorchPredictor(Predictor):
         self.device: Any = None
         self.dtype: Any = None
         self.kind = ""
+        self._exported: Any = None  # a torch.export program, whose input shapes are checked
         self._out_names = [n for n in config.output_names if n is not None]  # keys of a dict output
 
     def framework_version(self) -> str:
@@ -68,6 +70,9 @@ class PyTorchPredictor(Predictor):
         except Exception as e:
             raise PredictorError(f"pytorch cannot load the model ({self.kind}): {type(e).__name__}: {e}") from e
         exported = self.kind.startswith("torch.export")
+        if exported:  # an exported program knows its input shapes: check the declared ones
+            check_inputs(self.config.input_specs, exported_inputs(self._exported), str(self.config.model_path),
+                         self.config.manifest_path)
         if exported and (self.dtype != torch.float32 or self.device.type != "cpu"):
             # an exported program is fixed to the dtype and device it was traced with
             log.warning("torch.export programs run as exported; dtype/device options are ignored")
@@ -106,7 +111,8 @@ class PyTorchPredictor(Predictor):
             raise PredictorError("the pytorch predictor needs model.graph_path or model.factory")
         if Path(path).suffix == ".pt2":
             self.kind = "torch.export program"
-            return torch.export.load(path).module()
+            self._exported = torch.export.load(path)
+            return self._exported.module()
         self.kind = "TorchScript"
         return torch.jit.load(path, map_location=self.device)
 

@@ -10,8 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from mlharness.errors import PredictorError
+from mlharness.errors import MLHarnessError, PredictorError
 from mlharness.predictors.base import Predictor, PredictorConfig
+from mlharness.predictors.checks import check_inputs, tf_tensor
 from mlharness.telemetry.framework_profile import SharedProfiler
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ class TensorFlowPredictor(Predictor):
                 self._load_saved_model(tf, path, opts.get("signature", "serving_default"))
             else:
                 self._load_frozen_graph(tf, path)
-        except PredictorError:
+        except MLHarnessError:  # PredictorError, or a ManifestError from the declared inputs' check
             raise
         except Exception as e:
             raise PredictorError(f"tensorflow cannot load {path}: {type(e).__name__}: {e}") from e
@@ -81,7 +82,12 @@ class TensorFlowPredictor(Predictor):
             raise PredictorError(f"SavedModel {path} has no signature '{signature}'; it has {list(sigs)}")
         self._fn = sigs[signature]
         where = f"signature '{signature}' of {path}"
-        self._feeds = _match("inputs", self.config.input_names, list(self._fn.structured_input_signature[1]), where)
+        signature_inputs = self._fn.structured_input_signature[1]
+        self._feeds = _match("inputs", self.config.input_names, list(signature_inputs), where)
+        if all(self.config.input_names) or len(self._feeds) == 1:  # the manifest's specs are in feed order
+            check_inputs(self.config.input_specs,
+                         [tf_tensor(n, signature_inputs[n].dtype, signature_inputs[n].shape) for n in self._feeds],
+                         where, self.config.manifest_path)
         self._fetches = _match("outputs", self.config.output_names, list(self._fn.structured_outputs), where)
 
     def _load_frozen_graph(self, tf: Any, path: str) -> None:
@@ -101,6 +107,8 @@ class TensorFlowPredictor(Predictor):
             self._fetches = [graph.get_tensor_by_name(_tensor(n)) for n in out_names]
         except (KeyError, ValueError) as e:
             raise PredictorError(f"{path}: {e}") from e
+        check_inputs(self.config.input_specs, [tf_tensor(t.name, t.dtype, t.shape) for t in self._feeds], path,
+                     self.config.manifest_path)
         config = tf.compat.v1.ConfigProto()
         if self.config.threads:
             config.intra_op_parallelism_threads = self.config.threads

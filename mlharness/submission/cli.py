@@ -136,8 +136,11 @@ def _abs(value: Any) -> str:
 def cmd_run(args: argparse.Namespace, console: Any) -> int:
     from mlharness.errors import AuditFailed
     from mlharness.manifest.loader import split_reference
+    from mlharness.manifest.names import check_path_component
     from mlharness.submission.orchestrate import SubmissionRequest, run_submission
 
+    check_path_component(args.submitter, "--submitter")  # both are folder names of the submission tree
+    check_path_component(args.system_name, "--system-name")
     manifest, fw = split_reference(args.manifest)
     execution: list[str] = []
     for flag, _ in EXECUTION_FLAGS:

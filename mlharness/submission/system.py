@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from mlharness.errors import SettingsError
 from mlharness.submission.rules import (
     STATUSES,
@@ -38,9 +36,11 @@ def load_overrides(path: Path | str | None) -> dict[str, str]:
     """The overrides YAML: a mapping of system-description field to value (numbers are kept as text)."""
     if path is None:
         return {}
+    from mlharness.manifest.safeyaml import safe_load_file
+
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
+        data = safe_load_file(Path(path)) or {}
+    except (OSError, ValueError) as e:
         raise SettingsError(f"cannot read system overrides {path}: {e}") from e
     if not isinstance(data, dict):
         raise SettingsError(f"{path}: expected a mapping of system-description fields to values")
@@ -190,7 +190,7 @@ def sysinfo_command(args: Any, console: Any) -> int:
             source = desc.sources[key]
             table.add_row(key, escape(value), f"[{colours.get(source, 'green')}]{source}[/]")
         console.print(table)
-    notes = Console(stderr=True) if args.json else console  # keep --json's stdout pure JSON
+    notes = Console(stderr=True, emoji=False) if args.json else console  # keep --json's stdout pure JSON
     if desc.missing:
         notes.print(f"missing (set them with --overrides FILE.yaml): {', '.join(desc.missing)}", highlight=False,
                     soft_wrap=True)
