@@ -9,8 +9,9 @@ still counts); the label is the category id as is (no inverse map); ``COCOeval(i
 the images seen, ``evaluate``/``accumulate``/``summarize``, and the figure is ``stats[0]`` (AP @ IoU 0.50:0.95,
 all areas, 100 detections), printed as ``mAP={:.3f}%``. The text kept is what the script prints (pycocotools'
 progress and summary lines, the ERROR lines for a payload qsl_idx that disagrees with LoadGen, the mAP line).
-Where the script would crash (an unreadable log, a qsl_idx outside the annotations, no detection at all) the
-metric raises an AccuracyError naming the file instead.
+Where the script would crash (an unreadable log, a qsl_idx outside the annotations) the metric raises an
+AccuracyError naming the file instead; a log without a single detection (the script's loadRes fails on it) scores
+0, as every precision is then 0.
 """
 
 from __future__ import annotations
@@ -112,11 +113,12 @@ def score_map(accuracy_log: Path, ctx: AccuracyContext, *, metric: str, annotati
         str(accuracy_log), metric)
     for line in printed:
         out.write(line + "\n")
-    if not detections:
-        raise AccuracyError(f"{metric}: {accuracy_log}: no sample has a detection; pycocotools (and the "
-                            f"official script) cannot score an empty result set")
-    with contextlib.redirect_stdout(out):
-        stats = coco_eval(gt, detections, image_ids)
+    if detections:
+        with contextlib.redirect_stdout(out):
+            stats = coco_eval(gt, detections, image_ids)
+    else:  # pycocotools' loadRes (and so the official script) fails on an empty result set: every AP is 0
+        out.write("no sample has a detection: every average precision is 0\n")
+        stats = np.zeros(12)
     value = 100.0 * float(stats[0])
     text = out.getvalue() + "mAP={:.3f}%".format(value) + "\n"  # noqa: UP032 - the official format string
     return AccuracyResult(text=text, value=value, name="mAP",
