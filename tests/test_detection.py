@@ -104,7 +104,7 @@ def test_metric_equals_pycocotools_directly(tmp_path):
     expected = pycocotools_map(FIXED_GT, detections, [7, 3, 11])
     assert 20 < expected < 95  # a set with real misses, so the comparison means something
     assert result.value == pytest.approx(expected, abs=1e-9)
-    assert result.text.splitlines()[-1] == f"mAP={expected:.3f}%"
+    assert result.text.splitlines()[0] == f"mAP={expected:.3f}%"
     assert "Average Precision  (AP) @[ IoU=0.50:0.95" in result.text  # pycocotools' summary, as the script prints
     assert result.details["detections"] == len(FIXED_DETECTIONS)
     # the same log scored as OpenImages (same computation, other annotation path) through the registry
@@ -137,7 +137,7 @@ def test_metric_errors_name_the_file(tmp_path):
     with pytest.raises(AccuracyError, match="qsl_idx 5, outside the 3 images"):
         CocoMapMetric().score(write_log(tmp_path / "a.json", [(5, responses[0][1])]), AccuracyContext(root, 3, {}))
     nothing = CocoMapMetric().score(write_log(tmp_path / "b.json", [(0, np.zeros(0))]), AccuracyContext(root, 3, {}))
-    assert nothing.value == 0.0 and nothing.text.endswith("mAP=0.000%\n")  # no detection at all: every AP is 0
+    assert nothing.value == 0.0 and nothing.text.startswith("mAP=0.000%\n")  # no detection at all: every AP is 0
     with pytest.raises(AccuracyError, match="annotations file .*openimages-mlperf.json not found"):
         OpenImagesMapMetric().score(write_log(tmp_path / "c.json", responses), AccuracyContext(root, 3, {}))
 
