@@ -277,3 +277,49 @@ def test_nms_keeps_the_best_of_overlapping_boxes_per_class():
     boxes, scores, cls = coco_post.detect(pred)
     # anchor 1 overlaps anchor 0 (same class) and is suppressed; anchor 2 is under conf; anchor 3 is another class
     assert scores.tolist() == pytest.approx([0.9, 0.6]) and cls.tolist() == [3, 7]
+
+
+# -- the SUT: postprocess with the batch's sample indices, variable-size responses -----------------------------------
+
+class _Hooks:
+    manifest = "detector.yaml"
+
+    def __init__(self, postprocess):
+        self._post = postprocess
+
+    def get(self, name):
+        return self._post if name == "postprocess" else None
+
+    def _runtime_error(self, name, exc, when=""):
+        from mlharness.errors import HookError
+
+        return HookError(name, self.manifest, f"raised {type(exc).__name__}: {exc}")
+
+
+class _Echo:
+    def predict(self, inputs):
+        return [inputs[0]]
+
+
+def _pipeline(postprocess):
+    from mlharness.loadgen.qsl import SampleStore
+    from mlharness.loadgen.sut import Pipeline
+
+    store = SampleStore(6, 1)
+    store.put_all({i: (np.full((2,), 10 * i, np.float32),) for i in range(6)})
+    return Pipeline(_Echo(), _Hooks(postprocess), {}, store, np.dtype(np.float32))
+
+
+def test_postprocess_gets_the_sample_indices_and_may_answer_unpadded_sizes():
+    def detections(ctx, outputs, indices):
+        # sample i answers i % 3 boxes (0 included), each a 7-tuple carrying its index
+        return [encode(int(i), np.full((int(i) % 3, 4), 0.5), np.ones(int(i) % 3), np.zeros(int(i) % 3))
+                for i in indices]
+
+    buf, offsets = _pipeline(detections).run(np.array([5, 0, 4, 2]))
+    assert np.diff(offsets).tolist() == [2 * 28, 0, 1 * 28, 2 * 28]
+    first = decode(buf[offsets[0]:offsets[1]].tobytes())
+    assert first[:, 0].tolist() == [5, 5]
+    # a two-parameter postprocess is called as before
+    buf, offsets = _pipeline(lambda ctx, outputs: outputs[0][:, 0]).run(np.array([3, 1]))
+    assert np.frombuffer(buf.tobytes(), np.float32).tolist() == [30.0, 10.0]

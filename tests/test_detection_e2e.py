@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 COUNT = 10
 MAP_100 = "mAP=100.000%"
-SHORT = ["--min-duration-ms", "200", "--min-query-count", "16"]
+SHORT = ["--min-duration-ms", "200", "--min-query-count", "8"]
 OVERRIDES = {"status": "available", "system_type": "edge", "cooling": "air", "host_memory_configuration": "1x 24 GB",
              "host_networking_topology": "N/A", "host_storage_capacity": "256 GB", "host_storage_type": "SSD"}
 
@@ -65,10 +65,13 @@ def accuracy_run(env, manifest: str, dataset: Path, out: Path, scenario: str, *e
     ("yolo-oracle", "coco", "Offline"), ("yolo-oracle", "coco", "SingleStream"),
     ("yolo-oracle", "coco", "MultiStream"),
     ("retinanet-oracle", "openimages", "Offline"), ("retinanet-oracle", "openimages", "SingleStream"),
+    ("retinanet-oracle", "openimages", "MultiStream"), ("retinanet-oracle", "openimages", "Server"),
 ])
 def test_oracle_scores_100(env, sets, tmp_path, manifest, task, scenario):
     out = tmp_path / "acc"
-    assert accuracy_run(env, manifest, sets[task], out, scenario) == MAP_100
+    extra = ["--target-qps", "50"] if scenario == "Server" else []
+    assert accuracy_run(env, manifest, sets[task], out, scenario, *extra) == MAP_100
+    assert "ERROR" not in (out / "accuracy.txt").read_text()  # every payload carries its own qsl_idx
     data = responses(out)
     assert sorted(data) == list(range(COUNT))
     sizes = {len(d) // 2 for d in data.values()}
@@ -126,7 +129,7 @@ def test_random_models_run_all_their_scenarios(env, sets, tmp_path, base, task, 
                    scenario, "--mode", "performance", "--output", str(out), "--no-progress", *SHORT, *target)
         assert proc.returncode == 0, proc.stderr
         meta = json.loads((out / "mlharness_run.json").read_text())
-        assert meta["samples"]["issued"] == meta["samples"]["completed"] >= 16, scenario
+        assert meta["samples"]["issued"] == meta["samples"]["completed"] >= 8, scenario
         assert "Result is" in (out / "mlperf_log_summary.txt").read_text()
     out = tmp_path / "accuracy"
     line = accuracy_run(env, str(manifest), sets[task], out, "Offline")
