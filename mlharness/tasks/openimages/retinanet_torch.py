@@ -69,7 +69,12 @@ class RandomRetinaNet(nn.Module):
         a = len(SCALES) * len(RATIOS)
         self.cls_head = _head(fpn, a * CLASSES, -math.log((1 - PRIOR) / PRIOR))
         self.box_head = _head(fpn, a * 4, 0.0)
-        self.anchors = [torch.from_numpy(_anchors(size, 2 ** level)) for level in range(3, 8)]
+        grids, n = [], size
+        for level in range(1, 8):  # every stride-2 layer (padded convolutions, max pool) gives ceil(n / 2)
+            n = -(-n // 2)
+            if level >= 3:
+                grids.append(n)
+        self.anchors = [torch.from_numpy(_anchors(g, 2 ** level)) for g, level in zip(grids, range(3, 8), strict=True)]
 
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         x = nn.functional.max_pool2d(torch.relu(self.stem(images)), 3, 2, 1)
@@ -97,15 +102,14 @@ class RandomRetinaNet(nn.Module):
         return torch.cat(all_boxes)[order], scores, torch.cat(all_labels)[order]
 
 
-def _anchors(size: int, stride: int) -> np.ndarray:
-    """[H*W*A, 4] xyxy anchors of one level (torchvision's AnchorGenerator order: location-major)."""
+def _anchors(n: int, stride: int) -> np.ndarray:
+    """[n*n*A, 4] xyxy anchors of one n x n level (torchvision's AnchorGenerator order: location-major)."""
     base = 4 * stride
     cell = []
     for r in RATIOS:
         for s in SCALES:
             h, w = base * s * math.sqrt(r), base * s / math.sqrt(r)
             cell.append((-w / 2, -h / 2, w / 2, h / 2))
-    n = size // stride
     shifts = np.arange(n, dtype=np.float32) * stride
     sy, sx = np.meshgrid(shifts, shifts, indexing="ij")
     shift = np.stack([sx, sy, sx, sy], axis=-1).reshape(-1, 1, 4)
