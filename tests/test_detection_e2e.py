@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -82,22 +84,27 @@ def test_oracle_scores_100(env, sets, tmp_path, manifest, task, scenario):
     assert proc.returncode == 0 and proc.stdout.splitlines()[0] == MAP_100, proc.stderr
 
 
-def test_oracle_through_a_remote_agent_answers_the_same_bytes(env, sets, tmp_path):
+@pytest.mark.parametrize("hooks", ["harness", "agent"])
+def test_oracle_through_a_remote_agent_answers_the_same_bytes(env, sets, tmp_path, hooks):
+    """harness: the agent runs the model, this node pre/post-processes; agent: LoadGen over the network, the
+    agent runs the hooks (postprocess with the sample indices) and the model."""
     local = tmp_path / "local"
     assert accuracy_run(env, "yolo-oracle", sets["coco"], local, "MultiStream") == MAP_100
-    agent = subprocess.Popen([sys.executable, "-m", "mlharness.cli", "agent", "serve", "--port", "0",
-                              "--manifest", "yolo-oracle"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, env=env)
+    log = tmp_path / "agent.log"
+    with log.open("w") as sink:  # a file, not a pipe: the agent never blocks on output nobody reads
+        agent = subprocess.Popen([sys.executable, "-m", "mlharness.cli", "agent", "serve", "--port", "0",
+                                  "--manifest", "yolo-oracle", "--hooks", hooks, "--dataset-path", str(sets["coco"])],
+                                 stdout=sink, stderr=subprocess.STDOUT, text=True, env=env)
     try:
-        address = None
-        for line in agent.stdout:  # type: ignore[union-attr]
-            if "listening on " in line:
-                address = line.rsplit("listening on ", 1)[1].strip()
-                break
-        assert address, "the agent did not start"
+        deadline = time.monotonic() + 90
+        while not (m := re.search(r"listening on (\S+)", log.read_text())):
+            assert agent.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        address = m.group(1)
+        remote = ["--agent", address] if hooks == "harness" else ["--network", "lon", "--sut-server", address]
         for scenario in ("MultiStream", "Offline"):
             out = tmp_path / f"remote-{scenario}"
-            assert accuracy_run(env, "yolo-oracle", sets["coco"], out, scenario, "--agent", address) == MAP_100
+            assert accuracy_run(env, "yolo-oracle", sets["coco"], out, scenario, *remote) == MAP_100
             assert responses(out) == responses(local)  # the same variable-size bytes, sample by sample
     finally:
         agent.terminate()
