@@ -323,3 +323,21 @@ def test_postprocess_gets_the_sample_indices_and_may_answer_unpadded_sizes():
     # a two-parameter postprocess is called as before
     buf, offsets = _pipeline(lambda ctx, outputs: outputs[0][:, 0]).run(np.array([3, 1]))
     assert np.frombuffer(buf.tobytes(), np.float32).tolist() == [30.0, 10.0]
+
+
+def test_submission_rules_know_both_benchmarks():
+    import re
+
+    from mlharness.submission import rules
+
+    for name, model, size in (("retinanet", "retinanet", 24781), ("yolo-95", "yolo", 1525), ("yolo-99", "yolo", 1525)):
+        b = rules.BENCHMARKS[name]
+        assert (b.model, b.dataset_size, b.accuracy_kind, b.compliance) == (model, size, "mAP", ("TEST01",))
+        # the embedded mlperf.conf knows the LoadGen model name (its performance sample count, not the default 0)
+        assert rules.conf_minimums(model, "SingleStream")["performance_sample_count"] == 64
+    assert rules.DEFAULT_BENCHMARK_FOR_MODEL["yolo"] == "yolo-99"
+    assert rules.REQUIRED_SCENARIOS["edge"]["yolo-95"] == ("SingleStream", "MultiStream", "Offline")
+    assert "retinanet" not in rules.REQUIRED_SCENARIOS["edge"]  # v6.0: a datacenter,edge benchmark only
+    assert rules.REQUIRED_SCENARIOS["datacenter,edge"]["retinanet"] == (
+        "SingleStream", "MultiStream", "Offline", "Server")
+    assert re.match(rules.ACC_PATTERNS["mAP"], "mAP=37.123%").group(1) == "37.123"
