@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mlharness.tasks.coco.preprocess import letterbox_params
 from mlharness.tasks.detection.boxes import COCO_80_TO_91, encode, xyxy_to_normalised_yxyx
 
 CONF = 0.001
@@ -61,7 +60,10 @@ def detect(pred: np.ndarray, conf: float = CONF, iou: float = IOU, max_det: int 
 
 def scale_boxes(boxes: np.ndarray, height: int, width: int, size: int = 640) -> np.ndarray:
     """Model-pixel boxes -> original-image pixels, clipped (Ultralytics' ``scale_boxes`` + ``clip_boxes``)."""
-    gain, _, _, top, left = letterbox_params(height, width, size)
+    # Ultralytics' own arithmetic: the padding from the unrounded scaled size, which can differ by a pixel from
+    # the padding LetterBox applied (it rounds the scaled size first)
+    gain = min(size / height, size / width)
+    left, top = round((size - width * gain) / 2 - 0.1), round((size - height * gain) / 2 - 0.1)
     b = boxes.astype(np.float32).copy()
     b[:, [0, 2]] -= left
     b[:, [1, 3]] -= top
