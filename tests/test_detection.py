@@ -341,3 +341,13 @@ def test_submission_rules_know_both_benchmarks():
     assert rules.REQUIRED_SCENARIOS["datacenter,edge"]["retinanet"] == (
         "SingleStream", "MultiStream", "Offline", "Server")
     assert re.match(rules.ACC_PATTERNS["mAP"], "mAP=37.123%").group(1) == "37.123"
+
+
+def test_nms_stopping_at_max_det_keeps_the_same_boxes():
+    rng = np.random.default_rng(3)
+    xy = rng.uniform(0, 600, size=(2000, 2)).astype(np.float32)
+    boxes = np.concatenate([xy, xy + rng.uniform(5, 80, size=(2000, 2)).astype(np.float32)], axis=1)
+    scores = np.sort(rng.random(2000).astype(np.float32))[::-1]
+    full = coco_post.nms(boxes, scores, 0.5)
+    assert len(full) > 300
+    assert coco_post.nms(boxes, scores, 0.5, 300).tolist() == full[:300].tolist()

@@ -24,13 +24,14 @@ MAX_WH = 7680  # Ultralytics' class offset for class-aware NMS
 LABEL_MAP = np.asarray(COCO_80_TO_91, dtype=np.float32)
 
 
-def nms(boxes: np.ndarray, scores: np.ndarray, iou: float) -> np.ndarray:
-    """Indices kept by greedy NMS (``boxes`` xyxy, ``scores`` sorted high to low), as torchvision.ops.nms."""
+def nms(boxes: np.ndarray, scores: np.ndarray, iou: float, max_keep: int | None = None) -> np.ndarray:
+    """Indices kept by greedy NMS (``boxes`` xyxy, ``scores`` sorted high to low), as torchvision.ops.nms; with
+    ``max_keep`` it stops after that many (the same first ones: greedy NMS keeps in score order)."""
     x0, y0, x1, y1 = boxes.T
     areas = (x1 - x0) * (y1 - y0)
     order = np.arange(len(boxes))
-    keep = []
-    while order.size:
+    keep: list[int] = []
+    while order.size and (max_keep is None or len(keep) < max_keep):
         i = order[0]
         keep.append(i)
         rest = order[1:]
@@ -54,7 +55,7 @@ def detect(pred: np.ndarray, conf: float = CONF, iou: float = IOU, max_det: int 
     x, score, j = x[order], score[order], j[order]
     cx, cy, w, h = x[:, 0], x[:, 1], x[:, 2], x[:, 3]
     boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
-    kept = nms(boxes + (j * MAX_WH)[:, None].astype(np.float32), score, iou)[:max_det]
+    kept = nms(boxes + (j * MAX_WH)[:, None].astype(np.float32), score, iou, max_det)
     return boxes[kept], score[kept], j[kept]
 
 
