@@ -13,6 +13,7 @@ once without running the model, so LoadGen reaches its end; the runner then fail
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import queue
@@ -173,8 +174,6 @@ def _takes_indices(fn: Callable[..., Any] | None) -> bool:
     """True when a postprocess hook declares a third positional parameter (the sample indices)."""
     if fn is None:
         return False
-    import inspect
-
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
