@@ -166,7 +166,8 @@ def _add_group_commands(sub: argparse._SubParsersAction) -> None:
 # Task modules that add `dataset synth|prepare <task>` and `accuracy <task>` commands. Each module exposes
 # ``register(synth=..., prepare=..., accuracy=...)`` adding sub-parsers with ``set_defaults(func=handler)``;
 # handlers take (args, console) and return an exit status. They import heavy libraries only inside handlers.
-TASK_CLI_MODULES = ("mlharness.tasks.cli_imagenet", "mlharness.tasks.cli_squad", "mlharness.tasks.cli_kits19")
+TASK_CLI_MODULES = ("mlharness.tasks.cli_imagenet", "mlharness.tasks.cli_squad", "mlharness.tasks.cli_kits19",
+                    "mlharness.tasks.openimages.cli", "mlharness.tasks.coco.cli")
 
 
 def _add_task_commands(sub: argparse._SubParsersAction) -> None:

@@ -305,12 +305,13 @@ class StagedWorkers:
     def _part(self, batch: Batch, pipeline: Pipeline | None, outputs: Any) -> tuple[list[int], Any, Any]:
         """postprocess + encoding of one batch: (ids, buffer, offsets), or no buffer after a failure."""
         sut = self.sut
-        ids = batch.arrays()[0].tolist()
+        ids_a, idx_a = batch.arrays()
+        ids = ids_a.tolist()
         if pipeline is not None and sut.error is None:
             tracer = sut.tracer
             t0 = tracer.now() if tracer is not None else 0
             try:
-                buf, offsets = pipeline.respond(outputs, batch.n)
+                buf, offsets = pipeline.respond(outputs, batch.n, idx_a)
             except BaseException as e:  # noqa: BLE001 - completed empty below
                 sut._fail(e)
             else:

@@ -13,6 +13,7 @@ once without running the model, so LoadGen reaches its end; the runner then fail
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import queue
@@ -74,13 +75,14 @@ class Pipeline:
         self.store = store
         self.dtype = response_dtype
         self._post = hooks.get("postprocess")
+        self._post_indices = _takes_indices(self._post)  # postprocess(ctx, outputs, indices)
         self._predict = hooks.get("predict")
 
     def run(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Returns (buffer uint8, byte offsets of each response [n+1])."""
         if self.tracer is not None:
             return self._run_traced(indices)
-        return self.respond(self.infer(self.store.gather(indices)), len(indices))
+        return self.respond(self.infer(self.store.gather(indices)), len(indices), indices)
 
     def _run_traced(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``run`` with a span per stage; a separate method so the untraced path carries no checks."""
@@ -92,7 +94,7 @@ class Pipeline:
         outputs = self.infer(batch)
         t2 = now()
         tr.span("predict", "model", t1, t2, {"samples": len(indices)})
-        encoded = self.respond(outputs, len(indices))
+        encoded = self.respond(outputs, len(indices), indices)
         tr.span("postprocess", "model", t2, now(), {"samples": len(indices)})
         return encoded
 
@@ -107,13 +109,17 @@ class Pipeline:
         except Exception as e:
             raise self.hooks._runtime_error("predict", e) from e
 
-    def respond(self, outputs: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """postprocess (or the first output as is) and the encoding of one response per sample."""
+    def respond(self, outputs: Any, n: int, indices: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """postprocess (or the first output as is) and the encoding of one response per sample; a postprocess
+        with a third parameter also gets the batch's sample indices (detection responses carry them)."""
         try:
             if self._post is None:
                 return self.encode(outputs[0], n)
             try:
-                responses = self._post(self.ctx, outputs)
+                if self._post_indices:
+                    responses = self._post(self.ctx, outputs, indices)
+                else:
+                    responses = self._post(self.ctx, outputs)
             except Exception as e:
                 raise self.hooks._runtime_error("postprocess", e) from e
             return self.encode(responses, n)
@@ -169,6 +175,18 @@ class Pipeline:
         except (TypeError, ValueError) as e:
             raise HookError("postprocess", self.hooks.manifest,
                             f"response {i} cannot be encoded as {self.dtype}: {e}") from e
+
+
+def _takes_indices(fn: Callable[..., Any] | None) -> bool:
+    """True when a postprocess hook declares a third positional parameter (the sample indices)."""
+    if fn is None:
+        return False
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(p.kind in kinds for p in params) >= 3
 
 
 class _Completions:

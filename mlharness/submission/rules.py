@@ -69,6 +69,7 @@ ACC_PATTERNS = {
     "acc": r"^accuracy=([\d.]+)",
     "F1": r"^\{[\"']exact_match[\"']:\s*[\d.]+,\s*[\"']f1[\"']:\s*([\d.]+)\}",
     "DICE": r"Accuracy:\s*mean\s*=\s*([\d.]+)",
+    "mAP": r".*(?:mAP=|'Total':)\s*([\d.]+)",
 }
 HASH_PATTERN = r"^hash=([0-9a-fA-F]+)$"
 
@@ -92,10 +93,14 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark("bert-99.9", "bert", 10833, "F1", 90.874 * 0.999, 0.1, ("TEST01",)),
         Benchmark("3d-unet-99", "3d-unet", 43, "DICE", 0.86170 * 0.99, 1.0, ("TEST01",)),
         Benchmark("3d-unet-99.9", "3d-unet", 43, "DICE", 0.86170 * 0.999, 0.1, ("TEST01",)),
+        Benchmark("retinanet", "retinanet", 24781, "mAP", 37.55 * 0.99, 1.0, ("TEST01",)),
+        Benchmark("yolo-95", "yolo", 1525, "mAP", 53.4 * 0.95, 1.0, ("TEST01",)),
+        Benchmark("yolo-99", "yolo", 1525, "mAP", 53.4 * 0.99, 1.0, ("TEST01",)),
     )
 }
 # The benchmark an open-division result of an mlperf.model is mapped to (model_mapping.json).
 DEFAULT_BENCHMARK_FOR_MODEL = {"resnet50": "resnet", "bert": "bert-99", "3d-unet": "3d-unet-99"}
+DEFAULT_BENCHMARK_FOR_MODEL.update({"retinanet": "retinanet", "yolo": "yolo-99"})
 
 # Scenarios each system type must (and may) submit, checker v6.0 and v6.1. ResNet50 and BERT are edge benchmarks
 # only (datacenter systems submit them as "datacenter,edge").
@@ -104,16 +109,20 @@ REQUIRED_SCENARIOS: dict[str, dict[str, tuple[str, ...]]] = {
         "resnet": ("SingleStream", "MultiStream", "Offline"),
         "bert-99": ("SingleStream", "Offline"), "bert-99.9": ("SingleStream", "Offline"),
         "3d-unet-99": ("SingleStream", "Offline"), "3d-unet-99.9": ("SingleStream", "Offline"),
+        "yolo-95": ("SingleStream", "MultiStream", "Offline"), "yolo-99": ("SingleStream", "MultiStream", "Offline"),
     },
     "datacenter": {"3d-unet-99": ("Offline",), "3d-unet-99.9": ("Offline",)},
     "datacenter,edge": {
         "resnet": ("SingleStream", "MultiStream", "Offline", "Server"),
         "bert-99": ("SingleStream", "Offline"), "bert-99.9": ("SingleStream", "Offline"),
         "3d-unet-99": ("SingleStream", "Offline"), "3d-unet-99.9": ("SingleStream", "Offline"),
+        "retinanet": ("SingleStream", "MultiStream", "Offline", "Server"),
+        "yolo-95": ("SingleStream", "MultiStream", "Offline"), "yolo-99": ("SingleStream", "MultiStream", "Offline"),
     },
 }  # fmt: skip
 # Server latency bound (ns) the early-stopping target latency must respect.
-SERVER_LATENCY_NS = {"resnet": 15_000_000, "bert-99": 130_000_000, "bert-99.9": 130_000_000}
+SERVER_LATENCY_NS = {"resnet": 15_000_000, "bert-99": 130_000_000, "bert-99.9": 130_000_000,
+                     "retinanet": 100_000_000}
 # Scenarios whose result LoadGen derives with early stopping (no fixed minimum query count in the checker).
 EARLY_STOPPING_SCENARIOS = ("SingleStream", "MultiStream", "Server")
 

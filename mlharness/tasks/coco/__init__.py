@@ -1,0 +1,1 @@
+"""COCO 2017 validation (MLPerf YOLO subset): official layout, synthetic set, Ultralytics pre/post-processing, mAP."""
