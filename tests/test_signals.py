@@ -282,3 +282,64 @@ def test_unwritable_results_folder_names_it(tmp_path, monkeypatch):
     with pytest.raises(ResultsWriteError, match="Read-only file system") as info:
         StagedDir(tmp_path / "a" / "b")
     assert str(tmp_path / "a") in str(info.value)
+
+
+def test_submission_run_forwards_the_signal_to_its_child_run(tmp_path):
+    """``submission run`` runs each LoadGen test in a child process of its own session: a SIGTERM sent to the
+    parent alone reaches the child once; the child keeps its logs, the parent files them under
+    ``.mlharness/failed`` and exits 143."""
+    manifest = slow_manifest(tmp_path)
+    results = tmp_path / "results"
+    proc = start(tmp_path, "submission", "run", "--manifest", str(manifest), "--scenarios", "Offline",
+                 "--division", "open", "--submitter", "Acme", "--system-name", "box", "--results", str(results),
+                 "--min-duration-ms", "600000", "--target-qps", "100")
+    wait_for((manifest.parent / "started").exists, proc, tmp_path)  # the accuracy run is in its timed path
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    rc = proc.wait(timeout=SIGNAL_LIMIT_S + 20)
+    wall = time.monotonic() - sent
+    stderr = (tmp_path / "stderr.txt").read_text()
+    assert rc == 143, stderr
+    assert wall < SIGNAL_LIMIT_S
+    assert "the accuracy run failed (exit status 143): the run was interrupted by SIGTERM" in stderr, stderr
+    assert "Traceback" not in stderr
+    (failed,) = (results / ".mlharness" / "failed" / "box" / "slow" / "Offline").glob("accuracy-*")
+    kept = [p for p in failed.iterdir() if p.name.startswith("accuracy.failed-")]
+    assert len(kept) == 1 and (kept[0] / "mlperf_log_detail.txt").is_file()
+    assert "interrupted by SIGTERM" in (failed / "run.log").read_text()
+    assert not (results / "box" / "slow" / "Offline" / "accuracy").exists()
+
+
+# ---------------------------------------------------------------------------------------------- the guard itself
+
+
+def test_guard_drains_a_running_test_and_defers_inside_a_swap():
+    """In process: a signal during a LoadGen test calls the SUT's drain instead of raising; inside deferred() it
+    is raised only once the block has finished; outside both it raises Interrupted at once."""
+    from mlharness.loadgen.interrupt import Guard, Interrupted
+
+    guard = Guard()
+    drained: list[Interrupted] = []
+
+    def fake_test() -> None:  # LoadGen's StartTest: ends once drained
+        os.kill(os.getpid(), signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while not drained and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    with guard.installed():
+        guard.run_test(fake_test, drained.append)
+        assert [d.exit_code for d in drained] == [143]  # drained, nothing raised
+        guard.signum = None
+        steps = []
+        with pytest.raises(Interrupted) as info:
+            with guard.deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+                steps.append("finished the block")
+        assert steps == ["finished the block"] and info.value.exit_code == 130
+        guard.signum = None
+        with pytest.raises(Interrupted, match="interrupted by SIGTERM"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+    assert signal.getsignal(signal.SIGTERM) != guard._handle  # handlers restored

@@ -79,6 +79,8 @@ class Guard:
         self._drain: Callable[[Interrupted], None] | None = None  # the running LoadGen test's SUT
         self._test_over: threading.Event | None = None
         self._children: list[Any] = []  # subprocess.Popen of child runs
+        self._deferring = 0  # inside deferred(): a first signal is raised at the end of the block
+        self._deferred: int | None = None
 
     # -- installation ------------------------------------------------------------------------------------------
     @contextmanager
@@ -120,6 +122,19 @@ class Guard:
         finally:
             self._children.remove(proc)
 
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """A block that must not be cut in two (swapping a result folder into place): a signal arriving meanwhile
+        raises :class:`Interrupted` once the block has finished."""
+        self._deferring += 1
+        try:
+            yield
+        finally:
+            self._deferring -= 1
+        if self._deferring == 0 and self._deferred is not None:
+            signum, self._deferred = self._deferred, None
+            raise Interrupted(signum)
+
     def check(self) -> None:
         """Raise :class:`Interrupted` when a signal arrived (e.g. between two child runs)."""
         if self.signum is not None:
@@ -150,6 +165,9 @@ class Guard:
             over = self._test_over
             threading.Thread(target=self._deadline, args=(signum, over), name="mlharness-interrupt",
                              daemon=True).start()
+            return
+        if self._deferring:
+            self._deferred = signum
             return
         raise Interrupted(signum)
 

@@ -107,6 +107,10 @@ class StagedDir:
     def commit(self) -> Path:
         """Swap the staged folder in. When a move fails, the earlier result is put back and the staged folder
         kept as ``*.failed-<time>``; the error names the path."""
+        with GUARD.deferred():  # a signal between the two moves would leave neither result in place
+            return self._commit()
+
+    def _commit(self) -> Path:
         old = None
         try:
             if self.final.exists():
