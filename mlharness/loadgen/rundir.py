@@ -44,12 +44,21 @@ def default_output(results_root: Path, system: str, benchmark: str, scenario: st
 class ResultsWriteError(RunFailed):
     """Results could not be written (disk full, file too large, folder not writable): exit status 3."""
 
-    def __init__(self, path: Path | str, error: OSError | str, what: str = "write"):
+    def __init__(self, path: Path | str, error: OSError | str, what: str = "cannot write"):
         self.path = Path(path)
-        reason = error if isinstance(error, str) else (error.strerror or str(error))
-        free = _free_space(self.path)
-        super().__init__(f"cannot {what} {self.path}: {reason}{free}. The run produced no result; earlier results "
-                         f"are untouched")
+        self.reason = error if isinstance(error, str) else (error.strerror or str(error))
+        self.what = what
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        return (f"{self.what} {self.path}: {self.reason}{_free_space(self.path)}. The run produced no result; "
+                f"earlier results are untouched")
+
+    def moved(self, staging: Path, failed: Path) -> None:
+        """The staging folder the path was in is now ``failed``: name the file where the user will find it."""
+        if self.path.is_relative_to(staging):
+            self.path = failed / self.path.relative_to(staging)
+            self.message = self._text()
 
 
 def _free_space(path: Path) -> str:
@@ -58,7 +67,7 @@ def _free_space(path: Path) -> str:
             usage = shutil.disk_usage(folder)
         except OSError:
             continue
-        return f" ({usage.free / 2**20:,.1f} MiB free on its file system)"
+        return f"; {usage.free / 2**20:,.1f} MiB free on its file system"
     return ""
 
 
@@ -76,7 +85,7 @@ def results_error(e: OSError, folder: Path) -> MLHarnessError | None:
     write of the run's results)."""
     name = e.filename if isinstance(e.filename, str | os.PathLike) else None
     if name is None:
-        return ResultsWriteError(folder, e, "write the run's results in")
+        return ResultsWriteError(folder, e, "cannot write the run's results in")
     path = Path(name)
     try:
         inside = path.resolve().is_relative_to(Path(folder).resolve().parent)
@@ -95,11 +104,11 @@ class StagedDir:
         try:
             self.final.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise ResultsWriteError(e.filename or self.final.parent, e, "create the folder") from e
+            raise ResultsWriteError(e.filename or self.final.parent, e, "cannot create the folder") from e
         try:
             self.path.mkdir()
         except OSError as e:
-            raise ResultsWriteError(self.path, e, "create the run folder") from e
+            raise ResultsWriteError(self.path, e, "cannot create the run folder") from e
         self._lock = threading.Lock()
         self._failed: Path | None = None
         GUARD.add_keeper(self.abandon)
@@ -124,7 +133,7 @@ class StagedDir:
                 except OSError as back:
                     log.error("the earlier result could not be put back; it is in %s: %s", old, back)
             failed = self.fail(e)
-            raise ResultsWriteError(self.final, e, f"move the finished run (kept in {failed}) to") from e
+            raise ResultsWriteError(self.final, e, f"cannot move the finished run (kept in {failed}) to") from e
         GUARD.remove_keeper(self.abandon)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
@@ -152,13 +161,16 @@ class StagedDir:
         try:
             yield
         except OSError as e:
-            self.fail(e)
+            failed = self.fail(e)
             written = results_error(e, self.path)
             if written is None:
                 raise
+            written.moved(self.path, failed)
             raise written from e
         except BaseException as e:
-            self.fail(e)
+            failed = self.fail(e)
+            if isinstance(e, ResultsWriteError):
+                e.moved(self.path, failed)
             raise
 
     def abandon(self) -> Path:
@@ -205,12 +217,12 @@ def check_loadgen_logs(outdir: Path) -> None:
         except FileNotFoundError:
             if name == "mlperf_log_accuracy.json":
                 continue
-            raise ResultsWriteError(path, "LoadGen did not write it (is the disk full?)", "read") from None
+            raise ResultsWriteError(path, "it is missing (is the disk full?)", "LoadGen could not write") from None
         except OSError as e:
-            raise ResultsWriteError(path, e, "read") from e
+            raise ResultsWriteError(path, e, "cannot read LoadGen's log") from e
         if not tail.endswith(endings):
-            raise ResultsWriteError(path, f"LoadGen's log ends after {size:,} bytes, cut short (is the disk "
-                                          f"full or the file size limited?)", "read")
+            raise ResultsWriteError(path, f"it ends after {size:,} bytes, cut short (is the disk full or the "
+                                          f"file size limited?)", "LoadGen could not write in full")
 
 
 @dataclass
