@@ -343,3 +343,27 @@ def test_guard_drains_a_running_test_and_defers_inside_a_swap():
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(1)
     assert signal.getsignal(signal.SIGTERM) != guard._handle  # handlers restored
+
+
+def test_signal_while_busy_outside_python_still_ends_the_run(tmp_path):
+    """The main thread blocked in C code that released the GIL (as while ONNX Runtime builds a session; here
+    libc's system(), which retries its wait on a signal) cannot run a Python handler: the signal's watcher ends
+    the process after the grace period, with the documented status."""
+    manifest = slow_manifest(tmp_path)
+    marker = tmp_path / "in-init"
+    text = manifest.read_text().replace(
+        "    def init(count):\n",
+        f"    def init(count):\n        import ctypes\n        open({str(marker)!r}, 'a').close()\n"
+        f"        ctypes.CDLL(None).system(b'sleep 20')\n")
+    manifest.write_text(text)
+    proc = start(tmp_path, "run", "--manifest", str(manifest), "--no-progress", "--scenario", "Offline")
+    wait_for(marker.exists, proc, tmp_path)
+    time.sleep(0.2)  # inside system()
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    rc = proc.wait(timeout=SIGNAL_LIMIT_S + 20)
+    wall = time.monotonic() - sent
+    stderr = (tmp_path / "stderr.txt").read_text()
+    assert rc == 143, stderr
+    assert wall < SIGNAL_LIMIT_S
+    assert "interrupted by SIGTERM while mlharness was busy outside Python" in stderr, stderr

@@ -14,7 +14,9 @@ waits in short ``join`` slices and handles signals. What a signal does depends o
 - anything else (loading a manifest or a model, scoring accuracy): :class:`Interrupted` is raised on the main
   thread, like ``KeyboardInterrupt``.
 
-A second SIGINT exits at once (exit status 130), after moving every staging folder to ``<name>.failed-<time>``.
+A second SIGINT exits at once (exit status 130), after moving every staging folder to ``<name>.failed-<time>``;
+so does a signal the main thread cannot handle within :data:`GRACE_S` because it is blocked in C code (a
+framework loading a model), noticed by a thread woken through ``signal.set_wakeup_fd``.
 Nothing here touches LoadGen's threads: the exit paths end the process with ``os._exit``, so no C++ object is
 destroyed while LoadGen still calls back into Python.
 """
@@ -25,6 +27,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -80,6 +83,10 @@ class Guard:
         self._test_over: threading.Event | None = None
         self._children: list[Any] = []  # subprocess.Popen of child runs
         self._deferring = 0  # inside deferred(): a first signal is raised at the end of the block
+        self._pipe: tuple[int, int] | None = None  # the wake-up pipe of the watcher thread
+        self._wakeup_previous = -1
+        self._received = 0  # signals the watcher saw / the handler ran for
+        self._handled = 0
         self._deferred: int | None = None
 
     # -- installation ------------------------------------------------------------------------------------------
@@ -93,15 +100,68 @@ class Guard:
             self.signum = None
             for sig in SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
+            self._watch_start()
         self._installed += 1
         try:
             yield self
         finally:
             self._installed -= 1
             if self._installed == 0:
+                self._watch_stop()
                 for sig, previous in self._previous.items():
                     signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
                 self._previous.clear()
+
+    # -- a main thread stuck in C code ---------------------------------------------------------------------------
+    def _watch_start(self) -> None:
+        """Python runs the handler only once the main thread is back in Python code; a framework loading a
+        model can keep it in C code for a long time. The signal's wake-up byte reaches a watcher thread at
+        once: when the handler has not run ``grace_s`` later, the watcher keeps the partial output and exits.
+        (C code that holds the GIL the whole time stops the watcher too; nothing in Python can end that.)"""
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        try:
+            self._wakeup_previous = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        except (ValueError, OSError):  # not the main thread of the main interpreter
+            os.close(r)
+            os.close(w)
+            self._pipe = None
+            return
+        self._pipe = (r, w)
+        self._received = self._handled = 0
+        threading.Thread(target=self._watch, args=(r,), name="mlharness-signal-watch", daemon=True).start()
+
+    def _watch_stop(self) -> None:
+        if self._pipe is None:
+            return
+        r, w = self._pipe
+        self._pipe = None
+        signal.set_wakeup_fd(self._wakeup_previous)
+        os.close(w)  # the watcher reads EOF and closes its end
+
+    def _watch(self, r: int) -> None:
+        try:
+            while True:
+                data = os.read(r, 64)
+                if not data:
+                    return
+                ours = [b for b in data if b in SIGNALS]
+                if not ours:
+                    continue
+                self._received += len(ours)
+                deadline = time.monotonic() + self.grace_s
+                while self._handled < self._received and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if self._handled < self._received:
+                    self.exit_now(ours[-1], f"interrupted by {signal.Signals(ours[-1]).name} while mlharness was "
+                                            f"busy outside Python (loading a model?) for {self.grace_s:g} s")
+        except OSError:
+            return
+        finally:
+            try:
+                os.close(r)
+            except OSError:
+                pass
 
     # -- what a signal acts on ---------------------------------------------------------------------------------
     def add_keeper(self, keep: Callable[[], Path]) -> None:
@@ -142,6 +202,7 @@ class Guard:
 
     # -- the handler -------------------------------------------------------------------------------------------
     def _handle(self, signum: int, frame: Any) -> None:  # noqa: ARG002 - signal handler signature
+        self._handled += 1
         name = signal.Signals(signum).name
         first = self.signum is None
         if self._children:
@@ -159,17 +220,21 @@ class Guard:
             return  # a repeated SIGTERM changes nothing: the run is already stopping
         self.signum = signum
         if self._drain is not None:
-            _say(f"interrupted by {name}: stopping the run and keeping its logs "
-                 f"(press Ctrl-C again to exit at once)")
-            self._drain(Interrupted(signum))
-            over = self._test_over
-            threading.Thread(target=self._deadline, args=(signum, over), name="mlharness-interrupt",
-                             daemon=True).start()
+            self._stop_test(signum)
             return
         if self._deferring:
             self._deferred = signum
             return
         raise Interrupted(signum)
+
+    def _stop_test(self, signum: int) -> None:
+        """Drain the running test's SUT and give LoadGen ``grace_s`` to end the test."""
+        _say(f"interrupted by {signal.Signals(signum).name}: stopping the run and keeping its logs "
+             f"(press Ctrl-C again to exit at once)")
+        assert self._drain is not None
+        self._drain(Interrupted(signum))
+        threading.Thread(target=self._deadline, args=(signum, self._test_over), name="mlharness-interrupt",
+                         daemon=True).start()
 
     def _deadline(self, signum: int, over: threading.Event | None) -> None:
         if over is not None and over.wait(self.grace_s):
@@ -199,8 +264,6 @@ class Guard:
     def run_test(self, start_test: Callable[[], None], drain: Callable[[Interrupted], None]) -> None:
         """``start_test()`` (LoadGen's StartTest) on a worker thread while this thread handles signals; a signal
         calls ``drain``. Exceptions of ``start_test`` are re-raised here."""
-        if self.signum is not None:
-            drain(Interrupted(self.signum))  # a signal arrived just before the test: no model runs
         failure: list[BaseException] = []
 
         def target() -> None:
@@ -213,6 +276,8 @@ class Guard:
         worker = threading.Thread(target=target, name="mlharness-loadgen", daemon=True)
         with self.installed():
             self._drain, self._test_over = drain, over
+            if self.signum is not None:  # a signal arrived just before the test: no model runs
+                self._stop_test(self.signum)
             try:
                 worker.start()
                 while worker.is_alive():
