@@ -367,3 +367,22 @@ def test_signal_while_busy_outside_python_still_ends_the_run(tmp_path):
     assert rc == 143, stderr
     assert wall < SIGNAL_LIMIT_S
     assert "interrupted by SIGTERM while mlharness was busy outside Python" in stderr, stderr
+
+
+def test_tune_stops_on_a_signal_without_writing_its_conf(tmp_path):
+    """``tune`` runs its trials in process: a SIGINT during a trial stops the trial and the command (130), and
+    no user.conf is written."""
+    manifest = slow_manifest(tmp_path)
+    conf = tmp_path / "user.conf"
+    proc = start(tmp_path, "tune", "--manifest", str(manifest), "--scenario", "Offline", "--seconds", "30",
+                 "--output", str(conf))
+    wait_for((manifest.parent / "started").exists, proc, tmp_path)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    rc = proc.wait(timeout=SIGNAL_LIMIT_S + 20)
+    wall = time.monotonic() - sent
+    stderr = (tmp_path / "stderr.txt").read_text()
+    assert rc == 130, stderr
+    assert wall < SIGNAL_LIMIT_S
+    assert "the run was interrupted by SIGINT" in stderr and "Traceback" not in stderr, stderr
+    assert not conf.exists()
