@@ -71,10 +71,10 @@ def run_step(tree: Tree, ids: tuple[str, str, str], step: str, argv: list[str], 
     seconds = time.monotonic() - started
     if rc != 0:
         _fail(tree, ids, step, rc, log_path)
-    GUARD.check()  # a signal the child outran: stop before the next step
     with GUARD.deferred():  # the results tree is never left half swapped
         _place(tree, ids, step, out, log_path, {"step": step, "argv": argv, "signature": signature,
                                                  "seconds": round(seconds, 3), "finished": stamp()})
+    GUARD.check()  # a signal the finished child outran: its result is in place; stop before the next step
     return seconds
 
 
