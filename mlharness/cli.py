@@ -14,6 +14,7 @@ from rich.table import Table
 
 from mlharness import __version__
 from mlharness.errors import MLHarnessError
+from mlharness.loadgen.interrupt import handle_signals
 from mlharness.manifest.schema import SCENARIOS
 
 # Piped output (logs, CI) gets wide lines instead of rich's 80-column wrapping of tables. Emoji codes are off:
@@ -323,6 +324,10 @@ def cmd_sysinfo(args: argparse.Namespace) -> int:
     return sysinfo_command(args, out)
 
 
+# commands whose SIGINT/SIGTERM stop LoadGen tests cleanly (exit 130/143, partial output kept)
+SIGNAL_COMMANDS = ("run", "tune", "submission")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from mlharness.agent.cli import quiet_grpc
@@ -332,15 +337,16 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {"run": cmd_run, "manifest": cmd_manifest, "sysinfo": cmd_sysinfo, "parity": cmd_parity,
                 "bench": cmd_bench, "tune": cmd_tune}
     try:
-        if hasattr(args, "func"):
-            return args.func(args, out)
-        return handlers[args.command](args)
+        with handle_signals(args.command in SIGNAL_COMMANDS):
+            if hasattr(args, "func"):
+                return args.func(args, out)
+            return handlers[args.command](args)
     except MLHarnessError as e:
         err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         return e.exit_code
-    except KeyboardInterrupt:
-        err.print("interrupted")
-        return 130
+    except KeyboardInterrupt as e:  # also mlharness.loadgen.interrupt.Interrupted (SIGINT, SIGTERM)
+        err.print(f"[bold red]error:[/] {escape(str(e) or 'interrupted')}", highlight=False, soft_wrap=True)
+        return getattr(e, "exit_code", 130)
 
 
 if __name__ == "__main__":

@@ -1,21 +1,32 @@
 """Run directories: staged in a sibling folder and moved into place only when the run succeeded, so a failed
-run never overwrites an earlier good result. Also reads back what LoadGen wrote (summary, detail log)."""
+run never overwrites an earlier good result. Also reads back what LoadGen wrote (summary, detail log).
+
+An ``OSError`` while writing results (a full disk, a file-size limit, a read-only folder) becomes
+:class:`ResultsWriteError` naming the path: the run fails with exit status 3 and earlier results stay as they
+were. A staging folder is registered with the signal guard, so even an immediate exit on a second Ctrl-C keeps
+it as ``*.failed-<time>`` instead of leaving a hidden ``.<name>.partial-*`` behind."""
 
 from __future__ import annotations
 
 import errno
 import itertools
 import json
+import logging
 import os
 import re
 import shutil
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlharness.errors import MLHarnessError
+from mlharness.errors import MLHarnessError, RunFailed
+from mlharness.loadgen.interrupt import GUARD, Interrupted
+
+log = logging.getLogger(__name__)
 
 METRIC_LINES = {
     "SingleStream": ("90.0th percentile latency (ns)", "ns"),
@@ -30,31 +41,142 @@ def default_output(results_root: Path, system: str, benchmark: str, scenario: st
     return base / "accuracy" if mode == "accuracy" else base / "performance" / "run_1"
 
 
+class ResultsWriteError(RunFailed):
+    """Results could not be written (disk full, file too large, folder not writable): exit status 3."""
+
+    def __init__(self, path: Path | str, error: OSError | str, what: str = "cannot write"):
+        self.path = Path(path)
+        self.reason = error if isinstance(error, str) else (error.strerror or str(error))
+        self.what = what
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        return (f"{self.what} {self.path}: {self.reason}{_free_space(self.path)}. The run produced no result; "
+                f"earlier results are untouched")
+
+    def moved(self, staging: Path, failed: Path) -> None:
+        """The staging folder the path was in is now ``failed``: name the file where the user will find it."""
+        if self.path.is_relative_to(staging):
+            self.path = failed / self.path.relative_to(staging)
+            self.message = self._text()
+
+
+def _free_space(path: Path) -> str:
+    for folder in (path, *path.parents):
+        try:
+            usage = shutil.disk_usage(folder)
+        except OSError:
+            continue
+        return f"; {usage.free / 2**20:,.1f} MiB free on its file system"
+    return ""
+
+
+def write_result(path: Path, text: str) -> None:
+    """Write one result file; an OSError (e.g. ENOSPC, EFBIG) becomes :class:`ResultsWriteError` naming it."""
+    try:
+        Path(path).write_text(text)
+    except OSError as e:
+        raise ResultsWriteError(path, e) from e
+
+
+def results_error(e: OSError, folder: Path) -> MLHarnessError | None:
+    """The :class:`ResultsWriteError` for an OSError raised while a run wrote into ``folder`` (its own path when
+    the error names one inside the folder, else the folder); None when it names a path elsewhere (not a
+    write of the run's results)."""
+    name = e.filename if isinstance(e.filename, str | os.PathLike) else None
+    if name is None:
+        return ResultsWriteError(folder, e, "cannot write the run's results in")
+    path = Path(name)
+    try:
+        inside = path.resolve().is_relative_to(Path(folder).resolve().parent)
+    except OSError:
+        inside = False
+    return ResultsWriteError(path, e) if inside else None
+
+
 class StagedDir:
     """A folder beside the final one; ``commit()`` swaps it in, ``abandon()`` keeps it as ``*.failed-<time>``."""
 
     def __init__(self, final: Path):
         self.final = final.resolve()
-        self.final.parent.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.path = self.final.parent / f".{self.final.name}.partial-{stamp}-{os.getpid()}"
-        self.path.mkdir()
+        try:
+            self.final.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ResultsWriteError(e.filename or self.final.parent, e, "cannot create the folder") from e
+        try:
+            self.path.mkdir()
+        except OSError as e:
+            raise ResultsWriteError(self.path, e, "cannot create the run folder") from e
         self._lock = threading.Lock()
         self._failed: Path | None = None
+        GUARD.add_keeper(self.abandon)
 
     def commit(self) -> Path:
+        """Swap the staged folder in. When a move fails, the earlier result is put back and the staged folder
+        kept as ``*.failed-<time>``; the error names the path."""
+        with GUARD.deferred():  # a signal between the two moves would leave neither result in place
+            return self._commit()
+
+    def _commit(self) -> Path:
         old = None
-        if self.final.exists():
-            old = self.final.parent / f".{self.final.name}.old-{os.getpid()}"
-            os.replace(self.final, old)
-        os.replace(self.path, self.final)
+        try:
+            if self.final.exists():
+                old = self.final.parent / f".{self.final.name}.old-{os.getpid()}"
+                os.replace(self.final, old)
+            os.replace(self.path, self.final)
+        except OSError as e:
+            if old is not None and not self.final.exists():
+                try:
+                    os.replace(old, self.final)
+                except OSError as back:
+                    log.error("the earlier result could not be put back; it is in %s: %s", old, back)
+            failed = self.fail(e)
+            raise ResultsWriteError(self.final, e, f"cannot move the finished run (kept in {failed}) to") from e
+        GUARD.remove_keeper(self.abandon)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
         return self.final
 
+    def fail(self, error: BaseException) -> Path:
+        """Keep the partial output of a run that raised ``error`` and say where it went (the staging folder
+        itself when even that move fails: the original error matters more)."""
+        try:
+            failed = self.abandon()
+        except OSError as e:
+            log.error("the partial output could not be moved aside (%s); it is in %s", e, self.path)
+            GUARD.remove_keeper(self.abandon)
+            return self.path
+        if isinstance(error, Interrupted):
+            error.kept = failed  # the CLI's message names it
+        else:
+            log.error("run failed; its partial output is in %s", failed)
+        return failed
+
+    @contextmanager
+    def guarded(self) -> Iterator[None]:
+        """Run the block that writes into the staging folder: on any exception the folder is kept as
+        ``*.failed-<time>``; an OSError writing the results becomes :class:`ResultsWriteError`."""
+        try:
+            yield
+        except OSError as e:
+            failed = self.fail(e)
+            written = results_error(e, self.path)
+            if written is None:
+                raise
+            written.moved(self.path, failed)
+            raise written from e
+        except BaseException as e:
+            failed = self.fail(e)
+            if isinstance(e, ResultsWriteError):
+                e.moved(self.path, failed)
+            raise
+
     def abandon(self) -> Path:
-        """Idempotent and thread-safe (the runner's watchdog and the main thread may both abandon); never
-        collides with an earlier failed run of the same second."""
+        """Idempotent and thread-safe (the runner's watchdog, the signal guard and the main thread may all
+        abandon); never collides with an earlier failed run of the same second."""
+        GUARD.remove_keeper(self.abandon)
         with self._lock:
             if self._failed is not None:
                 return self._failed
@@ -72,6 +194,35 @@ class StagedDir:
                 self._failed = failed
                 return failed
         raise AssertionError("unreachable")
+
+
+# how each of LoadGen's logs ends when it was written in full (LoadGen cannot report a failed write)
+_LOG_ENDINGS = {
+    "mlperf_log_summary.txt": ("encountered during test.", "See detailed log."),
+    "mlperf_log_detail.txt": ("}",),
+    "mlperf_log_accuracy.json": ("]",),
+}
+
+
+def check_loadgen_logs(outdir: Path) -> None:
+    """LoadGen writes its logs from C++ and ignores write errors: a full disk or a file-size limit leaves them
+    cut short. Raise :class:`ResultsWriteError` naming the first log that is missing or incomplete."""
+    for name, endings in _LOG_ENDINGS.items():
+        path = Path(outdir) / name
+        try:
+            with open(path, "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(0, size - 256))
+                tail = f.read().decode(errors="replace").rstrip()
+        except FileNotFoundError:
+            if name == "mlperf_log_accuracy.json":
+                continue
+            raise ResultsWriteError(path, "it is missing (is the disk full?)", "LoadGen could not write") from None
+        except OSError as e:
+            raise ResultsWriteError(path, e, "cannot read LoadGen's log") from e
+        if not tail.endswith(endings):
+            raise ResultsWriteError(path, f"it ends after {size:,} bytes, cut short (is the disk full or the "
+                                          f"file size limited?)", "LoadGen could not write in full")
 
 
 @dataclass

@@ -28,6 +28,7 @@ from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.explain import error_texts as explain_errors
 from mlharness.loadgen.qsl import SampleLoader, SampleStore, check_sample_count
 from mlharness.loadgen.rundir import StagedDir, Summary, default_output, detail_values, parse_summary
+from mlharness.loadgen.rundir import check_loadgen_logs, write_result
 from mlharness.loadgen.sut import NetworkQDL, Pipeline, Strategy, SystemUnderTest
 from mlharness.manifest.assets import cache_dir, resolve_asset
 from mlharness.manifest.hooks import HookSet
@@ -255,15 +256,11 @@ def run(opts: RunOptions) -> RunResult:
             # failed run's goes, so it is not left behind as a hidden staging folder
             stuck = opts.on_stuck_failure
             opts = replace(opts, on_stuck_failure=lambda err, _outdir: stuck(err, staged.abandon()))
-        try:
+        with staged.guarded():  # a failure keeps the partial output as *.failed-<time>
             summary, accuracy, metadata = _run_loadgen(
                 loaded, opts, hooks, ctx, predictors, settings, plan, staged.path, total, perf_count, batch,
                 benchmark, framework_version, affinity,
             )
-        except BaseException:
-            failed = staged.abandon()
-            log.error("run failed; its partial output is in %s", failed)
-            raise
         final = staged.commit()
         return RunResult(final, summary, accuracy, metadata)
     finally:
@@ -432,6 +429,7 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictors, settings, plan, outdir, t
     trace = outdir / "mlperf_log_trace.json"
     if not log_settings.enable_trace and trace.is_file() and trace.stat().st_size == 0:
         trace.unlink()  # LoadGen creates it even with tracing off
+    check_loadgen_logs(outdir)
     summary = parse_summary(outdir / "mlperf_log_summary.txt", opts.scenario)
     detail = detail_values(outdir / "mlperf_log_detail.txt")
     accuracy = None
@@ -442,7 +440,7 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictors, settings, plan, outdir, t
             count=total, options=dict(loaded.model.accuracy.options),
         )
         accuracy = metric.score(outdir / "mlperf_log_accuracy.json", actx)
-        (outdir / "accuracy.txt").write_text(accuracy.text)
+        write_result(outdir / "accuracy.txt", accuracy.text)
 
     given = plan.overrides.given()
     reasons = list(plan.not_submittable)
@@ -494,7 +492,7 @@ def _run_loadgen(loaded, opts, hooks, ctx, predictors, settings, plan, outdir, t
         "host": host_facts(),
         "telemetry": observers.telemetry,
     }
-    (outdir / METADATA_FILE).write_text(json.dumps(metadata, indent=2, default=str) + "\n")
+    write_result(outdir / METADATA_FILE, json.dumps(metadata, indent=2, default=str) + "\n")
     return summary, accuracy, metadata
 
 

@@ -19,8 +19,9 @@
   one ``QuerySamplesComplete`` while their buffers are alive. A batch whose predict took under a millisecond
   is completed by its runner instead: for such a model the hand-off would cost more than it hides.
 
-Every sample reaches the completer exactly once; after the first error no model runs and every batch is
-completed with empty responses, so LoadGen always reaches its end.
+Every sample reaches the completer exactly once; after the first error, or once a signal drained the SUT, no
+model runs and every batch is completed with empty responses, so LoadGen always reaches its end (an Offline
+query stops between two batches).
 """
 
 from __future__ import annotations
@@ -215,7 +216,7 @@ class StagedWorkers:
                     ahead = self._gathers_ahead()
                 for start in range(0, len(ids), mb):
                     batch = Batch(ids[start:start + mb], idx[start:start + mb], True, first_ns)
-                    if ahead and sut.error is None:
+                    if ahead and not sut.halted:
                         t0 = tracer.now() if tracer is not None else 0
                         try:
                             batch.inputs = gather(batch.idx_parts[0])
@@ -248,7 +249,7 @@ class StagedWorkers:
             if batch is None:
                 done(STOP)
                 return
-            if sut.error is not None:
+            if sut.halted:
                 done((batch, None, None))
                 continue
             if tracer is not None:
@@ -307,7 +308,7 @@ class StagedWorkers:
         sut = self.sut
         ids_a, idx_a = batch.arrays()
         ids = ids_a.tolist()
-        if pipeline is not None and sut.error is None:
+        if pipeline is not None and not sut.halted:
             tracer = sut.tracer
             t0 = tracer.now() if tracer is not None else 0
             try:

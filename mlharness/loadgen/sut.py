@@ -8,7 +8,8 @@ instance run inline on LoadGen's thread instead (nothing to overlap: LoadGen wai
 
 Every issued sample is completed exactly once. When anything in the timed path raises, the SUT records the
 first error, completes the failing batch with empty responses, and from then on completes every sample at
-once without running the model, so LoadGen reaches its end; the runner then fails the run loudly.
+once without running the model, so LoadGen reaches its end; the runner then fails the run loudly. A signal
+(SIGINT, SIGTERM) drains the SUT the same way (:meth:`_Completions.drain`, :mod:`mlharness.loadgen.interrupt`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import HookError, MLHarnessError, RunFailed
+from mlharness.loadgen.interrupt import GUARD, Interrupted
 from mlharness.loadgen.qsl import SampleLoader, SampleStore
 from mlharness.loadgen.stages import StagedWorkers
 from mlharness.manifest.hooks import HookSet
@@ -202,6 +204,9 @@ class _Completions:
         self.completed = 0
         self.batches = 0
         self.error: BaseException | None = None
+        self.interrupted: Interrupted | None = None
+        # no model runs any more (a failure or a signal): every sample is completed empty at once
+        self.halted = False
         self._lg: Any = None
 
     def _count_issued(self, n: int) -> None:
@@ -218,10 +223,23 @@ class _Completions:
             first = self.error is None
             if first:
                 self.error = e
+                self.halted = True
         if first:
             log.error("%s failed: %s", self.failure_label, e)
             if self.on_failure is not None:
                 self.on_failure(e)
+
+    def drain(self, interrupted: Interrupted) -> None:
+        """A signal: stop running the model; what was issued and what LoadGen issues from now on is completed
+        with empty responses as it reaches a worker, so LoadGen can end its test."""
+        with self._count_lock:
+            if self.interrupted is None:
+                self.interrupted = interrupted
+            self.halted = True
+
+    def _start_test(self, start_test: Callable[[], None]) -> None:
+        """LoadGen's StartTest on a worker thread, so that SIGINT/SIGTERM are handled while it runs."""
+        GUARD.run_test(start_test, self.drain)
 
     def _complete_parts(self, parts: list[tuple[list[int], np.ndarray | None, np.ndarray | None]]) -> None:
         """Complete several batches with one ``QuerySamplesComplete``: sample ``ids[k]`` of a part with
@@ -248,6 +266,8 @@ class _Completions:
         self._complete_parts([(ids, None, None)])
 
     def _raise_if_failed(self) -> None:
+        if self.interrupted is not None and self.issued == self.completed:
+            raise self.interrupted  # the user's signal explains the end; a failure before it was logged
         if self.issued != self.completed:
             raise RunFailed(f"internal error: {self.issued} samples issued but {self.completed} completed")
         if self.error is not None:
@@ -338,7 +358,7 @@ class SystemUnderTest(_Completions):
         pipeline = pipeline or self.pipeline
         tracer = self.tracer
         t_batch = tracer.now() if tracer is not None else 0
-        if self.error is None:
+        if not self.halted:
             try:
                 buf, offsets = pipeline.run(idx)
                 t_complete = tracer.now() if tracer is not None else 0
@@ -362,6 +382,8 @@ class SystemUnderTest(_Completions):
 
         def load(indices: list[int]) -> None:
             nonlocal warmed
+            if self.halted:
+                return  # interrupted or failed: no sample will be read
             try:
                 loader.load(indices)
                 if not warmed and indices:
@@ -389,7 +411,7 @@ class SystemUnderTest(_Completions):
         sut = lg.ConstructFastSUT(issue, self.flush)
         self.start()
         try:
-            lg.StartTestWithLogSettings(sut, qsl, settings, log_settings, audit_config)
+            self._start_test(lambda: lg.StartTestWithLogSettings(sut, qsl, settings, log_settings, audit_config))
         finally:
             self.stop()
             lg.DestroyFastSUT(sut)
@@ -441,7 +463,7 @@ class NetworkQDL(_Completions):
 
     # -- requests ----------------------------------------------------------------------------------------------
     def _send(self, ids: list[int], indices: list[int]) -> None:
-        if self.error is not None:
+        if self.halted:
             self._complete_empty(ids)
             return
         with self._lock:
@@ -457,7 +479,7 @@ class NetworkQDL(_Completions):
                 error = RunFailed(f"an agent answered {len(responses)} responses for {len(ids)} samples")
             if error is not None:
                 self._fail(error)
-            if responses is None or self.error is not None:
+            if responses is None or self.halted:
                 self._complete_empty(ids)
             else:
                 sizes = np.fromiter((len(r) for r in responses), dtype=np.int64, count=len(responses))
@@ -492,7 +514,7 @@ class NetworkQDL(_Completions):
         qsl = lg.ConstructQSL(total_count, performance_count, load, unload)
         qdl = lg.ConstructQDL(self.issue, self.flush, self.name)
         try:
-            lg.StartTestWithLogSettings(qdl, qsl, settings, log_settings, audit_config)
+            self._start_test(lambda: lg.StartTestWithLogSettings(qdl, qsl, settings, log_settings, audit_config))
         finally:
             with self._lock:  # LoadGen waits for every sample, so this is only a safety net
                 self._idle.wait_for(lambda: self._in_flight == 0, timeout=30)

@@ -13,12 +13,14 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 from mlharness.errors import MLHarnessError
+from mlharness.loadgen.interrupt import GUARD
 from mlharness.loadgen.rundir import parse_summary
 from mlharness.submission.layout import Tree, replace_dir, stamp, unique
 from mlharness.submission.rules import OPTIONAL_LOG_FILES, REQUIRED_ACC_FILES, REQUIRED_PERF_FILES
@@ -36,11 +38,11 @@ STEP_FILES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
 
 class StepFailed(MLHarnessError):
     """A LoadGen test of the submission failed; the command exits with the run's status (2: the user's input,
-    3: the run itself)."""
+    3: the run itself, 130/143: interrupted by SIGINT/SIGTERM)."""
 
     def __init__(self, message: str, exit_code: int):
         super().__init__(message)
-        self.exit_code = exit_code if exit_code in (2, 3) else 3
+        self.exit_code = exit_code if exit_code in (2, 3, 128 + signal.SIGINT, 128 + signal.SIGTERM) else 3
 
 
 def complete(tree: Tree, ids: tuple[str, str, str], step: str, signature: str) -> bool:
@@ -71,13 +73,28 @@ def run_step(tree: Tree, ids: tuple[str, str, str], step: str, argv: list[str], 
     with open(log_path, "w") as logf:
         logf.write(f"$ {shlex.join(argv)}\n\n")
         logf.flush()
-        rc = subprocess.run(argv, stdout=logf, stderr=subprocess.STDOUT, check=False).returncode
+        rc = _child(argv, logf)
     seconds = time.monotonic() - started
     if rc != 0:
         _fail(tree, ids, step, rc, log_path)
-    _place(tree, ids, step, out, log_path, {"step": step, "argv": argv, "signature": signature,
-                                             "seconds": round(seconds, 3), "finished": stamp()})
+    with GUARD.deferred():  # the results tree is never left half swapped
+        _place(tree, ids, step, out, log_path, {"step": step, "argv": argv, "signature": signature,
+                                                 "seconds": round(seconds, 3), "finished": stamp()})
+    GUARD.check()  # a signal the finished child outran: its result is in place; stop before the next step
     return seconds
+
+
+def _child(argv: list[str], logf: Any) -> int:
+    """The child's exit status. It runs in a session of its own, so a Ctrl-C on the terminal reaches it once,
+    forwarded by this process's signal guard (as does a SIGTERM sent to this process only); it then stops its
+    LoadGen test and keeps its logs, exiting 130/143."""
+    with subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True) as proc:
+        with GUARD.child(proc):
+            while True:
+                try:
+                    return proc.wait()
+                except KeyboardInterrupt:  # no guard installed (library use): stop the child, then wait
+                    proc.send_signal(signal.SIGINT)
 
 
 def _fail(tree: Tree, ids: tuple[str, str, str], step: str, rc: int, log_path: Path) -> None:
