@@ -151,7 +151,7 @@ def default_dataset(manifest: str, dataset_path: str | None, count: int) -> str 
     if dataset_path is not None or not manifest.startswith("resnet50"):
         return dataset_path
     from mlharness.manifest.assets import cache_dir
-    from mlharness.tasks.imagenet_synth import write_synthetic_imagenet
+    from mlharness.tasks.imagenet.synth import write_synthetic_imagenet
 
     folder = cache_dir() / "bench" / f"imagenet-synth-{count}"
     if not (folder / "val_map.txt").is_file():

@@ -164,15 +164,14 @@ def _add_group_commands(sub: argparse._SubParsersAction) -> None:
         module.register(sub)
 
 
-# Task modules that add `dataset synth|prepare <task>` and `accuracy <task>` commands. Each module exposes
-# ``register(synth=..., prepare=..., accuracy=...)`` adding sub-parsers with ``set_defaults(func=handler)``;
-# handlers take (args, console) and return an exit status. They import heavy libraries only inside handlers.
-TASK_CLI_MODULES = ("mlharness.tasks.cli_imagenet", "mlharness.tasks.cli_squad", "mlharness.tasks.cli_kits19",
-                    "mlharness.tasks.openimages.cli", "mlharness.tasks.coco.cli")
-
-
 def _add_task_commands(sub: argparse._SubParsersAction) -> None:
+    """Each task's ``cli`` module (:func:`mlharness.tasks.cli_modules`) adds its `dataset synth|prepare <task>` and
+    `accuracy <task>` commands through ``register(synth=..., prepare=..., accuracy=...)``: sub-parsers with
+    ``set_defaults(func=handler)``, handlers taking (args, console) and returning an exit status. They import heavy
+    libraries only inside handlers."""
     import importlib
+
+    from mlharness.tasks import cli_modules
 
     ds = sub.add_parser("dataset", help="generate synthetic datasets, prepare real ones").add_subparsers(
         dest="action", required=True)
@@ -181,7 +180,7 @@ def _add_task_commands(sub: argparse._SubParsersAction) -> None:
     prepare = ds.add_parser("prepare", help="pre-process a real dataset").add_subparsers(dest="task", required=True)
     accuracy = sub.add_parser("accuracy", help="recompute accuracy from an mlperf_log_accuracy.json").add_subparsers(
         dest="task", required=True)
-    for name in TASK_CLI_MODULES:
+    for name in cli_modules():
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as e:

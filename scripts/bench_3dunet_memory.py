@@ -2,7 +2,7 @@
 """Peak memory of the 3D U-Net sliding window with the full-size (random-weight) network on one synthetic case.
 
 Writes one synthetic KiTS19 case, pre-processes it like the reference, builds the random 3D U-Net (widths 32..320)
-and runs :func:`mlharness.tasks.sliding_window.segment_volume` through onnxruntime, printing the resident memory
+and runs :func:`mlharness.tasks.kits19.sliding_window.segment_volume` through onnxruntime, printing the resident memory
 after every model call and the peak.  The resident memory should rise once (onnxruntime's activations for the first
 patch batch, plus the two accumulators of the volume), once more at the second call (onnxruntime's memory-pattern
 planner allocates its block on the second run of a session), and then stay flat however many windows and passes
@@ -45,7 +45,10 @@ def main() -> int:
 
     import onnxruntime as ort
 
-    from mlharness.tasks import kits19, kits19_synth, sliding_window
+    from mlharness.tasks.kits19 import dataset as kits19
+    from mlharness.tasks.kits19 import models as kits19_models
+    from mlharness.tasks.kits19 import sliding_window
+    from mlharness.tasks.kits19 import synth as kits19_synth
 
     with tempfile.TemporaryDirectory(prefix="bench-3dunet-") as tmp:
         work = args.workdir or Path(tmp)
@@ -54,7 +57,7 @@ def main() -> int:
         case = f"case_{args.case:05d}"
         kits19.prepare(raw, prep, [case])
         volume = kits19.PreparedKits19.open(prep).image(0)
-        model = kits19_synth.ensure_random_unet(work / f"unet3d_random_w{args.width}_d{args.depth}.onnx")
+        model = kits19_models.ensure_random_unet(work / f"unet3d_random_w{args.width}_d{args.depth}.onnx")
         opts = ort.SessionOptions()
         if args.threads:
             opts.intra_op_num_threads = args.threads

@@ -24,9 +24,9 @@ from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.runner import RunOptions, resolve_model_file, run
 from mlharness.manifest.assets import cache_dir
 from mlharness.manifest.loader import load_manifest
-from mlharness.tasks import vision
-from mlharness.tasks.imagenet import validation_files
-from mlharness.tasks.imagenet_synth import write_synthetic_imagenet
+from mlharness.tasks.imagenet import preprocess as vision
+from mlharness.tasks.imagenet.dataset import validation_files
+from mlharness.tasks.imagenet.synth import write_synthetic_imagenet
 
 MANIFEST = "resnet50-random"
 

@@ -51,7 +51,7 @@ accuracy: {{metric: imagenet_top1, options: {{val_map: val_map.txt}}}}
 batching: {{max_batchsize: 8}}
 preprocess: |
   import numpy as np
-  from mlharness.tasks import demo
+  from mlharness.tasks.demo import dataset as demo
 
   def preprocess(ctx, index):
       return np.array([demo.demo_label(index)], dtype=np.int64)
@@ -74,7 +74,7 @@ response: {{element_type: float32}}
 accuracy: {{metric: imagenet_top1, options: {{val_map: val_map.txt}}}}
 batching: {{max_batchsize: 1, Offline: 32}}
 preprocess: |
-  from mlharness.tasks import demo
+  from mlharness.tasks.demo import dataset as demo
 
   def preprocess(ctx, index):
       return demo.preprocess_demo(LOADED[index], layout="NCHW")
@@ -559,7 +559,7 @@ def test_interop_with_mlserver(run_cli, tmp_path, shared_cache, local_demo):
     if exe is None:
         pytest.skip("Seldon MLServer not found: set $MLHARNESS_MLSERVER to an mlserver executable (it pins "
                     "protobuf<7, so it lives in its own virtual environment)")
-    from mlharness.tasks import demo
+    from mlharness.tasks.demo import dataset as demo
 
     repo = tmp_path / "mlserver"
     (repo / "demo").mkdir(parents=True)

@@ -153,7 +153,7 @@ SUBMISSION_OVERRIDES = {"status": "available", "system_type": "edge", "cooling":
 
 @pytest.fixture(scope="module")
 def imagenet(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from mlharness.tasks.imagenet_synth import write_synthetic_imagenet
+    from mlharness.tasks.imagenet.synth import write_synthetic_imagenet
 
     return write_synthetic_imagenet(tmp_path_factory.mktemp("imagenet") / "imagenet", count=32)
 

@@ -19,6 +19,7 @@ from mlharness.submission.layout import Tree
 from mlharness.submission.package import package
 from tests.helpers.loadgen_logs import write_run
 
+
 def verdict(tmp_path: Path, test: str, scenario: str, ref: float, score: float):
     return verify_performance(write_run(tmp_path / "ref", scenario, ref), write_run(tmp_path / "test", scenario, score),
                               test)

@@ -14,16 +14,17 @@ from PIL import Image
 
 from mlharness.errors import AccuracyError, DatasetError
 from mlharness.tasks.base import AccuracyContext
-from mlharness.tasks.demo import (
+from mlharness.tasks.demo.dataset import (
     DEMO_CLASSES,
     DEMO_COLORS,
     DEMO_SIZE,
     demo_root,
     ensure_demo_dataset,
-    ensure_demo_model,
     preprocess_demo,
 )
-from mlharness.tasks.imagenet import ImagenetTop1Metric, read_val_map
+from mlharness.tasks.demo.models import ensure_demo_model
+from mlharness.tasks.imagenet.dataset import read_val_map
+from mlharness.tasks.imagenet.metric import ImagenetTop1Metric
 
 VAL_MAP_LINE = re.compile(r"^ILSVRC2012_val_\d{8}\.JPEG \d+$")
 
@@ -101,7 +102,7 @@ def test_ensure_demo_model_reuses_and_is_atomic(tmp_path: Path) -> None:
 
 
 def test_atomic_write_keeps_the_old_file_and_no_temporary_on_failure(tmp_path: Path) -> None:
-    from mlharness.tasks._files import atomic_write, atomic_write_bytes
+    from mlharness.tasks.files import atomic_write, atomic_write_bytes
 
     path = atomic_write_bytes(tmp_path / "sub" / "f.bin", b"old")
     seen: list[str] = []

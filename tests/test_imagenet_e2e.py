@@ -24,8 +24,10 @@ from mlharness.loadgen.rundir import parse_summary
 from mlharness.loadgen.runner import resolve_load_workers
 from mlharness.manifest.loader import load_manifest
 from mlharness.paths import MANIFESTS_DIR
-from mlharness.tasks import imagenet_synth, vision
-from mlharness.tasks.imagenet import read_val_map
+from mlharness.tasks.imagenet import models as imagenet_models
+from mlharness.tasks.imagenet import preprocess as vision
+from mlharness.tasks.imagenet import synth as imagenet_synth
+from mlharness.tasks.imagenet.dataset import read_val_map
 
 MANIFESTS = MANIFESTS_DIR / "resnet50"
 N_IMAGES = 500
@@ -73,7 +75,7 @@ def test_synthetic_imagenet_has_the_official_layout_and_varied_images(small_imag
 def test_oracle_has_the_real_models_interface_and_reads_only_correct_preprocessing(small_imagenet: Path,
                                                                                      tmp_path: Path) -> None:
     real = load_manifest(MANIFESTS / "resnet50.yaml").model
-    model = onnx.load(str(imagenet_synth.ensure_oracle_model(tmp_path / "oracle.onnx")))
+    model = onnx.load(str(imagenet_models.ensure_oracle_model(tmp_path / "oracle.onnx")))
     assert [i.name for i in model.graph.input] == [real.inputs[0].name] == ["input_tensor:0"]
     assert [o.name for o in model.graph.output] == ["ArgMax:0", "softmax_tensor:0"]
     dims = [d.dim_value for d in model.graph.output[1].type.tensor_type.shape.dim]
@@ -265,7 +267,7 @@ def _torch_resnet50_v15(torch, state: dict, x):  # noqa: ANN001, ANN202
 def test_torchvision_weights_convert_to_the_same_network(tmp_path: Path) -> None:
     """resnet50-1000's converter: BN folding and the v1.5 layout reproduce torch's own forward pass."""
     torch = pytest.importorskip("torch")
-    from mlharness.tasks.resnet50_onnx import convert_torchvision_checkpoint
+    from mlharness.tasks.imagenet.resnet50_onnx import convert_torchvision_checkpoint
 
     state = _torchvision_state_dict(torch)
     torch.save(state, tmp_path / "resnet50.pth")

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from mlharness.tasks.imagenet_synth import write_synthetic_imagenet
+from mlharness.tasks.imagenet.synth import write_synthetic_imagenet
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,8 @@ import yaml
 
 from mlharness.errors import DatasetError
 from mlharness.manifest.loader import find_builtin
-from mlharness.tasks import kits19, kits19_synth
+from mlharness.tasks.kits19 import dataset as kits19
+from mlharness.tasks.kits19 import models as kits19_models
 
 pytestmark = pytest.mark.slow
 
@@ -262,9 +263,9 @@ def test_random_unet_matches_the_reference_architecture(tmp_path: Path):
     import torch.nn.functional as F
     from onnx import numpy_helper
 
-    model = kits19_synth.build_random_unet(width=2, depth=1, seed=3)
-    assert kits19_synth.unet_widths(32, 4) == [32, 64, 128, 256, 320]
-    path = kits19_synth._save(model, tmp_path / "unet.onnx")
+    model = kits19_models.build_random_unet(width=2, depth=1, seed=3)
+    assert kits19_models.unet_widths(32, 4) == [32, 64, 128, 256, 320]
+    path = kits19_models._save(model, tmp_path / "unet.onnx")
     w = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in onnx.load(str(path)).graph.initializer}
     convs = iter(n for n in model.graph.node if n.op_type in ("Conv", "InstanceNormalization", "ConvTranspose"))
 

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from mlharness.errors import AccuracyError, DatasetError
-from mlharness.tasks import kits19, sliding_window
-from mlharness.tasks.kits19_dice import accuracy_text, dice_scores, summarize
+from mlharness.tasks.kits19 import dataset as kits19
+from mlharness.tasks.kits19 import sliding_window
+from mlharness.tasks.kits19.metric import accuracy_text, dice_scores, summarize
 
 
 # -- Gaussian importance map ---------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import pytest
 
 from mlharness.errors import DatasetError
 from mlharness.submission.rules import ACC_PATTERNS
-from mlharness.tasks import kits19
+from mlharness.tasks.kits19 import dataset as kits19
 
 SHAPES = [(8, 10, 12), (10, 8, 8), (12, 8, 10)]
 CASES = ["case_00003", "case_00000", "case_00007"]  # the file list's order is the qsl index, not sorted

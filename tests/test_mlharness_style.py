@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mlharness.tasks.demo import ensure_demo_dataset, ensure_demo_model
+from mlharness.tasks.demo.dataset import ensure_demo_dataset
+from mlharness.tasks.demo.models import ensure_demo_model
 
 pytestmark = pytest.mark.slow
 

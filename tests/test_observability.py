@@ -114,7 +114,7 @@ def test_framework_profile_lands_inside_predict(framework, tmp_path):
 
 @pytest.fixture(scope="module")
 def imagenet8(tmp_path_factory) -> Path:
-    from mlharness.tasks.imagenet_synth import write_synthetic_imagenet
+    from mlharness.tasks.imagenet.synth import write_synthetic_imagenet
 
     return write_synthetic_imagenet(tmp_path_factory.mktemp("imagenet") / "val", 8)
 

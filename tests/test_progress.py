@@ -23,7 +23,7 @@ preprocess: |
   import time
 
   import numpy as np
-  from mlharness.tasks import demo
+  from mlharness.tasks.demo import dataset as demo
 
   def preprocess(ctx, index):
       time.sleep({load_ms} / 1000)

@@ -190,7 +190,7 @@ def test_resnet50_factory_matches_the_onnx_resnet50(resnet_weights, resnet_input
     torchvision weights (batch norms folded): the same classes and log-probabilities."""
     import onnxruntime as ort
 
-    from mlharness.tasks.resnet50_onnx import torchvision_resnet50
+    from mlharness.tasks.imagenet.resnet50_onnx import torchvision_resnet50
 
     graph = torchvision_resnet50({k: v.numpy() for k, v in resnet_weights[0].items()})
     sess = ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -227,7 +227,7 @@ def test_resnet50_tensorflow_variant_names_resolve_in_a_frozen_graph(tmp_path) -
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-    from mlharness.tasks import vision
+    from mlharness.tasks.imagenet import preprocess as vision
 
     rng = np.random.default_rng(0)
     w = tf.Variable(rng.standard_normal((3, 1001)).astype(np.float32))
@@ -281,7 +281,7 @@ def _reference_bert_keys(layers: int) -> list[str]:
 
 
 def test_bert_manifest_builds_bert_large() -> None:
-    from mlharness.tasks.bert_torch import BERT_LARGE_CONFIG
+    from mlharness.tasks.squad.bert_torch import BERT_LARGE_CONFIG
 
     m = load_manifest("bert@pytorch").model
     args = m.framework.options["factory_args"]
@@ -339,7 +339,7 @@ def test_bert_factory_loads_the_reference_checkpoint_layout(tmp_path) -> None:
 
 def test_bert_factory_still_loads_strictly() -> None:
     """Only the unused pooler and buffer keys are forgiven: a missing or misnamed weight still fails."""
-    from mlharness.tasks.bert_torch import bert_squad
+    from mlharness.tasks.squad.bert_torch import bert_squad
 
     model = bert_squad(config=TINY_BERT)
     state = dict(model.state_dict())

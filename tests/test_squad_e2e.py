@@ -11,7 +11,7 @@ import pytest
 
 from mlharness.loadgen.rundir import parse_summary
 from mlharness.paths import MANIFESTS_DIR
-from mlharness.tasks.squad_synth import synthetic_squad
+from mlharness.tasks.squad.synth import synthetic_squad
 
 pytestmark = pytest.mark.slow
 

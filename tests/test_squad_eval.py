@@ -6,7 +6,13 @@ import json
 
 import pytest
 
-from mlharness.tasks.squad_eval import evaluate, exact_match_score, f1_score, normalize_answer, result_text
+from mlharness.tasks.squad.evaluate import (
+    evaluate,
+    exact_match_score,
+    f1_score,
+    normalize_answer,
+    result_text,
+)
 
 
 @pytest.mark.parametrize(

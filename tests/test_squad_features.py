@@ -10,8 +10,12 @@ import numpy as np
 import pytest
 
 from mlharness.errors import AccuracyError
-from mlharness.tasks import squad, squad_post, squad_synth
-from mlharness.tasks.squad import SquadExample, check_is_max_context, convert_examples_to_features
+from mlharness.tasks.squad import dataset as squad
+from mlharness.tasks.squad import metric as squad_metric
+from mlharness.tasks.squad import models as squad_models
+from mlharness.tasks.squad import postprocess as squad_post
+from mlharness.tasks.squad import synth as squad_synth
+from mlharness.tasks.squad.dataset import SquadExample, check_is_max_context, convert_examples_to_features
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "what", "is", "x", "?", ".", "a", "b", "c", "d", "e",
          "f", "g", "h", "##s", "long"]
@@ -187,8 +191,8 @@ def test_synthetic_set_needs_several_spans_and_the_oracle_answers_everything(syn
     fast = squad.convert_examples_to_features(examples, squad.load_tokenizer(synthetic / "vocab.txt", "fast"))
     assert np.array_equal(fast.input_ids, features.input_ids)
 
-    session = ort.InferenceSession(str(squad_synth.ensure_oracle_model(tmp_path / "oracle.onnx")))
-    start, end = session.run(None, dict(zip(squad_synth.INPUT_NAMES, (
+    session = ort.InferenceSession(str(squad_models.ensure_oracle_model(tmp_path / "oracle.onnx")))
+    start, end = session.run(None, dict(zip(squad_models.INPUT_NAMES, (
         features.input_ids.astype(np.int64), features.input_mask.astype(np.int64),
         features.segment_ids.astype(np.int64)), strict=True)))
     # answers are found in later spans too: the max-context start of some answers lies in span >= 1
@@ -197,14 +201,14 @@ def test_synthetic_set_needs_several_spans_and_the_oracle_answers_everything(syn
     # scoring through a LoadGen-format log: all features, then only the first 40 (complete questions only)
     log = tmp_path / "mlperf_log_accuracy.json"
     _write_log(log, {f: np.stack([start[f], end[f]], axis=-1) for f in range(len(features))})
-    result = squad.score_accuracy_log(log, synthetic / "dev-v1.1.json", synthetic / "vocab.txt",
+    result = squad_metric.score_accuracy_log(log, synthetic / "dev-v1.1.json", synthetic / "vocab.txt",
                                       tmp_path / "predictions.json")
     assert result.text == '{"exact_match": 100.0, "f1": 100.0}\n'
     predictions = json.loads((tmp_path / "predictions.json").read_text())
     truths = {qa["id"]: qa["answers"][0]["text"] for a in data for p in a["paragraphs"] for qa in p["qas"]}
     assert predictions == truths
     _write_log(log, {f: np.stack([start[f], end[f]], axis=-1) for f in range(40)})
-    partial = squad.score_accuracy_log(log, synthetic / "dev-v1.1.json", synthetic / "vocab.txt")
+    partial = squad_metric.score_accuracy_log(log, synthetic / "dev-v1.1.json", synthetic / "vocab.txt")
     complete = int((np.bincount(features.example_index)[:].cumsum() <= 40).sum())
     touched = len(set(features.example_index[:40].tolist()))  # questions with at least one logged feature
     # every question is scored (the official line); the fully logged ones are also given as a labelled subset

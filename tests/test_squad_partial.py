@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 
 from mlharness.submission.rules import ACC_PATTERNS
-from mlharness.tasks import squad, squad_synth
+from mlharness.tasks.squad import dataset as squad
+from mlharness.tasks.squad import models as squad_models
+from mlharness.tasks.squad import synth as squad_synth
 from tests.helpers.squad_official import official_line
 
 QUESTIONS = 24
@@ -33,8 +35,8 @@ def oracle_logits(tmp_path_factory: pytest.TempPathFactory):
     root = squad_synth.write_synthetic_squad(tmp_path_factory.mktemp("squad"), count=QUESTIONS)
     features = squad.load_features(root / "dev-v1.1.json", root / "vocab.txt",
                                    cache=tmp_path_factory.mktemp("cache"))
-    session = ort.InferenceSession(str(squad_synth.ensure_oracle_model(root / "oracle.onnx")))
-    start, end = session.run(None, dict(zip(squad_synth.INPUT_NAMES, (
+    session = ort.InferenceSession(str(squad_models.ensure_oracle_model(root / "oracle.onnx")))
+    start, end = session.run(None, dict(zip(squad_models.INPUT_NAMES, (
         features.input_ids.astype(np.int64), features.input_mask.astype(np.int64),
         features.segment_ids.astype(np.int64)), strict=True)))
     return root, features, np.stack([start, end], axis=-1).astype(np.float32)

@@ -97,7 +97,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def tree(env: dict[str, str], work: Path) -> dict[str, object]:
     """One results tree: the demo and the ResNet50 oracle, Offline and SingleStream, open division."""
-    from mlharness.tasks.imagenet_synth import write_synthetic_imagenet
+    from mlharness.tasks.imagenet.synth import write_synthetic_imagenet
 
     overrides = work / "system.yaml"
     overrides.write_text(yaml.safe_dump(OVERRIDES))

@@ -221,7 +221,7 @@ def test_test01_accuracy_compares_first_elements(tmp_path):
 
 def test_test01_fallback_accepts_small_accuracy_changes(tmp_path):
     from mlharness.tasks.base import AccuracyContext
-    from mlharness.tasks.imagenet import ImagenetTop1Metric
+    from mlharness.tasks.imagenet.metric import ImagenetTop1Metric
 
     labels = [i % 7 for i in range(200)]
     (tmp_path / "val_map.txt").write_text("".join(f"img{i}.JPEG {label}\n" for i, label in enumerate(labels)))

@@ -18,7 +18,7 @@ import pytest
 from PIL import Image
 
 from mlharness.errors import DatasetError
-from mlharness.tasks import vision
+from mlharness.tasks.imagenet import preprocess as vision
 
 # (name, height, width, JPEG mode)
 IMAGES = [

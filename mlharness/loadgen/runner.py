@@ -27,8 +27,15 @@ from mlharness.loadgen import calibrate
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.explain import error_texts as explain_errors
 from mlharness.loadgen.qsl import SampleLoader, SampleStore, check_sample_count
-from mlharness.loadgen.rundir import StagedDir, Summary, default_output, detail_values, parse_summary
-from mlharness.loadgen.rundir import check_loadgen_logs, write_result
+from mlharness.loadgen.rundir import (
+    StagedDir,
+    Summary,
+    check_loadgen_logs,
+    default_output,
+    detail_values,
+    parse_summary,
+    write_result,
+)
 from mlharness.loadgen.sut import NetworkQDL, Pipeline, Strategy, SystemUnderTest
 from mlharness.manifest.assets import cache_dir, resolve_asset
 from mlharness.manifest.hooks import HookSet

@@ -1,16 +1,38 @@
-"""Tasks: datasets, reference pre/post-processing helpers and accuracy metrics."""
+"""Tasks: one package per task, each with the same modules (``dataset``, ``synth``, ``models``, ``metric``, ``cli``
+and the reference pre/post-processing helpers its manifests call).
+
+A task registers itself with one line in :data:`TASKS`. Its package's ``__init__`` names its metrics
+(``METRICS = {"name": "module:Class"}``) and holds nothing else that costs an import, so listing metrics or
+building the command line never imports a framework; its ``cli`` module, when present, adds
+``mlharness dataset synth|prepare <task>`` and ``mlharness accuracy <task>``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
 
 from mlharness.errors import AccuracyError
 from mlharness.registry import Registry
+from mlharness.tasks import legacy
 
-METRICS = Registry(
-    "accuracy metric",
-    {
-        "imagenet_top1": "mlharness.tasks.imagenet:ImagenetTop1Metric",
-        "squad_v1.1": "mlharness.tasks.squad:SquadMetric",
-        "kits19_dice": "mlharness.tasks.kits19:Kits19DiceMetric",
-        "openimages_map": "mlharness.tasks.openimages.metric:OpenImagesMapMetric",
-        "coco_map": "mlharness.tasks.coco.metric:CocoMapMetric",
-    },
-    AccuracyError,
-)
+TASKS = ("demo", "imagenet", "squad", "kits19", "openimages", "coco")
+
+
+def _task_entries(attr: str) -> dict[str, str]:
+    entries: dict[str, str] = {}
+    for task in TASKS:
+        entries.update(getattr(importlib.import_module(f"{__name__}.{task}"), attr, {}))
+    return entries
+
+
+METRICS = Registry("accuracy metric", _task_entries("METRICS"), AccuracyError)
+
+
+def cli_modules() -> list[str]:
+    """The tasks' ``cli`` modules (a task without commands has none)."""
+    return [f"{__name__}.{t}.cli" for t in TASKS if importlib.util.find_spec(f"{__name__}.{t}.cli") is not None]
+
+
+__getattr__ = legacy.tasks_getattr  # `from mlharness.tasks import vision` (flat layout)
+legacy.install()  # `import mlharness.tasks.vision`, `generator: mlharness.tasks.imagenet_synth:...`

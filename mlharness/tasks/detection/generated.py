@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import ManifestError
-from mlharness.tasks._files import atomic_write_bytes
+from mlharness.tasks.files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 

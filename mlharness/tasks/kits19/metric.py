@@ -25,7 +25,13 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import AccuracyError, DatasetError
-from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult, accuracy_log_entries, subset_line
+from mlharness.tasks.base import (
+    AccuracyContext,
+    AccuracyMetric,
+    AccuracyResult,
+    accuracy_log_entries,
+    subset_line,
+)
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +107,7 @@ class Kits19DiceMetric(AccuracyMetric):
     name = "kits19_dice"
 
     def score(self, accuracy_log: Path, ctx: AccuracyContext) -> AccuracyResult:
-        from mlharness.tasks.kits19 import PreparedKits19
+        from mlharness.tasks.kits19.dataset import PreparedKits19
 
         dtype_name = str(ctx.options.get("dtype", "uint8"))
         if dtype_name not in DTYPES:

@@ -34,8 +34,7 @@ def register(synth: Any, prepare: Any, accuracy: Any) -> None:
 
 
 def cmd_synth(args: argparse.Namespace, console: Any) -> int:
-    from mlharness.tasks.imagenet_synth import kind_of, write_synthetic_imagenet
-
+    from mlharness.tasks.imagenet.synth import kind_of, write_synthetic_imagenet
     from mlharness.userfiles import check_free
 
     check_free(args.out, args.force)
@@ -48,7 +47,7 @@ def cmd_synth(args: argparse.Namespace, console: Any) -> int:
 
 def cmd_accuracy(args: argparse.Namespace, console: Any) -> int:
     from mlharness.tasks.base import AccuracyContext
-    from mlharness.tasks.imagenet import ImagenetTop1Metric
+    from mlharness.tasks.imagenet.metric import ImagenetTop1Metric
 
     ctx = AccuracyContext(dataset_path=None, count=0,
                           options={"val_map": str(args.val_map.resolve()), "dtype": args.dtype})

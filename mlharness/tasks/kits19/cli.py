@@ -56,8 +56,7 @@ def register(synth: Any, prepare: Any, accuracy: Any) -> None:
 
 
 def _synth(args: argparse.Namespace, console: Any) -> int:
-    from mlharness.tasks import kits19_synth
-
+    from mlharness.tasks.kits19 import synth as kits19_synth
     from mlharness.userfiles import check_free
 
     check_free(args.out, args.force)
@@ -68,8 +67,7 @@ def _synth(args: argparse.Namespace, console: Any) -> int:
 
 def _prepare(args: argparse.Namespace, console: Any) -> int:
     from mlharness.errors import DatasetError
-    from mlharness.tasks import kits19
-
+    from mlharness.tasks.kits19 import dataset as kits19
     from mlharness.userfiles import check_free
 
     if args.workers < 1:
@@ -89,11 +87,11 @@ def _prepare(args: argparse.Namespace, console: Any) -> int:
 
 
 def _accuracy(args: argparse.Namespace, console: Any) -> int:
-    from mlharness.tasks.kits19_dice import score_log
+    from mlharness.tasks.kits19.metric import score_log
 
     options: dict[str, Any] = {"dtype": args.dtype, "save_predictions": not args.no_save_predictions}
     if args.output_dir is not None:  # the default, beside the log, is in the run's own folder
-        from mlharness.tasks.kits19_dice import CSV_FILE
+        from mlharness.tasks.kits19.metric import CSV_FILE
         from mlharness.userfiles import check_free
 
         check_free(args.output_dir / CSV_FILE, args.force)

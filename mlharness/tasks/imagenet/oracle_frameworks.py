@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from mlharness.tasks._files import atomic_write
-from mlharness.tasks.imagenet_synth import CLASSES, CROP, GRID, MARGIN, oracle_templates
+from mlharness.tasks.files import atomic_write
+from mlharness.tasks.imagenet.models import oracle_templates
+from mlharness.tasks.imagenet.synth import CLASSES, CROP, GRID, MARGIN
 
 
 def _weights() -> tuple[np.ndarray, np.ndarray]:

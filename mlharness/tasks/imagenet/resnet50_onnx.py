@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from mlharness.errors import AssetError
-from mlharness.tasks._files import atomic_write_bytes
+from mlharness.tasks.files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from mlharness.errors import AccuracyError
 from mlharness.tasks.base import accuracy_log_entries
-from mlharness.tasks.squad import MAX_SEQ_LENGTH, Features, SquadExample
+from mlharness.tasks.squad.dataset import MAX_SEQ_LENGTH, Features, SquadExample
 
 N_BEST_SIZE = 20
 MAX_ANSWER_LENGTH = 30

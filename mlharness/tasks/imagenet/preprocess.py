@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError
-from mlharness.tasks._files import atomic_write
+from mlharness.tasks.files import atomic_write
 
 log = logging.getLogger(__name__)
 

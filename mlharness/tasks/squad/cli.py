@@ -41,8 +41,7 @@ def register(synth: Any, prepare: Any, accuracy: Any) -> None:
 
 
 def cmd_synth(args: argparse.Namespace, console: Any) -> int:
-    from mlharness.tasks.squad_synth import DEFAULT_COUNT, synthetic_squad, write_synthetic_squad
-
+    from mlharness.tasks.squad.synth import DEFAULT_COUNT, synthetic_squad, write_synthetic_squad
     from mlharness.userfiles import check_free
 
     check_free(args.out, args.force)
@@ -56,8 +55,7 @@ def cmd_synth(args: argparse.Namespace, console: Any) -> int:
 
 
 def cmd_accuracy(args: argparse.Namespace, console: Any) -> int:
-    from mlharness.tasks.squad import score_accuracy_log
-
+    from mlharness.tasks.squad.metric import score_accuracy_log
     from mlharness.userfiles import check_free
 
     if args.out_file is not None:  # the default, beside the log, is in the run's own folder

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mlharness.tasks.resnet50_onnx import BN_EPS, EXPANSION, STAGES
+from mlharness.tasks.imagenet.resnet50_onnx import BN_EPS, EXPANSION, STAGES
 
 HEADS = ("mlperf", "logits")
 

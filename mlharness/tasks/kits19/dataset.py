@@ -10,8 +10,8 @@ A prepared folder holds, per case, ``images/<case>.npy`` (float32, (1, D, H, W))
 (uint8) and the reference's ground truth ``nifti/<case>/segmentation.nii.gz`` (with the case's affine rescaled to
 the new spacing), plus ``kits19_preprocessed.json`` (case order = qsl index, shapes, affines, sha256 of every file)
 and the reference's ``preprocessed_files.pkl`` so the official ``accuracy_kits.py`` can score it too.  A folder
-written by the reference's own ``preprocess.py`` is read as well (:mod:`mlharness.tasks.kits19_reference`).  The
-DICE metric lives in :mod:`mlharness.tasks.kits19_dice`.
+written by the reference's own ``preprocess.py`` is read as well (:mod:`mlharness.tasks.kits19.reference`).  The
+DICE metric lives in :mod:`mlharness.tasks.kits19.metric`.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError
-from mlharness.tasks._files import atomic_write_bytes
-from mlharness.tasks.kits19_dice import Kits19DiceMetric  # noqa: F401 - registered as mlharness.tasks.kits19:...
+from mlharness.tasks.files import atomic_write_bytes
+from mlharness.tasks.kits19.metric import Kits19DiceMetric  # noqa: F401 - registered as mlharness.tasks.kits19.dataset:...
 
 log = logging.getLogger(__name__)
 
@@ -286,7 +286,7 @@ class PreparedKits19:
         root = Path(root)
         path = root / META_FILE
         if not path.is_file() and (root / REFERENCE_META_FILE).is_file() and not (root / "images").is_dir():
-            from mlharness.tasks.kits19_reference import ReferenceKits19
+            from mlharness.tasks.kits19.reference import ReferenceKits19
 
             return ReferenceKits19.open_reference(root)  # written by the reference's preprocess.py
         try:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError
-from mlharness.tasks.kits19 import REFERENCE_META_FILE, PreparedKits19, _read_nifti
+from mlharness.tasks.kits19.dataset import REFERENCE_META_FILE, PreparedKits19, _read_nifti
 
 # What a pickle of dicts, lists, tuples and numpy arrays (any protocol, numpy 1 or 2) refers to.
 _ALLOWED = {
