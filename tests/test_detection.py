@@ -302,8 +302,8 @@ class _Echo:
 
 
 def _pipeline(postprocess):
+    from mlharness.loadgen.pipeline import Pipeline
     from mlharness.loadgen.qsl import SampleStore
-    from mlharness.loadgen.sut import Pipeline
 
     store = SampleStore(6, 1)
     store.put_all({i: (np.full((2,), 10 * i, np.float32),) for i in range(6)})

@@ -78,8 +78,8 @@ class ModelBackend:
         self._warmed = False
         ctx = runner.build_context(loaded, opts, self.max_batchsize)
         if hooks == "agent":
+            from mlharness.loadgen.pipeline import Pipeline
             from mlharness.loadgen.qsl import SampleLoader, SampleStore
-            from mlharness.loadgen.sut import Pipeline
             from mlharness.manifest.hooks import HookSet
             from mlharness.manifest.schema import numpy_dtype
 

@@ -26,6 +26,7 @@ from mlharness.errors import (
 from mlharness.loadgen import calibrate
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.explain import error_texts as explain_errors
+from mlharness.loadgen.pipeline import Pipeline, Strategy
 from mlharness.loadgen.qsl import SampleLoader, SampleStore, check_sample_count
 from mlharness.loadgen.rundir import (
     StagedDir,
@@ -36,7 +37,7 @@ from mlharness.loadgen.rundir import (
     parse_summary,
     write_result,
 )
-from mlharness.loadgen.sut import NetworkQDL, Pipeline, Strategy, SystemUnderTest
+from mlharness.loadgen.sut import NetworkQDL, SystemUnderTest
 from mlharness.manifest.assets import cache_dir, resolve_asset
 from mlharness.manifest.hooks import HookSet
 from mlharness.manifest.loader import LoadedManifest, is_bare_version, load_manifest

@@ -31,18 +31,33 @@ import queue
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:  # pragma: no cover
-    from mlharness.loadgen.sut import Pipeline, SystemUnderTest
+from mlharness.loadgen.pipeline import Pipeline, Strategy
 
 STOP = object()
 GATHER_AHEAD_BYTES = 256 * 1024  # smaller batches are gathered by the runner itself
 # A batch whose predict took less than this is completed by its runner: handing it to the completer costs
 # thread wake-ups (tens of microseconds) and hides only postprocess time, which such a model barely has.
 HANDOFF_MIN_S = 0.001
+
+
+class ServedSut(Protocol):
+    """What the stages need of the SUT they serve (:class:`mlharness.loadgen.sut.SystemUnderTest`): its queue of
+    issued queries, how to batch, the instances' pipelines, and the completion contract."""
+
+    _queue: queue.SimpleQueue
+    strategy: Strategy
+    pipeline: Pipeline
+    pipelines: list[Pipeline]
+    tracer: Any
+    halted: bool
+    _complete_parts: Any  # Completions._complete_parts
+    _fail: Any  # Completions._fail
+
+    def unpack(self, item: Any) -> tuple[np.ndarray, np.ndarray, int]: ...
 
 
 class Batch:
@@ -158,9 +173,10 @@ class Handoff:
 
 
 class StagedWorkers:
-    """Feeder, runners and completer of one :class:`SystemUnderTest`; started and stopped with it."""
+    """Feeder, runners and completer of one SUT (:class:`~mlharness.loadgen.sut.SystemUnderTest`); started and
+    stopped with it."""
 
-    def __init__(self, sut: SystemUnderTest, runners: int, affinity: list[set[int]] | None = None):
+    def __init__(self, sut: ServedSut, runners: int, affinity: list[set[int]] | None = None):
         self.sut = sut
         self.n_runners = max(1, runners)
         self.affinity = affinity

@@ -9,32 +9,28 @@ instance run inline on LoadGen's thread instead (nothing to overlap: LoadGen wai
 Every issued sample is completed exactly once. When anything in the timed path raises, the SUT records the
 first error, completes the failing batch with empty responses, and from then on completes every sample at
 once without running the model, so LoadGen reaches its end; the runner then fails the run loudly. A signal
-(SIGINT, SIGTERM) drains the SUT the same way (:meth:`_Completions.drain`, :mod:`mlharness.loadgen.interrupt`).
+(SIGINT, SIGTERM) drains the SUT the same way (:meth:`Completions.drain`, :mod:`mlharness.loadgen.interrupt`).
 """
 
 from __future__ import annotations
 
-import inspect
-import json
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from mlharness.errors import HookError, MLHarnessError, RunFailed
-from mlharness.loadgen.interrupt import GUARD, Interrupted
-from mlharness.loadgen.qsl import SampleLoader, SampleStore
+from mlharness.errors import RunFailed
+from mlharness.loadgen.completion import Completions
+from mlharness.loadgen.pipeline import Pipeline, Strategy
+from mlharness.loadgen.qsl import SampleLoader
 from mlharness.loadgen.stages import StagedWorkers
-from mlharness.manifest.hooks import HookSet
-from mlharness.predictors.base import Predictor
-from mlharness.predictors.checks import misshapen_output
 
 log = logging.getLogger(__name__)
+
 
 class _Fresh:
     """A query as LoadGen's fast issue callback hands it over: plain lists of ids and sample indices.
@@ -48,236 +44,7 @@ class _Fresh:
         self.t_ns = t_ns  # issue time, recorded only when tracing
 
 
-@dataclass
-class Strategy:
-    """How workers form batches. ``coalesce_wait_s`` None: a batch never spans queries (SingleStream,
-    MultiStream, Offline); a number: Server-style dynamic batching across queries for at most that long."""
-
-    name: str
-    max_batchsize: int
-    coalesce_wait_s: float | None = None
-    one_query_at_a_time: bool = False  # SingleStream/MultiStream: LoadGen waits for each query to complete
-
-    @classmethod
-    def for_scenario(cls, scenario: str, max_batchsize: int, server_max_wait_ms: float = 0.0) -> Strategy:
-        if scenario == "Server":
-            return cls("ServerStrategy", max_batchsize, server_max_wait_ms / 1000.0)
-        return cls(f"{scenario}Strategy", max_batchsize, None, scenario in ("SingleStream", "MultiStream"))
-
-
-class Pipeline:
-    """predict + postprocess + encoding for one batch: written once for every backend and scenario."""
-
-    def __init__(self, predictor: Predictor, hooks: HookSet, ctx: dict[str, Any], store: SampleStore,
-                 response_dtype: np.dtype, tracer: Any = None):
-        self.tracer = tracer
-        self.predictor = predictor
-        self.hooks = hooks
-        self.ctx = ctx
-        self.store = store
-        self.dtype = response_dtype
-        self._post = hooks.get("postprocess")
-        self._post_indices = _takes_indices(self._post)  # postprocess(ctx, outputs, indices)
-        self._predict = hooks.get("predict")
-
-    def run(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Returns (buffer uint8, byte offsets of each response [n+1])."""
-        if self.tracer is not None:
-            return self._run_traced(indices)
-        return self.respond(self.infer(self.store.gather(indices)), len(indices), indices)
-
-    def _run_traced(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``run`` with a span per stage; a separate method so the untraced path carries no checks."""
-        tr, now = self.tracer, self.tracer.now
-        t0 = now()
-        batch = self.store.gather(indices)
-        t1 = now()
-        tr.span("gather", "model", t0, t1, {"samples": len(indices)})
-        outputs = self.infer(batch)
-        t2 = now()
-        tr.span("predict", "model", t1, t2, {"samples": len(indices)})
-        encoded = self.respond(outputs, len(indices), indices)
-        tr.span("postprocess", "model", t2, now(), {"samples": len(indices)})
-        return encoded
-
-    def infer(self, batch: list[np.ndarray]) -> Any:
-        """The model on one batch: the predictor, or the manifest's ``predict(ctx, run, inputs)`` hook."""
-        if self._predict is None:
-            return self.predictor.predict(batch)
-        try:
-            return self._predict(self.ctx, self.predictor.predict, batch)
-        except MLHarnessError:
-            raise
-        except Exception as e:
-            raise self.hooks._runtime_error("predict", e) from e
-
-    def respond(self, outputs: Any, n: int, indices: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """postprocess (or the first output as is) and the encoding of one response per sample; a postprocess
-        with a third parameter also gets the batch's sample indices (detection responses carry them)."""
-        try:
-            if self._post is None:
-                return self.encode(outputs[0], n)
-            try:
-                if self._post_indices:
-                    responses = self._post(self.ctx, outputs, indices)
-                else:
-                    responses = self._post(self.ctx, outputs)
-            except Exception as e:
-                raise self.hooks._runtime_error("postprocess", e) from e
-            return self.encode(responses, n)
-        except HookError as e:  # blame the model, not postprocess, for an output without a batch axis
-            better = misshapen_output(outputs, n, self.predictor, by_hook=self._predict is not None)
-            if better is None:
-                raise
-            raise better from e
-
-    def warmup(self, indices: np.ndarray, n: int) -> None:
-        """Run the model (not the hooks around it) ``n`` times on real samples, before LoadGen times anything."""
-        batch = self.store.gather(indices)
-        for _ in range(n):
-            self.infer(batch)
-
-    def encode(self, responses: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
-        if isinstance(responses, np.ndarray) and responses.ndim >= 1 and responses.shape[0] == n:
-            try:
-                arr = np.ascontiguousarray(responses, dtype=self.dtype)
-            except (TypeError, ValueError) as e:
-                raise HookError("postprocess", self.hooks.manifest,
-                                f"returned a {responses.dtype} array that cannot be encoded as {self.dtype}: {e}"
-                                ) from e
-            size = arr.nbytes // n if n else 0
-            return arr.reshape(-1).view(np.uint8), np.arange(n + 1, dtype=np.int64) * size
-        if not isinstance(responses, list | tuple):
-            raise HookError(
-                "postprocess", self.hooks.manifest,
-                f"must return one response per sample ({n}): a list, a tuple or an array with a batch axis; "
-                f"got {type(responses).__name__}"
-                + (f" of shape {responses.shape}" if isinstance(responses, np.ndarray) else ""),
-            )
-        if len(responses) != n:
-            raise HookError("postprocess", self.hooks.manifest,
-                            f"returned {len(responses)} responses for a batch of {n} samples")
-        parts = [self._one(r, i) for i, r in enumerate(responses)]
-        sizes = np.fromiter((len(p) for p in parts), dtype=np.int64, count=n)
-        offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(sizes, out=offsets[1:])
-        return np.frombuffer(b"".join(parts), dtype=np.uint8), offsets
-
-    def _one(self, r: Any, i: int) -> bytes:
-        if isinstance(r, bytes | bytearray | memoryview):
-            return bytes(r)
-        if isinstance(r, str):  # MLHarness manifests return JSON text per sample
-            try:
-                r = json.loads(r)
-            except json.JSONDecodeError as e:
-                raise HookError("postprocess", self.hooks.manifest,
-                                f"response {i} is a string but not JSON: {e}") from e
-        try:
-            return np.asarray(r, dtype=self.dtype).tobytes()
-        except (TypeError, ValueError) as e:
-            raise HookError("postprocess", self.hooks.manifest,
-                            f"response {i} cannot be encoded as {self.dtype}: {e}") from e
-
-
-def _takes_indices(fn: Callable[..., Any] | None) -> bool:
-    """True when a postprocess hook declares a third positional parameter (the sample indices)."""
-    if fn is None:
-        return False
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return sum(p.kind in kinds for p in params) >= 3
-
-
-class _Completions:
-    """The completion contract SystemUnderTest and NetworkQDL share: count what was issued and completed,
-    keep the first error, complete a batch from one buffer, or with empty responses once the run has failed."""
-
-    failure_label = "the timed path"
-
-    def __init__(self, on_failure: Callable[[BaseException], None] | None):
-        self.on_failure = on_failure
-        self._count_lock = threading.Lock()
-        self.issued = 0
-        self.completed = 0
-        self.batches = 0
-        self.error: BaseException | None = None
-        self.interrupted: Interrupted | None = None
-        # no model runs any more (a failure or a signal): every sample is completed empty at once
-        self.halted = False
-        self._lg: Any = None
-
-    def _count_issued(self, n: int) -> None:
-        with self._count_lock:
-            self.issued += n
-
-    def _count(self, n: int, batches: int = 1) -> None:
-        with self._count_lock:
-            self.completed += n
-            self.batches += batches
-
-    def _fail(self, e: BaseException) -> None:
-        with self._count_lock:
-            first = self.error is None
-            if first:
-                self.error = e
-                self.halted = True
-        if first:
-            log.error("%s failed: %s", self.failure_label, e)
-            if self.on_failure is not None:
-                self.on_failure(e)
-
-    def drain(self, interrupted: Interrupted) -> None:
-        """A signal: stop running the model; what was issued and what LoadGen issues from now on is completed
-        with empty responses as it reaches a worker, so LoadGen can end its test."""
-        with self._count_lock:
-            if self.interrupted is None:
-                self.interrupted = interrupted
-            self.halted = True
-
-    def _start_test(self, start_test: Callable[[], None]) -> None:
-        """LoadGen's StartTest on a worker thread, so that SIGINT/SIGTERM are handled while it runs."""
-        GUARD.run_test(start_test, self.drain)
-
-    def _complete_parts(self, parts: list[tuple[list[int], np.ndarray | None, np.ndarray | None]]) -> None:
-        """Complete several batches with one ``QuerySamplesComplete``: sample ``ids[k]`` of a part with
-        ``buf[offsets[k]:offsets[k+1]]``, or with an empty response when the part has no buffer (after a
-        failure, so LoadGen can finish). Every buffer is alive until the call returns."""
-        lg = self._lg
-        response = lg.QuerySampleResponse
-        responses = []
-        for ids, buf, offsets in parts:
-            if buf is None:
-                responses += [response(int(i), 0, 0) for i in ids]
-                continue
-            # plain ints from tolist(): building the response objects is the per-sample cost here
-            starts = (offsets[:-1] + buf.ctypes.data).tolist()
-            sizes = np.diff(offsets).tolist()
-            responses += [response(i, s, n) for i, s, n in zip(ids, starts, sizes, strict=True)]
-        lg.QuerySamplesComplete(responses)
-        self._count(len(responses), len(parts))
-
-    def _complete(self, ids: list[int], buf: np.ndarray, offsets: np.ndarray) -> None:
-        self._complete_parts([(ids, buf, offsets)])
-
-    def _complete_empty(self, ids: list[int]) -> None:
-        self._complete_parts([(ids, None, None)])
-
-    def _raise_if_failed(self) -> None:
-        if self.interrupted is not None and self.issued == self.completed:
-            raise self.interrupted  # the user's signal explains the end; a failure before it was logged
-        if self.issued != self.completed:
-            raise RunFailed(f"internal error: {self.issued} samples issued but {self.completed} completed")
-        if self.error is not None:
-            err = self.error
-            if isinstance(err, MLHarnessError):
-                raise RunFailed(f"the run failed: {err}") from err
-            raise RunFailed(f"the run failed: {type(err).__name__}: {err}") from err
-
-
-class SystemUnderTest(_Completions):
+class SystemUnderTest(Completions):
     """LoadGen's callbacks and the threads behind them. Use :meth:`run_test` to run one LoadGen test.
 
     SingleStream/MultiStream with one instance run inline on LoadGen's issue thread; everything else goes
@@ -419,7 +186,7 @@ class SystemUnderTest(_Completions):
         self._raise_if_failed()
 
 
-class NetworkQDL(_Completions):
+class NetworkQDL(Completions):
     """LoadGen over the network: LoadGen's query dispatch library (QDL) on this node, the SUT on agents.
 
     The QDL does no pre-processing, batching or post-processing: ``issue`` forwards each query's sample indices

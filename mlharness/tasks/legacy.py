@@ -20,7 +20,7 @@ LEGACY_MODULES = {
     "resnet50_torch": "imagenet.resnet50_torch", "imagenet_oracle_frameworks": "imagenet.oracle_frameworks",
     "squad_post": "squad.postprocess", "squad_eval": "squad.evaluate", "squad_synth": "squad.synth",
     "bert_torch": "squad.bert_torch", "kits19_dice": "kits19.metric", "kits19_synth": "kits19.synth",
-    "kits19_reference": "kits19.reference", "sliding_window": "kits19.sliding_window",
+    "kits19_reference": "kits19.prepared", "sliding_window": "kits19.sliding_window",
 }  # fmt: skip
 # Names the flat modules held that now live in a sibling module of the package that replaced them.
 LEGACY_NAMES = {

@@ -5,4 +5,4 @@ from mlharness.tasks.legacy import forward_to
 
 METRICS = {"kits19_dice": "mlharness.tasks.kits19.metric:Kits19DiceMetric"}
 
-__getattr__ = forward_to(__name__, ("dataset", "metric"))  # hooks of the flat layout: `kits19.PreparedKits19`
+__getattr__ = forward_to(__name__, ("dataset", "prepared", "metric"))  # hooks of the flat layout: `kits19.PreparedKits19`

@@ -107,7 +107,7 @@ class Kits19DiceMetric(AccuracyMetric):
     name = "kits19_dice"
 
     def score(self, accuracy_log: Path, ctx: AccuracyContext) -> AccuracyResult:
-        from mlharness.tasks.kits19.dataset import PreparedKits19
+        from mlharness.tasks.kits19.prepared import PreparedKits19
 
         dtype_name = str(ctx.options.get("dtype", "uint8"))
         if dtype_name not in DTYPES:

@@ -1,4 +1,6 @@
-"""A KiTS19 folder written by the MLPerf reference's ``preprocess.py`` (vision/medical_imaging/3d-unet-kits19).
+"""Prepared KiTS19 folders: the one ``mlharness dataset prepare kits19`` writes (:class:`PreparedKits19`) and the
+one the MLPerf reference's ``preprocess.py`` (vision/medical_imaging/3d-unet-kits19) writes (:class:`ReferenceKits19`);
+:meth:`PreparedKits19.open` reads either.
 
 The reference writes, into its ``--results_dir``:
 
@@ -16,6 +18,10 @@ are read with an unpickler that builds nothing but containers and numpy arrays.
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import io
+import json
 import pickle
 from pathlib import Path
 from typing import Any
@@ -23,7 +29,84 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError
-from mlharness.tasks.kits19.dataset import REFERENCE_META_FILE, PreparedKits19, _read_nifti
+from mlharness.tasks.kits19.dataset import FORMAT, META_FILE, REFERENCE_META_FILE, _read_nifti
+
+
+class PreparedKits19:
+    """A folder written by :func:`prepare`; index i is ``file_list[i]`` (the qsl index)."""
+
+    def __init__(self, root: Path, meta: dict[str, Any]):
+        self.root = root
+        self.meta = meta
+        self.cases: list[str] = list(meta["file_list"])
+
+    @classmethod
+    def open(cls, root: Path | str | None) -> PreparedKits19:
+        if root is None:
+            raise DatasetError("KiTS19 needs --dataset-path: the folder written by 'mlharness dataset prepare kits19'")
+        root = Path(root)
+        path = root / META_FILE
+        if not path.is_file() and (root / REFERENCE_META_FILE).is_file() and not (root / "images").is_dir():
+            return ReferenceKits19.open_reference(root)  # written by the reference's preprocess.py
+        try:
+            meta = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise DatasetError(f"{root} is not a prepared KiTS19 folder (neither {META_FILE} nor the reference's "
+                               f"{REFERENCE_META_FILE} is there); run 'mlharness dataset prepare kits19 --raw "
+                               f"<kits19/data> --out {root}' or the reference's preprocess.py") from None
+        except (OSError, json.JSONDecodeError) as e:
+            raise DatasetError(f"cannot read {path}: {e}") from e
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT or not meta.get("file_list"):
+            raise DatasetError(f"{path} is not a KiTS19 preparation written by mlharness")
+        missing = [c for c in meta["file_list"] if c not in meta.get("cases", {})]
+        if missing:
+            raise DatasetError(f"{path}: no entry for cases {missing[:5]}")
+        return cls(root, meta)
+
+    def __len__(self) -> int:
+        return len(self.cases)
+
+    def entry(self, case: str) -> dict[str, Any]:
+        return self.meta["cases"][case]
+
+    def _read_verified(self, case: str, key: str) -> bytes:
+        rel = self.entry(case)["files"][key]
+        try:
+            data = (self.root / rel).read_bytes()
+        except OSError as e:
+            raise DatasetError(f"cannot read {self.root / rel}: {e}") from e
+        expected = self.entry(case)["sha256"][rel]
+        if hashlib.sha256(data).hexdigest() != expected:
+            raise DatasetError(f"{self.root / rel} does not match the sha256 recorded at preparation; prepare the "
+                               "dataset again")
+        return data
+
+    def image(self, index: int) -> np.ndarray:
+        """The pre-processed (1, D, H, W) float32 volume of sample ``index``, checksum verified."""
+        case = self.cases[index]
+        arr = np.load(io.BytesIO(self._read_verified(case, "image")), allow_pickle=False)
+        if arr.dtype != np.float32 or arr.ndim != 4 or list(arr.shape[1:]) != self.entry(case)["image_shape"]:
+            raise DatasetError(f"{case}: pre-processed image has shape {arr.shape} {arr.dtype}, expected "
+                               f"(1, {', '.join(map(str, self.entry(case)['image_shape']))}) float32")
+        return arr
+
+    def ground_truth(self, case: str) -> np.ndarray:
+        """The reference's ground truth (``nifti/<case>/segmentation.nii.gz``) as uint8 (D, H, W), verified."""
+        import nibabel
+
+        data = self._read_verified(case, "ground_truth")
+        try:
+            img = nibabel.Nifti1Image.from_bytes(gzip.decompress(data))
+            label = np.asanyarray(img.dataobj)
+            label = label.astype(np.uint8) if np.issubdtype(label.dtype, np.integer) else \
+                img.get_fdata().astype(np.uint8)
+        except Exception as e:  # gzip, nibabel header or data errors
+            raise DatasetError(f"cannot read the ground truth of {case}: {e}") from e
+        if list(label.shape) != self.entry(case)["image_shape"]:
+            raise DatasetError(f"{case}: ground truth has shape {label.shape}, expected "
+                               f"{tuple(self.entry(case)['image_shape'])}")
+        return label
+
 
 # What a pickle of dicts, lists, tuples and numpy arrays (any protocol, numpy 1 or 2) refers to.
 _ALLOWED = {
