@@ -5,15 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from mlharness.loadgen.context import build_context, sample_count
+from mlharness.loadgen.factory import check_framework_version, make_predictor, resolve_model_file
+from mlharness.loadgen.options import RunOptions
 from mlharness.loadgen.qsl import SampleLoader, SampleStore
-from mlharness.loadgen.runner import (
-    RunOptions,
-    _sample_count,
-    build_context,
-    check_framework_version,
-    make_predictor,
-    resolve_model_file,
-)
 from mlharness.manifest.hooks import HookSet
 from mlharness.manifest.loader import load_manifest
 
@@ -27,7 +22,7 @@ class ModelSession:
         self.loaded = load_manifest(ref)
         self.ctx = build_context(self.loaded, opts, batch)
         self.hooks = HookSet(self.loaded, self.ctx)
-        self.total = _sample_count(self.hooks, opts, self.ctx)
+        self.total = sample_count(self.hooks, opts, self.ctx)
         check_framework_version(self.loaded, ignore=False)
         self.predictor = make_predictor(self.loaded, opts, resolve_model_file(self.loaded), batch)
         self.store = SampleStore(self.total, len(self.loaded.model.inputs))

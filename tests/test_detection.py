@@ -290,7 +290,7 @@ class _Hooks:
     def get(self, name):
         return self._post if name == "postprocess" else None
 
-    def _runtime_error(self, name, exc, when=""):
+    def runtime_error(self, name, exc, when=""):
         from mlharness.errors import HookError
 
         return HookError(name, self.manifest, f"raised {type(exc).__name__}: {exc}")

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from mlharness.errors import SettingsError
-from mlharness.loadgen.runner import RunOptions, _pinned, core_sets, make_instances, resolve_model_file
+from mlharness.loadgen.factory import make_instances, resolve_model_file
+from mlharness.loadgen.options import RunOptions
+from mlharness.loadgen.pinning import core_sets, pinned
 from mlharness.manifest.loader import load_manifest
 
 
@@ -56,7 +58,7 @@ def test_framework_threads_inherit_the_pinned_mask(tmp_path, monkeypatch):
 
 def test_pinned_restores_the_mask_after_an_error():
     before = os.sched_getaffinity(0)
-    with pytest.raises(RuntimeError), _pinned({min(before)}):
+    with pytest.raises(RuntimeError), pinned({min(before)}):
         assert os.sched_getaffinity(0) == {min(before)}
         raise RuntimeError("boom")
     assert os.sched_getaffinity(0) == before

@@ -41,7 +41,7 @@ class FakeHooks:
     def get(self, name):
         return self._fns.get(name)
 
-    def _runtime_error(self, name, exc, when=""):
+    def runtime_error(self, name, exc, when=""):
         return HookError(name, self.manifest, f"raised {type(exc).__name__}: {exc}")
 
 

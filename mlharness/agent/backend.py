@@ -54,7 +54,9 @@ class ModelBackend:
                  dataset_path: str | None = None, count: int | None = None, device: str = "cpu",
                  threads: int | None = None, max_batchsize: int | None = None, scenario: str = "Offline",
                  model_name: str | None = None, ignore_framework_version: bool = False):
-        from mlharness.loadgen import runner
+        from mlharness.loadgen.context import build_context, resolve_load_workers, sample_count
+        from mlharness.loadgen.factory import check_framework_version, make_predictor, resolve_model_file
+        from mlharness.loadgen.options import RunOptions
         from mlharness.manifest.loader import load_manifest
 
         if hooks not in HOOKS_MODES:
@@ -68,15 +70,15 @@ class ModelBackend:
         self.version = m.version
         self.framework = m.framework.name
         self.max_batchsize = max_batchsize or m.batching.for_scenario(scenario)
-        opts = runner.RunOptions(scenario=scenario, mode="performance", manifest=manifest, framework=framework,
-                                 dataset_path=dataset_path, count=count, device=device, threads=threads)
-        self.framework_version = runner.check_framework_version(loaded, ignore_framework_version)
+        opts = RunOptions(scenario=scenario, mode="performance", manifest=manifest, framework=framework,
+                          dataset_path=dataset_path, count=count, device=device, threads=threads)
+        self.framework_version = check_framework_version(loaded, ignore_framework_version)
         self._specs_in = [i.model_dump() for i in m.inputs]
         self._specs_out = [o.model_dump() for o in m.outputs]
         self.total = 0
         self._warmup = m.framework.warmup
         self._warmed = False
-        ctx = runner.build_context(loaded, opts, self.max_batchsize)
+        ctx = build_context(loaded, opts, self.max_batchsize)
         if hooks == "agent":
             from mlharness.loadgen.pipeline import Pipeline
             from mlharness.loadgen.qsl import SampleLoader, SampleStore
@@ -84,10 +86,10 @@ class ModelBackend:
             from mlharness.manifest.schema import numpy_dtype
 
             self.hookset = HookSet(loaded, ctx)
-            self.total = runner._sample_count(self.hookset, opts, ctx)
-            self.predictor = runner.make_predictor(loaded, opts, runner.resolve_model_file(loaded), self.max_batchsize)
+            self.total = sample_count(self.hookset, opts, ctx)
+            self.predictor = make_predictor(loaded, opts, resolve_model_file(loaded), self.max_batchsize)
             self.store = SampleStore(self.total, len(m.inputs))
-            self.loader = SampleLoader(self.hookset, ctx, self.store, runner.resolve_load_workers(None, loaded))
+            self.loader = SampleLoader(self.hookset, ctx, self.store, resolve_load_workers(None, loaded))
             self.pipeline = Pipeline(self.predictor, self.hookset, ctx, self.store,
                                      numpy_dtype(m.response.element_type))
             if "before_postprocess" in self.hookset:
@@ -96,7 +98,7 @@ class ModelBackend:
             self.outputs = [TensorMeta(RESPONSE, "BYTES", [])]
         else:
             self.hookset = None
-            self.predictor = runner.make_predictor(loaded, opts, runner.resolve_model_file(loaded), self.max_batchsize)
+            self.predictor = make_predictor(loaded, opts, resolve_model_file(loaded), self.max_batchsize)
             self.inputs = [self._meta(s, f"input_{k}") for k, s in enumerate(self._specs_in)]
             self.outputs = [self._meta(s, f"output_{k}") for k, s in enumerate(self._specs_out)]
         self.ctx = ctx

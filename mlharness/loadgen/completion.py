@@ -44,7 +44,7 @@ class Completions:
             self.completed += n
             self.batches += batches
 
-    def _fail(self, e: BaseException) -> None:
+    def fail(self, e: BaseException) -> None:
         with self._count_lock:
             first = self.error is None
             if first:
@@ -67,7 +67,7 @@ class Completions:
         """LoadGen's StartTest on a worker thread, so that SIGINT/SIGTERM are handled while it runs."""
         GUARD.run_test(start_test, self.drain)
 
-    def _complete_parts(self, parts: list[tuple[list[int], np.ndarray | None, np.ndarray | None]]) -> None:
+    def complete_parts(self, parts: list[tuple[list[int], np.ndarray | None, np.ndarray | None]]) -> None:
         """Complete several batches with one ``QuerySamplesComplete``: sample ``ids[k]`` of a part with
         ``buf[offsets[k]:offsets[k+1]]``, or with an empty response when the part has no buffer (after a
         failure, so LoadGen can finish). Every buffer is alive until the call returns."""
@@ -86,10 +86,10 @@ class Completions:
         self._count(len(responses), len(parts))
 
     def _complete(self, ids: list[int], buf: np.ndarray, offsets: np.ndarray) -> None:
-        self._complete_parts([(ids, buf, offsets)])
+        self.complete_parts([(ids, buf, offsets)])
 
     def _complete_empty(self, ids: list[int]) -> None:
-        self._complete_parts([(ids, None, None)])
+        self.complete_parts([(ids, None, None)])
 
     def _raise_if_failed(self) -> None:
         if self.interrupted is not None and self.issued == self.completed:

@@ -80,7 +80,7 @@ class Pipeline:
         except MLHarnessError:
             raise
         except Exception as e:
-            raise self.hooks._runtime_error("predict", e) from e
+            raise self.hooks.runtime_error("predict", e) from e
 
     def respond(self, outputs: Any, n: int, indices: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """postprocess (or the first output as is) and the encoding of one response per sample; a postprocess
@@ -94,7 +94,7 @@ class Pipeline:
                 else:
                     responses = self._post(self.ctx, outputs)
             except Exception as e:
-                raise self.hooks._runtime_error("postprocess", e) from e
+                raise self.hooks.runtime_error("postprocess", e) from e
             return self.encode(responses, n)
         except HookError as e:  # blame the model, not postprocess, for an output without a batch axis
             better = misshapen_output(outputs, n, self.predictor, by_hook=self._predict is not None)

@@ -48,14 +48,14 @@ class ServedSut(Protocol):
     """What the stages need of the SUT they serve (:class:`mlharness.loadgen.sut.SystemUnderTest`): its queue of
     issued queries, how to batch, the instances' pipelines, and the completion contract."""
 
-    _queue: queue.SimpleQueue
+    queries: queue.SimpleQueue
     strategy: Strategy
     pipeline: Pipeline
     pipelines: list[Pipeline]
     tracer: Any
     halted: bool
-    _complete_parts: Any  # Completions._complete_parts
-    _fail: Any  # Completions._fail
+    complete_parts: Any  # Completions.complete_parts
+    fail: Any  # Completions.fail
 
     def unpack(self, item: Any) -> tuple[np.ndarray, np.ndarray, int]: ...
 
@@ -202,7 +202,7 @@ class StagedWorkers:
         self.handoff.flush()
 
     def stop(self) -> None:
-        self.sut._queue.put(STOP)
+        self.sut.queries.put(STOP)
         for t in self.threads:
             t.join(timeout=30)
         self.threads.clear()
@@ -211,7 +211,7 @@ class StagedWorkers:
     def _feeder(self) -> None:
         sut, hand = self.sut, self.handoff
         mb = hand.mb
-        get = sut._queue.get
+        get = sut.queries.get
         gather = sut.pipeline.store.gather
         tracer = sut.tracer
         ahead: bool | None = None  # decided at the first query, once the samples are loaded
@@ -223,7 +223,7 @@ class StagedWorkers:
                 try:
                     ids, idx, first_ns = sut.unpack(item)
                 except BaseException as e:  # noqa: BLE001 - a malformed query must not stall the others
-                    sut._fail(e)
+                    sut.fail(e)
                     continue
                 if self.server:
                     hand.top_up(ids, idx, first_ns)
@@ -237,7 +237,7 @@ class StagedWorkers:
                         try:
                             batch.inputs = gather(batch.idx_parts[0])
                         except BaseException as e:  # noqa: BLE001 - the runner completes it empty
-                            sut._fail(e)
+                            sut.fail(e)
                         if tracer is not None:
                             tracer.span("gather", "model", t0, tracer.now(), {"samples": batch.n})
                     hand.put(batch, bounded=ahead)
@@ -279,13 +279,13 @@ class StagedWorkers:
                 t0 = clock()
                 outputs = pipeline.infer(inputs)
             except BaseException as e:  # noqa: BLE001 - every failure must still complete the samples
-                sut._fail(e)
+                sut.fail(e)
                 done((batch, None, None))
                 continue
             if clock() - t0 >= HANDOFF_MIN_S:
                 done((batch, pipeline, outputs))
             else:
-                sut._complete_parts([self._part(batch, pipeline, outputs)])
+                sut.complete_parts([self._part(batch, pipeline, outputs)])
 
     def _run_traced(self, pipeline: Pipeline, batch: Batch) -> None:
         """The runner's work on one batch with spans: queue_wait, gather (unless gathered ahead), predict, and
@@ -308,7 +308,7 @@ class StagedWorkers:
                 t2 = tracer.now()
                 tracer.span("predict", "model", t1, t2, {"samples": batch.n})
         except BaseException as e:  # noqa: BLE001 - every failure must still complete the samples
-            self.sut._fail(e)
+            self.sut.fail(e)
             self.done.put((batch, None, None))
             outputs, t2 = None, tracer.now()
         else:
@@ -330,7 +330,7 @@ class StagedWorkers:
             try:
                 buf, offsets = pipeline.respond(outputs, batch.n, idx_a)
             except BaseException as e:  # noqa: BLE001 - completed empty below
-                sut._fail(e)
+                sut.fail(e)
             else:
                 if tracer is not None:
                     tracer.span("postprocess", "model", t0, tracer.now(), {"samples": batch.n})
@@ -340,13 +340,13 @@ class StagedWorkers:
     def _complete_traced(self, parts: list[tuple[list[int], Any, Any]]) -> None:
         tracer = self.sut.tracer
         t0 = tracer.now()
-        self.sut._complete_parts(parts)
+        self.sut.complete_parts(parts)
         tracer.span("complete", "model", t0, tracer.now(),
                     {"samples": sum(len(p[0]) for p in parts), "batches": len(parts)})
 
     def _completer(self) -> None:
         sut, get, get_nowait = self.sut, self.done.get, self.done.get_nowait
-        complete = sut._complete_parts if sut.tracer is None else self._complete_traced
+        complete = sut.complete_parts if sut.tracer is None else self._complete_traced
         stops = 0
         while stops < self.n_runners:
             items = [get()]

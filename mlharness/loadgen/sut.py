@@ -64,18 +64,18 @@ class SystemUnderTest(Completions):
         self.affinity = affinity  # cores of each runner (core pinning), or None
         # one query at a time by construction, one pipeline: process on LoadGen's thread (see issue_inline)
         self.inline = strategy.one_query_at_a_time and self.n_workers == 1
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.queries: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._stages: StagedWorkers | None = None
 
     # -- LoadGen callbacks ---------------------------------------------------------------------------------
     def issue(self, query_samples: Any) -> None:
-        self._queue.put(query_samples)
+        self.queries.put(query_samples)
 
     def issue_fast(self, ids: list[int], indices: list[int]) -> None:
-        self._queue.put(_Fresh(ids, indices))
+        self.queries.put(_Fresh(ids, indices))
 
     def issue_fast_traced(self, ids: list[int], indices: list[int]) -> None:
-        self._queue.put(_Fresh(ids, indices, time.perf_counter_ns()))
+        self.queries.put(_Fresh(ids, indices, time.perf_counter_ns()))
 
     def issue_inline(self, ids: list[int], indices: list[int]) -> None:
         """SingleStream/MultiStream with one worker: LoadGen issues the next query only after this one has
@@ -137,7 +137,7 @@ class SystemUnderTest(Completions):
                                 {"sample_ids": ids.tolist(), "sample_indices": idx.tolist()})
                 return
             except BaseException as e:  # noqa: BLE001 - every failure must still complete the samples
-                self._fail(e)
+                self.fail(e)
         self._complete_empty(ids.tolist())
 
     # -- one LoadGen test ----------------------------------------------------------------------------------
@@ -161,7 +161,7 @@ class SystemUnderTest(Completions):
                         pipeline.warmup(first, warmup)
             except BaseException as e:  # noqa: BLE001 - LoadGen cannot see Python exceptions
                 loader.error = loader.error or e
-                self._fail(e)
+                self.fail(e)
 
         def unload(indices: list[int]) -> None:
             try:
@@ -245,7 +245,7 @@ class NetworkQDL(Completions):
             if error is None and responses is not None and len(responses) != len(ids):
                 error = RunFailed(f"an agent answered {len(responses)} responses for {len(ids)} samples")
             if error is not None:
-                self._fail(error)
+                self.fail(error)
             if responses is None or self.halted:
                 self._complete_empty(ids)
             else:
@@ -270,7 +270,7 @@ class NetworkQDL(Completions):
             try:
                 self.client.qsl("load", list(indices))
             except BaseException as e:  # noqa: BLE001 - LoadGen cannot see Python exceptions
-                self._fail(e)
+                self.fail(e)
 
         def unload(indices: list[int]) -> None:
             try:

@@ -81,7 +81,7 @@ class HookSet:
         try:
             exec(code, self.namespace)  # noqa: S102 - running the manifest's hooks is the point
         except Exception as e:
-            raise self._runtime_error(key, e, when="while defining the hook") from e
+            raise self.runtime_error(key, e, when="while defining the hook") from e
 
     def _from_file(self, key: str, ref: HookRef, source: SourceInfo) -> Callable[..., Any]:
         path = (source.path.parent / ref.file).resolve()
@@ -109,9 +109,9 @@ class HookSet:
         try:
             return fn(*args)
         except Exception as e:
-            raise self._runtime_error(name, e) from e
+            raise self.runtime_error(name, e) from e
 
-    def _runtime_error(self, name: str, exc: BaseException, when: str = "") -> HookError:
+    def runtime_error(self, name: str, exc: BaseException, when: str = "") -> HookError:
         """Name the hook and the line inside it where the exception was raised."""
         line = None
         hook = name

@@ -14,13 +14,10 @@ and its scenario set is advice. ``allow_development`` turns the rules a short de
 
 from __future__ import annotations
 
-import contextlib
-import json
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlharness.submission.findings import Findings, Report, Row
 from mlharness.submission.rules import (
     DIVISIONS,
     FILE_SIZE_LIMIT,
@@ -29,105 +26,14 @@ from mlharness.submission.rules import (
     SYSTEM_DESC_MEANINGFUL_FIELDS,
     SYSTEM_DESC_REQUIRED_FIELDS,
     SYSTEM_TYPES,
-    RoundRules,
-    rules_for,
 )
 
 SUBMITTER_ENTRIES = {"results", "systems", "src", "documentation", "model_mapping.json"}
 
 
-@dataclass
-class Finding:
-    level: str  # "error" or "warning"
-    path: str
-    message: str
+class Checker(Findings):
+    """Walks a package tree: submitters, systems, benchmarks; each scenario through :mod:`.checker_logs`."""
 
-    def __str__(self) -> str:
-        return f"{self.level.upper()} {self.path}: {self.message}"
-
-
-@dataclass
-class Row:
-    division: str
-    submitter: str
-    system: str
-    benchmark: str
-    scenario: str
-    result: str = "-"
-    accuracy: str = "-"
-    compliance: str = "-"
-    problems: int = 0
-
-
-@dataclass
-class Report:
-    root: Path
-    round: str = ""
-    findings: list[Finding] = field(default_factory=list)
-    rows: list[Row] = field(default_factory=list)
-
-    @property
-    def errors(self) -> list[Finding]:
-        return [f for f in self.findings if f.level == "error"]
-
-    @property
-    def warnings(self) -> list[Finding]:
-        return [f for f in self.findings if f.level == "warning"]
-
-    @property
-    def passed(self) -> bool:
-        return not self.errors
-
-
-class Checker:
-    def __init__(self, root: Path, allow_development: bool = False, round_name: str | None = None):
-        self.root = Path(root).resolve()
-        self.allow_development = allow_development
-        self.rules: RoundRules = rules_for(round_name)
-        self.report = Report(self.root, self.rules.round.name)
-        self._row: Row | None = None
-        self._advisory = False
-
-    # ------------------------------------------------------------------------------------------ findings
-    def _rel(self, path: Path | str) -> str:
-        path = Path(path)
-        try:
-            return str(path.relative_to(self.root)) or "."
-        except ValueError:
-            return str(path)
-
-    def error(self, path: Path | str, message: str) -> None:
-        if self._advisory:
-            self.warning(path, message)
-            return
-        self.report.findings.append(Finding("error", self._rel(path), message))
-        if self._row is not None:
-            self._row.problems += 1
-
-    @contextlib.contextmanager
-    def advisory(self, on: bool = True) -> Iterator[None]:
-        """Within: problems are warnings (the open division's compliance directories, which it need not have)."""
-        previous, self._advisory = self._advisory, on or self._advisory
-        try:
-            yield
-        finally:
-            self._advisory = previous
-
-    def warning(self, path: Path | str, message: str) -> None:
-        self.report.findings.append(Finding("warning", self._rel(path), message))
-
-    def development(self, path: Path | str, message: str) -> None:
-        """A rule a short development run cannot meet."""
-        if self.allow_development:
-            self.warning(path, message + " (tolerated: --allow-development)")
-        else:
-            self.error(path, message)
-
-    def by_division(self, division: str, path: Path | str, message: str) -> None:
-        """Required in closed and network; advice in open."""
-        (self.warning if division == "open" else self.error)(path, message)
-
-    # ----------------------------------------------------------------------------------------- walking
     def run(self) -> Report:
         if not self.root.is_dir():
             self.error(self.root, "does not exist")
@@ -222,23 +128,6 @@ class Checker:
             check_scenario(self, division, info, bench_dir / scenario)
             self.report.rows.append(self._row)
             self._row = None
-
-    # --------------------------------------------------------------------------------------- helpers
-    @property
-    def row(self) -> Row:
-        assert self._row is not None
-        return self._row
-
-    def _json(self, path: Path) -> dict[str, Any]:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            self.error(path, f"is not valid JSON: {e}")
-            return {}
-        if not isinstance(data, dict):
-            self.error(path, "must hold a JSON object")
-            return {}
-        return data
 
 
 def check(root: Path, allow_development: bool = False, round_name: str | None = None) -> Report:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mlharness.errors import MLHarnessError
 from mlharness.loadgen.rundir import detail_values
 from mlharness.loadgen.settings import embedded_seeds
 from mlharness.rounds import round_of_seeds, wrong_seeds
 from mlharness.submission.compliance import score_of
+from mlharness.submission.findings import Findings
 from mlharness.submission.rules import (
     ACC_PATTERNS,
     COMPLIANCE_TESTS,
@@ -30,9 +31,6 @@ from mlharness.submission.rules import (
     conf_minimums,
 )
 
-if TYPE_CHECKING:
-    from mlharness.submission.checker import Checker
-
 SCENARIO_ENTRIES = {"accuracy", "performance", *COMPLIANCE_TESTS, *SCENARIO_FILES}
 TEST_ENTRIES = {"TEST01": {"accuracy", "performance", "verify_accuracy.txt", "verify_performance.txt"},
                 "TEST04": {"performance", "verify_performance.txt"},
@@ -42,7 +40,7 @@ OPEN_MODEL = "mlharness-open-model"  # a name mlperf.conf does not know: LoadGen
 AUDIT_TOLERATED_ERROR = "Multiple conf files are used"
 
 
-def check_scenario(c: Checker, division: str, info: Benchmark | None, scen_dir: Path) -> None:
+def check_scenario(c: Findings, division: str, info: Benchmark | None, scen_dir: Path) -> None:
     scenario = scen_dir.name
     if scenario not in SCENARIOS:
         c.error(scen_dir, f"'{scenario}' is not a scenario ({', '.join(SCENARIOS)})")
@@ -71,7 +69,7 @@ def check_scenario(c: Checker, division: str, info: Benchmark | None, scen_dir: 
     check_compliance(c, division, info, scenario, scen_dir)
 
 
-def check_files(c: Checker, folder: Path, required: tuple[str, ...] | set[str],
+def check_files(c: Findings, folder: Path, required: tuple[str, ...] | set[str],
                 optional: tuple[str, ...] = ()) -> bool:
     if not folder.is_dir():
         c.error(folder, "missing")
@@ -84,7 +82,7 @@ def check_files(c: Checker, folder: Path, required: tuple[str, ...] | set[str],
     return not set(required) - present
 
 
-def check_accuracy(c: Checker, division: str, info: Benchmark | None, acc: Path) -> None:
+def check_accuracy(c: Findings, division: str, info: Benchmark | None, acc: Path) -> None:
     if not check_files(c, acc, REQUIRED_ACC_FILES, ("mlperf_log_trace.json",)):
         if not (acc / "accuracy.txt").is_file():
             return
@@ -126,13 +124,13 @@ def accuracy_value(lines: list[str], kinds: list[str]) -> tuple[float | None, st
     return None, None
 
 
-def loadgen_errors(c: Checker, detail: Path, values: dict[str, Any], audit: bool) -> None:
+def loadgen_errors(c: Findings, detail: Path, values: dict[str, Any], audit: bool) -> None:
     errors = [e for e in values["errors"] if not (audit and AUDIT_TOLERATED_ERROR in str(e.get("value")))]
     if errors:
         c.error(detail, "LoadGen logged errors: " + "; ".join(f"{e['key']}: {e['value']}" for e in errors))
 
 
-def check_perf_run(c: Checker, division: str, info: Benchmark | None, scenario: str, run: Path,
+def check_perf_run(c: Findings, division: str, info: Benchmark | None, scenario: str, run: Path,
                    test: str | None) -> str:
     """The rules of one performance run (the submission run, or an audit's); returns its result for the table."""
     optional = OPTIONAL_LOG_FILES
@@ -182,7 +180,7 @@ def check_perf_run(c: Checker, division: str, info: Benchmark | None, scenario: 
     return f"{score / 1e6:,.3f} ms" if scen in ("SingleStream", "MultiStream") else f"{score:,.1f} samples/s"
 
 
-def check_compliance(c: Checker, division: str, info: Benchmark | None, scenario: str, scen_dir: Path) -> None:
+def check_compliance(c: Findings, division: str, info: Benchmark | None, scenario: str, scen_dir: Path) -> None:
     required = info.compliance if info is not None and division != "open" else ()
     for test in required:
         if not (scen_dir / test).is_dir():
@@ -196,7 +194,7 @@ def check_compliance(c: Checker, division: str, info: Benchmark | None, scenario
     c.row.compliance = ", ".join(labels) or "-"
 
 
-def _check_test_dir(c: Checker, division: str, info: Benchmark | None, scenario: str, test: str,
+def _check_test_dir(c: Findings, division: str, info: Benchmark | None, scenario: str, test: str,
                     test_dir: Path) -> str:
     for entry in sorted(test_dir.iterdir()):
         if entry.name not in TEST_ENTRIES[test]:
@@ -216,14 +214,14 @@ def _check_test_dir(c: Checker, division: str, info: Benchmark | None, scenario:
     return f"{test} {'PASS' if passed else 'FAIL'}"
 
 
-def _verify_file_passes(c: Checker, path: Path) -> bool:
+def _verify_file_passes(c: Findings, path: Path) -> bool:
     if not path.is_file():
         c.error(path, "missing")
         return False
     return any("TEST PASS" in line for line in path.read_text(errors="replace").splitlines())
 
 
-def _test01_accuracy_passes(c: Checker, info: Benchmark | None, test_dir: Path) -> bool:
+def _test01_accuracy_passes(c: Findings, info: Benchmark | None, test_dir: Path) -> bool:
     path = test_dir / "verify_accuracy.txt"
     if not path.is_file():
         c.error(path, "missing")

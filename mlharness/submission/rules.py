@@ -127,8 +127,6 @@ SERVER_LATENCY_NS = {"resnet": 15_000_000, "bert-99": 130_000_000, "bert-99.9": 
 EARLY_STOPPING_SCENARIOS = ("SingleStream", "MultiStream", "Server")
 
 
-
-
 @dataclass(frozen=True)
 class RoundRules:
     """What the checker holds a tree of one round to. For the benchmarks mlharness ships (resnet, bert-99/99.9,

@@ -1,0 +1,67 @@
+"""What the hooks see and what the dataset holds: the context a manifest's hooks get (``ctx``), the dataset size
+its ``init()`` reports, and the number of threads that pre-process samples at load time. Shared by runs, agents
+and model sessions."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from mlharness.errors import DatasetError, SettingsError
+from mlharness.loadgen.options import RunOptions
+from mlharness.loadgen.qsl import check_sample_count
+from mlharness.manifest.hooks import HookSet
+from mlharness.manifest.loader import LoadedManifest
+
+
+def build_context(loaded: LoadedManifest, opts: RunOptions, batch_size: int) -> dict[str, Any]:
+    m = loaded.model
+    ds_path = opts.dataset_path
+    if ds_path is None and loaded.dataset is not None and loaded.dataset.path:
+        ds_path = loaded.dataset_directory / Path(loaded.dataset.path).expanduser()
+    return {
+        "name": m.name,
+        "version": m.version,
+        "framework": m.framework.name,
+        "inputs": [i.model_dump() for i in m.inputs],
+        "outputs": [o.model_dump() for o in m.outputs],
+        "attributes": dict(m.attributes),
+        "dataset_attributes": dict(loaded.dataset.attributes) if loaded.dataset else {},
+        "batch_size": batch_size,
+        "scenario": opts.scenario,
+        "mode": opts.mode,
+        "device": opts.device,
+        "dataset_path": str(ds_path) if ds_path is not None else None,
+        "manifest_dir": str(loaded.directory),
+        "count": opts.count,
+    }
+
+
+def sample_count(hooks: HookSet, opts: RunOptions, ctx: dict[str, Any]) -> int:
+    """The dataset size: ``init()``'s answer (or --count alone), at most --count; recorded in ``ctx``."""
+    count = opts.count
+    if "before_preprocess" in hooks:
+        from_hook = hooks.call("before_preprocess", ctx)
+        if isinstance(from_hook, int) and not isinstance(from_hook, bool) and from_hook > 0:
+            count = min(count, from_hook) if count else from_hook
+    if "init" in hooks:
+        total = check_sample_count(hooks, count, hooks.call("init", count))
+    elif count:
+        total = count
+    else:
+        raise DatasetError("no dataset size: the manifest has no dataset init() hook; pass --count")
+    ctx["count"] = total
+    return total
+
+
+def resolve_load_workers(requested: int | None, loaded: LoadedManifest) -> int:
+    """--load-workers, else the dataset manifest's ``load_workers``, else 1; 0 means one thread per CPU core."""
+    workers = requested
+    if workers is None and loaded.dataset is not None:
+        workers = loaded.dataset.load_workers
+    if workers is None:
+        return 1
+    if workers < 0:
+        raise SettingsError(f"--load-workers must be >= 0, got {workers}")
+    return workers or os.cpu_count() or 1

@@ -1,0 +1,81 @@
+"""The run metadata (``mlharness_run.json``): what ran (manifest and dataset hashes, framework, LoadGen version,
+round and effective seeds, settings, batching), what came out (result, accuracy, calibration, telemetry) and
+whether the run is submittable, with every reason it is not."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from dataclasses import asdict
+from typing import Any
+
+from mlharness import __version__
+from mlharness.loadgen import settings as lgs
+from mlharness.loadgen.explain import error_texts as explain_errors
+from mlharness.loadgen.options import Measured, RunOptions
+from mlharness.loadgen.plan import LoadgenSettings, RunPlan
+from mlharness.predictors.base import Predictor
+from mlharness.tasks.base import AccuracyResult
+from mlharness.telemetry.sysinfo import host_facts
+
+SEED_KEYS = ("qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed")
+
+
+def not_submittable(run: RunPlan, conf: LoadgenSettings, opts: RunOptions, detail: dict[str, Any]) -> list[str]:
+    """Why the official checker would refuse this run (empty when it would not)."""
+    given = conf.plan.overrides.given()
+    reasons = list(conf.plan.not_submittable)
+    if given:
+        reasons.append(f"development overrides: {', '.join(f'{k}={v}' for k, v in given.items())}")
+    if opts.count:
+        reasons.append(f"--count {opts.count} limits the dataset")
+    if not run.official:
+        reasons.append("the manifest names no MLPerf benchmark (mlperf.model): not an official benchmark")
+    if detail["errors"]:
+        reasons.append(f"LoadGen logged errors: {'; '.join(explain_errors(detail['errors']))}")
+    return reasons
+
+
+def run_metadata(run: RunPlan, conf: LoadgenSettings, opts: RunOptions, predictors: list[Predictor],
+                 measured: Measured, accuracy: AccuracyResult | None) -> dict[str, Any]:
+    loaded, plan, sut, strategy = run.loaded, conf.plan, measured.sut, measured.strategy
+    detail, summary = measured.detail, measured.summary
+    reasons = not_submittable(run, conf, opts, detail)
+    return {
+        "mlharness_version": __version__,
+        "manifest": {"name": loaded.model.name, "version": loaded.model.version, "path": str(loaded.path),
+                     "sha256": loaded.source.sha256},
+        "dataset_manifest": (
+            {"name": loaded.dataset.name, "sha256": (loaded.dataset_source or loaded.source).sha256}
+            if loaded.dataset else None),
+        "benchmark": run.benchmark,
+        "dataset_path": run.ctx.get("dataset_path"),  # as init() left it: what the accuracy metric scored against
+        "conf_model": plan.model,
+        "official_benchmark": plan.official,
+        "scenario": opts.scenario,
+        "mode": opts.mode,
+        "response_element_type": loaded.model.response.element_type,  # what TEST01 compares the responses in
+        "submittable": not reasons,
+        "not_submittable_reasons": reasons,
+        "framework": {"name": loaded.model.framework.name, "version": run.framework_version},
+        "predictor": {**predictors[0].describe(), "instances": len(predictors)},
+        "loadgen_version": importlib.metadata.version("mlcommons-loadgen"),
+        "round": plan.round,
+        "loadgen_seeds": {k: detail.get(f"effective_{k}") for k in SEED_KEYS},
+        "user_conf": str(plan.user_conf) if plan.user_conf else None,
+        "audit_config": str(opts.audit_config) if opts.audit_config else None,
+        "overrides": plan.overrides.given(),
+        "settings": lgs.describe_settings(conf.settings),
+        "batching": {"strategy": strategy.name, "max_batchsize": run.batch,
+                     "coalesce_wait_s": strategy.coalesce_wait_s,
+                     "workers": getattr(sut, "n_workers", None), "inline": getattr(sut, "inline", False),
+                     "pinned_cores": [sorted(c) for c in sut.affinity] if getattr(sut, "affinity", None) else None},
+        "samples": {"total": run.total, "performance_sample_count": conf.performance_count, "issued": sut.issued,
+                    "completed": sut.completed, "batches": sut.batches},
+        "result": {**asdict(summary), "fields": None},
+        "accuracy": ({"name": accuracy.name, "value": accuracy.value, "text": accuracy.text,
+                      "official": accuracy.official} if accuracy else None),
+        "calibration": measured.calibration,
+        "loadgen_errors": detail["errors"],
+        "host": host_facts(),
+        "telemetry": measured.telemetry,
+    }
