@@ -168,7 +168,7 @@ def preprocess_volumes(image: np.ndarray, label: np.ndarray, spacing: Sequence[f
     return image.astype(np.float32), label.astype(np.uint8), zoom_factor
 
 
-def _read_nifti(path: Path, dtype: type[np.generic]) -> Any:
+def read_nifti(path: Path, dtype: type[np.generic]) -> Any:
     """(image object, data as ``dtype``) equal to the reference's ``get_fdata().astype(dtype)``; integer data
     without scaling skips the float64 copy (exact: such values are representable in float32)."""
     import nibabel
@@ -195,8 +195,8 @@ def prepare_case(raw: Path, out: Path, case: str, image_nifti: bool = False) -> 
     import nibabel
 
     source = case_source(raw, case)
-    img, image = _read_nifti(Path(raw) / source / "imaging.nii.gz", np.float32)
-    _, label = _read_nifti(Path(raw) / source / "segmentation.nii.gz", np.uint8)
+    img, image = read_nifti(Path(raw) / source / "imaging.nii.gz", np.float32)
+    _, label = read_nifti(Path(raw) / source / "segmentation.nii.gz", np.uint8)
     spacing = [float(v) for v in img.header["pixdim"][1:4]]
     affine = np.asarray(img.affine, dtype=np.float64)
     new_affine = reshaped_affine(affine)

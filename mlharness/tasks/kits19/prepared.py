@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError
-from mlharness.tasks.kits19.dataset import FORMAT, META_FILE, REFERENCE_META_FILE, _read_nifti
+from mlharness.tasks.kits19.dataset import FORMAT, META_FILE, REFERENCE_META_FILE, read_nifti
 
 
 class PreparedKits19:
@@ -203,7 +203,7 @@ class ReferenceKits19(PreparedKits19):
         if not path.is_file():
             raise DatasetError(f"{path} is missing: the reference writes the ground truth only for the inference "
                                "set (preprocess.py without --calibration)")
-        _, label = _read_nifti(path, np.uint8)
+        _, label = read_nifti(path, np.uint8)
         if list(label.shape) != self.entry(case)["image_shape"]:
             raise DatasetError(f"{path}: ground truth has shape {label.shape}, expected "
                                f"{tuple(self.entry(case)['image_shape'])}")
