@@ -27,7 +27,8 @@ from tests.test_failures import echo_manifest, failed_siblings
 
 SIGNAL_LIMIT_S = 10  # from the signal to the end of the process
 START_LIMIT_S = 60  # until the run is in its timed path (the machine may be busy)
-LONG = ["--mode", "performance", "--min-duration-ms", "600000"]
+# --no-calibrate: the calibration pass runs postprocess too, before LoadGen starts; the signal must reach LoadGen
+LONG = ["--mode", "performance", "--min-duration-ms", "600000", "--no-calibrate"]
 
 # the postprocess hook marks the first completed batch: the run is then in LoadGen's timed path
 MARKING_POSTPROCESS = """\
@@ -386,3 +387,19 @@ def test_tune_stops_on_a_signal_without_writing_its_conf(tmp_path):
     assert wall < SIGNAL_LIMIT_S
     assert "the run was interrupted by SIGINT" in stderr and "Traceback" not in stderr, stderr
     assert not conf.exists()
+
+
+def test_a_signal_during_calibration_ends_the_run_before_loadgen_starts(tmp_path, earlier_result):
+    """Calibration (no expected latency given) runs the model before LoadGen: a signal there stops the run at
+    once, keeps what there is and leaves the earlier result alone."""
+    manifest = slow_manifest(tmp_path)
+    out = tmp_path / "results" / "out"
+    before = place_earlier(earlier_result, out)
+    rc, wall, stderr = run_and_signal(tmp_path, manifest, signal.SIGINT, "--scenario", "SingleStream", "--mode",
+                                      "performance", "--min-duration-ms", "600000", "--output", str(out))
+    assert rc == 130, (rc, stderr)
+    assert wall < SIGNAL_LIMIT_S
+    assert "Traceback" not in stderr and "terminate called" not in stderr, stderr
+    assert "interrupted" in stderr.lower(), stderr
+    assert snapshot(out) == before
+    assert list(out.parent.glob(f".{out.name}.*")) == [], "a hidden staging folder was left behind"
