@@ -93,23 +93,3 @@ def load_tokenizer(path: Path | str) -> Any:
 def encode_prompt(tokenizer: Any, article: str) -> list[int]:
     """``tok_input`` as the official set has it: the template filled with the article, encoded with BOS."""
     return [int(t) for t in tokenizer.encode(PROMPT_TEMPLATE.format(input=article))]
-
-
-def cnndm_dataset(ctx: dict[str, Any]) -> CnnDm:
-    """For the dataset manifest's ``init``: the file named by ``dataset_attributes.file`` in ``ctx["dataset_path"]``
-    or, for manifests whose ``attributes.synthetic_cnndm`` is set and no path was given, the synthetic set in the
-    cache. Sets ``ctx["dataset_path"]`` (the folder) for the accuracy metric."""
-    attrs = ctx.get("dataset_attributes") or {}
-    name = str((ctx.get("attributes") or {}).get("dataset_file") or attrs.get("file") or DATASET_FILE)
-    root = ctx.get("dataset_path")
-    if not root:
-        if not (ctx.get("attributes") or {}).get("synthetic_cnndm"):
-            raise DatasetError(f"llama3.1-8b needs --dataset-path: a folder holding {name} (the MLCommons R2 "
-                               f"download of the CNN/DailyMail validation set, see docs/llm.md)")
-        from mlharness.tasks.cnndm.synth import ensure_synthetic_cnndm, synthetic_dir
-
-        root = ensure_synthetic_cnndm(synthetic_dir())
-    path = dataset_file(root, name)
-    data = CnnDm(path)
-    ctx["dataset_path"] = str(path.parent)
-    return data
