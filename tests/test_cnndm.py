@@ -325,3 +325,17 @@ def test_dataset_helper_reads_the_file_the_manifest_names(synth_set, tmp_path):
     bad.write_text(json.dumps([{"instruction": {}, "input": "a", "output": "b"}]))
     with pytest.raises(DatasetError, match="sample 0 lacks the field.*tok_input"):
         cnndm_dataset({"dataset_path": str(tmp_path), "dataset_attributes": {}, "attributes": {}})
+
+
+def test_oracle_close_mid_stream_fails_each_running_sample_once(synth_set, table):
+    from mlharness.tasks.cnndm.dataset import CnnDm
+
+    data = CnnDm(synth_set / "cnn_eval.json")
+    p = oracle(table, token_delay_ms=20)
+    streams = [Recorder() for _ in range(6)]
+    p.submit([TokenRequest(i, data.prompt(i)) for i in range(6)], streams)
+    time.sleep(0.1)  # every sample has its first token, none is done
+    p.close()
+    assert p.drain(timeout_s=1)
+    for s in streams:
+        assert s.kinds() == ["first", "fail"], s.kinds()

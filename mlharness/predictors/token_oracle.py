@@ -155,12 +155,14 @@ class TokenOraclePredictor(GenerativePredictor):
                         item.stream.fail(e)
                     except Exception:  # noqa: BLE001
                         log.exception("token-oracle: failing sample %d", item.request.index)
-            if delay is None:
-                self._finish()
-            else:
+            if delay is not None:
                 with self._cond:
-                    heapq.heappush(self._heap, (time.monotonic() + delay, next(self._order), item))
-                    self._cond.notify_all()
+                    if not self._closed:
+                        heapq.heappush(self._heap, (time.monotonic() + delay, next(self._order), item))
+                        self._cond.notify_all()
+                        continue
+                self._fail_closed(item)  # close() came while this token was being sent
+            self._finish()
 
     def drain(self, timeout_s: float | None = None) -> bool:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -172,17 +174,22 @@ class TokenOraclePredictor(GenerativePredictor):
                 self._cond.wait(left)
         return True
 
+    def _fail_closed(self, item: _Active) -> None:
+        try:
+            item.stream.fail(PredictorError(f"token-oracle: closed before sample {item.request.index} finished"))
+        except Exception:  # noqa: BLE001 - the stream's own failure; the sample is over either way
+            log.exception("token-oracle: failing sample %d at close", item.request.index)
+
     def close(self) -> None:
+        """Stop streaming; every request not finished yet fails (once)."""
         with self._cond:
             self._closed = True
-            pending = [item for _, _, item in self._heap]
-            self._heap.clear()
             self._cond.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5.0)
+            self._thread.join(timeout=5.0)  # the token being sent is sent; the worker then stops
+        with self._cond:
+            pending = [item for _, _, item in self._heap]
+            self._heap.clear()
         for item in pending:
-            try:
-                item.stream.fail(PredictorError(f"token-oracle: closed before sample {item.request.index} finished"))
-            except Exception:  # noqa: BLE001
-                log.exception("token-oracle: failing sample %d at close", item.request.index)
+            self._fail_closed(item)
             self._finish()
