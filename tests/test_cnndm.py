@@ -103,6 +103,15 @@ def test_synthetic_set_has_the_official_layout(run_cli, tmp_path):
         assert rec["output"] and rec["output"] not in rec["tok_input"]
     again = run_cli("dataset", "synth", "cnndm", "--out", str(out), "--count", "9")
     assert again.returncode == 2, again.stderr  # an existing set is not overwritten without --force
+    # another checkpoint's tokenizer (here the one just written) encodes the prompts and is copied beside them
+    other = tmp_path / "other"
+    proc = run_cli("dataset", "synth", "cnndm", "--out", str(other), "--count", "3", "--seed", "4",
+                   "--tokenizer", str(out / "tokenizer"))
+    assert proc.returncode == 0, proc.stderr
+    copied = AutoTokenizer.from_pretrained(str(other / "tokenizer"), local_files_only=True)
+    for rec in json.loads((other / "cnn_eval.json").read_text()):
+        assert rec["tok_input"] == tokenizer.encode(TEMPLATE.format(input=rec["input"])) == copied.encode(
+            TEMPLATE.format(input=rec["input"]))
 
 
 class Recorder:
