@@ -348,3 +348,19 @@ def test_oracle_close_mid_stream_fails_each_running_sample_once(synth_set, table
     assert p.drain(timeout_s=1)
     for s in streams:
         assert s.kinds() == ["first", "fail"], s.kinds()
+
+
+def test_oracle_builds_its_table_from_a_dataset_option(synth_set):
+    from mlharness.predictors import PREDICTORS
+    from mlharness.tasks.cnndm.dataset import CnnDm
+
+    data = CnnDm(synth_set / "cnn_eval.json")
+    p = PREDICTORS.get("token-oracle")(PredictorConfig(
+        model_path=None, input_names=["input_ids"], output_names=["output_ids"],
+        options={"dataset": str(synth_set / "cnn_eval.json"), "tokenizer": str(synth_set / "tokenizer")}))
+    p.load()
+    s = Recorder()
+    p.submit([TokenRequest(5, data.prompt(5))], [s])
+    assert p.drain(timeout_s=10)
+    p.close()
+    assert s.kinds() == ["first", "done"] and s.calls[1][1].tolist() == p.answer(data.prompt(5)).tolist()
