@@ -364,3 +364,53 @@ def test_oracle_builds_its_table_from_a_dataset_option(synth_set):
     assert p.drain(timeout_s=10)
     p.close()
     assert s.kinds() == ["first", "done"] and s.calls[1][1].tolist() == p.answer(data.prompt(5)).tolist()
+
+
+def test_metric_reads_the_log_loadgen_writes_for_token_streams(synth_set, table, tmp_path):
+    """LoadGen itself (Offline, accuracy mode, token latencies on) logs the oracle's streamed ids; the metric
+    scores that log 100. The minimal SUT here only forwards the oracle's ids."""
+    lg = pytest.importorskip("mlperf_loadgen")
+    from mlharness.tasks.cnndm.dataset import CnnDm
+    from mlharness.tasks.cnndm.metric import score_log
+
+    data = CnnDm(synth_set / "cnn_eval.json")
+    p = oracle(table)
+    keep: list[np.ndarray] = []
+
+    class Stream:
+        def __init__(self, query_id: int):
+            self.query_id = query_id
+
+        def first(self, ids):
+            pass
+
+        def done(self, ids):
+            keep.append(ids)
+            lg.QuerySamplesComplete([lg.QuerySampleResponse(self.query_id, ids.ctypes.data, ids.nbytes, len(ids))])
+
+        def fail(self, error):
+            raise AssertionError(error)
+
+    def issue(samples):
+        p.submit([TokenRequest(s.index, data.prompt(s.index)) for s in samples], [Stream(s.id) for s in samples])
+
+    settings = lg.TestSettings()
+    settings.scenario = lg.TestScenario.Offline
+    settings.mode = lg.TestMode.AccuracyOnly
+    settings.use_token_latencies = True
+    log_settings = lg.LogSettings()
+    log_settings.log_output.outdir = str(tmp_path)
+    sut = lg.ConstructSUT(issue, lambda: None)
+    qsl = lg.ConstructQSL(len(data), len(data), lambda s: None, lambda s: None)
+    try:
+        lg.StartTestWithLogSettings(sut, qsl, settings, log_settings)
+    finally:
+        lg.DestroyQSL(qsl)
+        lg.DestroySUT(sut)
+        p.close()
+    entries = json.loads((tmp_path / "mlperf_log_accuracy.json").read_text())
+    assert len(entries) == len(data) and all(e["data"] == e["data"].upper() for e in entries)
+    result = score_log(tmp_path / "mlperf_log_accuracy.json", synth_set / "cnn_eval.json", synth_set / "tokenizer")
+    assert {k: result.details[k] for k in ("rouge1", "rougeLsum", "gen_num")} == {
+        "rouge1": "100.0", "rougeLsum": "100.0", "gen_num": len(data)}
+    assert result.details["gen_tok_len"] == sum(len(k) for k in keep)
