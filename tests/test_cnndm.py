@@ -225,7 +225,7 @@ def test_oracle_options_delays_padding_and_failure(synth_set, table):
     assert s.kinds() == ["fail"]
 
 
-def test_random_llama_loads_offline_and_generates(tmp_path, monkeypatch):
+def test_random_llama_loads_offline_and_generates(tmp_path, monkeypatch, synth_set):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -242,6 +242,9 @@ def test_random_llama_loads_offline_and_generates(tmp_path, monkeypatch):
         out = model.generate(**prompt, max_new_tokens=6, min_new_tokens=2, do_sample=False)
     new = out[0, prompt["input_ids"].shape[1]:]
     assert 2 <= len(new) <= 6 and int(new.max()) < len(tokenizer)
+    # the tokenizer is trained afresh for the model and for the synthetic set: the same vocabulary both times
+    synth_tokenizer = AutoTokenizer.from_pretrained(str(synth_set / "tokenizer"), local_files_only=True)
+    assert tokenizer.get_vocab() == synth_tokenizer.get_vocab() and len(tokenizer) == model.config.vocab_size
     mtime = (folder / "model.safetensors").stat().st_mtime_ns
     assert ensure_random_llama(folder) == folder and (folder / "model.safetensors").stat().st_mtime_ns == mtime
 
