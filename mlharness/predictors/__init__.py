@@ -14,6 +14,7 @@ PREDICTORS = Registry(
         "error": "mlharness.predictors.toys:ErrorPredictor",
         # A model served by agents (or any Open Inference Protocol server) over gRPC.
         "remote": "mlharness.predictors.remote:RemotePredictor",
+        "token-oracle": "mlharness.predictors.token_oracle:TokenOraclePredictor",  # reference token ids, streamed
     },
     PredictorError,
 )
@@ -26,6 +27,7 @@ FRAMEWORK_PACKAGES = {
     "echo": "mlharness",
     "error": "mlharness",
     "remote": "grpcio",
+    "token-oracle": "mlharness",
 }
 
 # Frameworks that load a model file named by the manifest's ``model`` section.
