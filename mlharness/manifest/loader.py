@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from mlharness.errors import ManifestError, suggest
-from mlharness.manifest import safeyaml
+from mlharness.manifest import historical, overrides, safeyaml
 from mlharness.manifest.schema import DATASET_HOOK_KEYS, MODEL_HOOK_KEYS, DatasetManifest, ModelManifest
 from mlharness.paths import MANIFESTS_DIR
 
@@ -50,6 +50,13 @@ class LoadedManifest:
     source: SourceInfo
     dataset: DatasetManifest | None
     dataset_source: SourceInfo | None  # None when inline or absent
+    historical: historical.Historical | None = None  # an MLHarness/MLModelScope manifest, mapped onto spec v1
+    notes: list[str] = field(default_factory=list)  # what loading changed, one line each
+
+    @property
+    def fetch_all_outputs(self) -> bool:
+        """Historical hooks index the graph's outputs by position, whatever the manifest declares."""
+        return self.historical is not None
 
     @property
     def path(self) -> Path:
@@ -190,9 +197,8 @@ def _format_validation(path: Path, root: type[BaseModel], err: ValidationError) 
     first_field, first_msg = problems[0]
     if len(problems) == 1:
         return ManifestError(path, first_field, first_msg)
-    rest = "; ".join(f"'{f}': {m}" for f, m in problems[1:4])
-    more = f" (and {len(problems) - 4} more)" if len(problems) > 4 else ""
-    return ManifestError(path, first_field, f"{first_msg}. Also {rest}{more}")
+    rest = "; ".join(f"'{f}': {m}" for f, m in problems[1:])  # every problem, so one edit fixes them all
+    return ManifestError(path, first_field, f"{first_msg}. Also {rest}")
 
 
 def find_builtin(name: str, kind: str = "model") -> Path | None:
@@ -249,6 +255,8 @@ def load_dataset_manifest(
 ) -> tuple[DatasetManifest, SourceInfo]:
     path = resolve_manifest_path(ref, "dataset", relative_to, owner=owner, field="dataset" if owner else None)
     data, source = _read_yaml(path)
+    if "references" in data and "init" in data:  # MLHarness dataset manifests list their papers; informational
+        data = {k: v for k, v in data.items() if k != "references"}
     try:
         return DatasetManifest.model_validate(data), source
     except ValidationError as e:
@@ -289,10 +297,14 @@ def load_manifest(ref: str | Path, dataset: str | Path | None = None, framework:
     framework = framework or suffix_fw
     path = resolve_manifest_path(ref, "model")
     data, source = _read_yaml(path)
+    found = historical.recognise(path, data)
+    if found is not None:
+        data = historical.to_spec_v1(path, data, found)
     try:
         model = ModelManifest.model_validate(data)
     except ValidationError as e:
         raise _format_validation(path, ModelManifest, e) from None
+    model, override = overrides.apply(path, model)
     for name, variant in model.frameworks.items():
         if variant.framework.name != name:
             raise ManifestError(path, f"frameworks.{name}.framework.name",
@@ -308,7 +320,13 @@ def load_manifest(ref: str | Path, dataset: str | Path | None = None, framework:
         ds = model.dataset
     elif isinstance(model.dataset, str):
         ds, ds_source = load_dataset_manifest(model.dataset, relative_to=path.parent, owner=path)
-    return LoadedManifest(model=model, source=source, dataset=ds, dataset_source=ds_source)
+    if model.accuracy is None and ds is not None and ds.accuracy is not None:
+        model = model.model_copy(update={"accuracy": ds.accuracy})  # the dataset's labels, for any model
+        _check_metric(ds_source.path if ds_source else path, model)
+    notes = [found.note()] if found else []
+    notes += [override] if override else []
+    return LoadedManifest(model=model, source=source, dataset=ds, dataset_source=ds_source, historical=found,
+                          notes=notes)
 
 
 def _check_framework(path: Path, model: ModelManifest) -> None:

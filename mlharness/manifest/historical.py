@@ -1,0 +1,155 @@
+"""Manifests written for MLHarness (``c3sr/dlmodel``) and the MLModelScope agents, read as they are.
+
+Their ``ModelManifest`` differs from spec v1 in a handful of places: ``version`` is often a YAML number, an input's
+``parameters.input_layer`` is the graph input's position (``0``) or its name, the output is a single ``output``
+mapping (``probabilities_layer``, ``features_url``), and ``references``, ``hidden``, ``framework.container`` and
+``model.features_path``/``features_checksum`` have no counterpart. :func:`recognise` tells the two formats apart by
+keys only one of them uses, :func:`to_spec_v1` maps a historical document onto spec v1 and returns what it mapped,
+in one line. A document that uses keys of both is refused: its meaning would depend on which set wins.
+
+Historical postprocess hooks index the model's outputs by position whatever the manifest declares
+(``data[1]`` on a two-output graph with one declared output), so a historical model fetches all its graph outputs.
+A manifest without ``preprocess``/``postprocess`` (the agents did that work from the ``parameters``) gets the
+built-in hooks of :mod:`mlharness.manifest.agent_hooks`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlharness.errors import ManifestError
+
+AGENT_HOOKS = Path(__file__).with_name("agent_hooks.py")
+
+# keys only spec v1 has (top level); a historical manifest carrying one of them is a mix of the two formats
+OURS_ONLY = ("manifest_version", "mlperf", "response", "accuracy", "batching", "frameworks", "predict")
+# top-level keys only the historical ModelManifest has
+THEIRS_ONLY = ("output", "references", "hidden")
+MODEL_THEIRS = ("features_path", "features_checksum")
+
+
+@dataclass
+class Historical:
+    """What was recognised and mapped: ``markers`` (why the file is historical) and ``mapped`` (what changed)."""
+
+    markers: list[str] = field(default_factory=list)
+    mapped: list[str] = field(default_factory=list)
+
+    def note(self) -> str:
+        return "historical MLHarness/MLModelScope manifest; mapped: " + ", ".join(self.mapped or ["nothing"])
+
+
+def _markers(data: dict[str, Any]) -> list[str]:
+    found = [k for k in THEIRS_ONLY if k in data]
+    if "version" in data and isinstance(data["version"], int | float) and not isinstance(data["version"], bool):
+        found.append("version (a number)")
+    fw = data.get("framework")
+    if isinstance(fw, dict) and "container" in fw:
+        found.append("framework.container")
+    model = data.get("model")
+    if isinstance(model, dict):
+        found += [f"model.{k}" for k in MODEL_THEIRS if k in model]
+    for i, spec in enumerate(data.get("inputs") or []):
+        params = spec.get("parameters") if isinstance(spec, dict) else None
+        if isinstance(params, dict) and isinstance(params.get("input_layer"), int):
+            found.append(f"inputs[{i}].parameters.input_layer (a position)")
+    return found
+
+
+def _ours(data: dict[str, Any]) -> list[str]:
+    found = [k for k in OURS_ONLY if k in data]
+    if "output" in data and "outputs" in data:
+        found.append("outputs (beside output)")
+    return found
+
+
+def recognise(path: Path, data: dict[str, Any]) -> Historical | None:
+    """The historical format's markers in ``data``; None for a spec v1 document. Raises on a mix of both."""
+    markers = _markers(data)
+    if not markers:
+        return None
+    ours = _ours(data)
+    if ours:
+        raise ManifestError(path, ours[0], "this file mixes the two manifest formats: it has keys of the historical "
+                            f"MLHarness/MLModelScope format ({', '.join(markers)}) and keys of mlharness's spec v1 "
+                            f"({', '.join(ours)}); write it in one format (keep the historical file as it is and "
+                            "put the spec v1 keys in a manifest of their own, or drop the historical keys)")
+    return Historical(markers=markers)
+
+
+def to_spec_v1(path: Path, data: dict[str, Any], found: Historical) -> dict[str, Any]:
+    """A copy of the historical document ``data`` in spec v1; ``found.mapped`` lists what was changed."""
+    out = dict(data)
+    mapped = found.mapped
+    if isinstance(out.get("version"), int | float) and not isinstance(out.get("version"), bool):
+        out["version"] = str(out["version"])
+        mapped.append(f"version {out['version']} (a number) as a string")
+    for key in ("references", "hidden"):
+        if key in out:
+            out.pop(key)
+            mapped.append(f"{key} (informational, dropped)")
+    fw = out.get("framework")
+    if isinstance(fw, dict) and "container" in fw:
+        out["framework"] = {k: v for k, v in fw.items() if k != "container"}
+        mapped.append("framework.container (dropped)")
+    if isinstance(out.get("framework"), dict) and isinstance(out["framework"].get("version"), int | float):
+        out["framework"] = {**out["framework"], "version": str(out["framework"]["version"])}
+    model = out.get("model")
+    if isinstance(model, dict) and any(k in model for k in MODEL_THEIRS):
+        out["model"] = dict(model)
+        mapped.append("model.features_path/features_checksum (the class names, for the accuracy metric)")
+    if isinstance(out.get("inputs"), list):
+        out["inputs"] = [_input(path, i, spec, mapped) for i, spec in enumerate(out["inputs"])]
+    if "output" in out:
+        single = out.pop("output")
+        out["outputs"] = [_output(single, mapped, "output")]
+        mapped.append("output as outputs[0]")
+    elif isinstance(out.get("outputs"), list):
+        out["outputs"] = [_output(s, mapped, f"outputs[{i}]") for i, s in enumerate(out["outputs"])]
+    for key in ("preprocess", "postprocess"):
+        if not out.get(key):
+            out[key] = {"file": str(AGENT_HOOKS), "function": key}
+            mapped.append(f"{key} (none given: the agents' built-in one, from the parameters)")
+    mapped.append("every graph output passed to postprocess")
+    return out
+
+
+def _input(path: Path, i: int, spec: Any, mapped: list[str]) -> Any:
+    if not isinstance(spec, dict) or not isinstance(spec.get("parameters"), dict):
+        return spec
+    params = dict(spec["parameters"])
+    layer = params.get("input_layer")
+    if isinstance(layer, int) and not isinstance(layer, bool):
+        if layer != i:
+            raise ManifestError(path, f"inputs[{i}].parameters.input_layer",
+                                f"is {layer} (a position) at position {i}: list the inputs in the graph's order")
+        params.pop("input_layer")
+        mapped.append(f"inputs[{i}].parameters.input_layer {layer} as the graph's input {layer}")
+    return {**spec, "parameters": params}
+
+
+def _output(spec: Any, mapped: list[str], where: str) -> Any:
+    if not isinstance(spec, dict) or not isinstance(spec.get("parameters"), dict):
+        return spec
+    params = dict(spec["parameters"])
+    layer = params.get("output_layer")
+    if isinstance(layer, int) and not isinstance(layer, bool):  # a position, not a graph name
+        params.setdefault("probabilities_layer", params.pop("output_layer"))
+    layer = params.get("probabilities_layer")
+    if isinstance(layer, int) and not isinstance(layer, bool):
+        mapped.append(f"{where}.parameters.probabilities_layer {layer} as the graph's output {layer}")
+    return {**spec, "parameters": params}
+
+
+def features_file(model: Any, manifest_dir: Path) -> str | None:
+    """MLModelScope's class-name file (``model.features_path`` or the output's ``features_url``), as written."""
+    asset = getattr(model, "model", None)
+    if asset is not None and getattr(asset, "features_path", None):
+        return str(asset.features_path)
+    for out in getattr(model, "outputs", []) or []:
+        url = out.parameters.get("features_url") or out.parameters.get("features_path")
+        if url:
+            return str(url)
+    return None
