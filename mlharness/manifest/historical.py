@@ -90,6 +90,8 @@ def to_spec_v1(path: Path, data: dict[str, Any], found: Historical) -> dict[str,
         if key in out:
             out.pop(key)
             mapped.append(f"{key} (informational, dropped)")
+    if "container" in out:
+        mapped.append("container (informational)")
     fw = out.get("framework")
     if isinstance(fw, dict) and "container" in fw:
         out["framework"] = {k: v for k, v in fw.items() if k != "container"}
@@ -144,12 +146,28 @@ def _output(spec: Any, mapped: list[str], where: str) -> Any:
 
 
 def features_file(model: Any, manifest_dir: Path) -> str | None:
-    """MLModelScope's class-name file (``model.features_path`` or the output's ``features_url``), as written."""
+    """MLModelScope's class-name file (``model.features_path`` or the output's ``features_url``): a URL, or a
+    local path resolved against the manifest's folder."""
     asset = getattr(model, "model", None)
-    if asset is not None and getattr(asset, "features_path", None):
-        return str(asset.features_path)
+    found = asset.features_path if asset is not None and asset.features_path else None
     for out in getattr(model, "outputs", []) or []:
-        url = out.parameters.get("features_url") or out.parameters.get("features_path")
-        if url:
-            return str(url)
-    return None
+        found = found or out.parameters.get("features_url") or out.parameters.get("features_path")
+    if not found:
+        return None
+    return str(found) if "://" in str(found) else str((manifest_dir / str(found)).resolve())
+
+
+def with_features(model: Any, manifest_dir: Path) -> Any:
+    """A classification metric of a historical model reads class names from its features file (labels given as
+    names, e.g. ImageNet synset ids, are looked up there)."""
+    feats = features_file(model, manifest_dir)
+    acc = model.accuracy
+    if not feats or acc is None or acc.metric not in ("top1", "top5") or "features" in acc.options:
+        return model
+    options = {**acc.options, "features": feats}
+    checksum = model.model.features_checksum if model.model is not None else None
+    for out in model.outputs:
+        checksum = checksum or out.parameters.get("features_checksum")
+    if checksum and "://" in feats:
+        options["features_checksum"] = str(checksum)
+    return model.model_copy(update={"accuracy": acc.model_copy(update={"options": options})})

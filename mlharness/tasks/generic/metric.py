@@ -81,7 +81,8 @@ class TopK(AccuracyMetric):
     def score(self, accuracy_log: Path, ctx: AccuracyContext) -> AccuracyResult:
         path, raw = _labels(self.name, ctx)
         features = ctx.options.get("features")
-        features_path = _features(features, ctx) if features else None
+        numeric = all(x.lstrip("-").isdigit() for x in raw)
+        features_path = _features(features, ctx) if features and not numeric else None  # fetched only if used
         try:
             truth = dataset.class_ids(raw, features_path, path)
         except DatasetError as e:

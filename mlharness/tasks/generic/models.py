@@ -4,8 +4,8 @@ manifests without the published files: the image is averaged per channel and the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
