@@ -100,8 +100,10 @@ def to_spec_v1(path: Path, data: dict[str, Any], found: Historical) -> dict[str,
         out["framework"] = {**out["framework"], "version": str(out["framework"]["version"])}
     model = out.get("model")
     if isinstance(model, dict) and any(k in model for k in MODEL_THEIRS):
-        out["model"] = dict(model)
         mapped.append("model.features_path/features_checksum (the class names, for the accuracy metric)")
+    if isinstance(model, dict) and model.get("is_archive") is True and model.get("base_url") and "model_file" not in model:
+        out["model"] = _archive(model)
+        mapped.append("model.base_url as the archive, graph_path as the model inside it")
     if isinstance(out.get("inputs"), list):
         out["inputs"] = [_input(path, i, spec, mapped) for i, spec in enumerate(out["inputs"])]
     if "output" in out:
@@ -115,6 +117,17 @@ def to_spec_v1(path: Path, data: dict[str, Any], found: Historical) -> dict[str,
             out[key] = {"file": str(AGENT_HOOKS), "function": key}
             mapped.append(f"{key} (none given: the agents' built-in one, from the parameters)")
     mapped.append("every graph output passed to postprocess")
+    return out
+
+
+def _archive(model: dict[str, Any]) -> dict[str, Any]:
+    """MLModelScope: with ``is_archive``, ``base_url`` is the archive and ``graph_path``/``weights_path`` name files
+    inside it; the checksums are of those files, so they are checked by nothing here but the archive's members'
+    paths (an archive member outside its folder is refused when it is unpacked)."""
+    out = {k: v for k, v in model.items() if k not in ("base_url", "graph_checksum", "weights_path",
+                                                         "weights_checksum")}
+    out["graph_path"] = model["base_url"]
+    out["model_file"] = model.get("graph_path")
     return out
 
 
