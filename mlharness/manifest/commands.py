@@ -13,7 +13,7 @@ from mlharness.manifest import modelcheck, safeyaml
 from mlharness.manifest.hooks import check_hooks
 from mlharness.manifest.imports import check_target, missing_imports
 from mlharness.manifest.loader import LoadedManifest, load_manifest, manifest_dirs
-from mlharness.manifest.schema import DATASET_HOOK_KEYS, MODEL_HOOK_KEYS, HookRef
+from mlharness.manifest.schema import DATASET_ALL_HOOK_KEYS, MODEL_HOOK_KEYS, HookRef
 
 SKELETON = '''\
 # Model manifest (spec v1) -- see docs/manifest.md for every field.
@@ -167,7 +167,7 @@ def check_imports(loaded: LoadedManifest) -> None:
     sections = [(loaded.model, MODEL_HOOK_KEYS, loaded.source.path, "")]
     if loaded.dataset is not None:
         ds_path = (loaded.dataset_source or loaded.source).path
-        sections.append((loaded.dataset, DATASET_HOOK_KEYS, ds_path, "" if loaded.dataset_source else "dataset."))
+        sections.append((loaded.dataset, DATASET_ALL_HOOK_KEYS, ds_path, "" if loaded.dataset_source else "dataset."))
     for owner, keys, path, prefix in sections:
         for key in keys:
             hook = getattr(owner, key, None)

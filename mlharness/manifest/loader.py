@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from mlharness.errors import ManifestError, suggest
 from mlharness.manifest import historical, imports, overrides, safeyaml
 from mlharness.manifest.problems import format_validation
-from mlharness.manifest.schema import DATASET_HOOK_KEYS, MODEL_HOOK_KEYS, DatasetManifest, ModelManifest
+from mlharness.manifest.schema import DATASET_ALL_HOOK_KEYS, MODEL_HOOK_KEYS, DatasetManifest, ModelManifest
 from mlharness.paths import MANIFESTS_DIR
 
 
@@ -102,7 +102,7 @@ def _hook_lines(node: Any) -> dict[str, int]:
     def walk(mapping: yaml.MappingNode, prefix: str) -> None:
         for key, value in mapping.value:
             name = key.value
-            if name in MODEL_HOOK_KEYS + DATASET_HOOK_KEYS and isinstance(value, yaml.ScalarNode):
+            if name in MODEL_HOOK_KEYS + DATASET_ALL_HOOK_KEYS and isinstance(value, yaml.ScalarNode):
                 # block scalars ('|') start on the line after the key
                 offset = 1 if value.style in ("|", ">") else 0
                 lines[prefix + name] = value.start_mark.line + 1 + offset

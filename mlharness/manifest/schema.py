@@ -23,7 +23,9 @@ HOOK_KEYS = (
     "postprocess",
     "after_postprocess",
 )
-DATASET_HOOK_KEYS = ("init", "load", "unload", "sample")
+DATASET_HOOK_KEYS = ("init", "load", "unload")
+# beside MLHarness's three: ``sample(index)``, what preprocess gets instead of the index (MLModelScope's convention)
+DATASET_ALL_HOOK_KEYS = DATASET_HOOK_KEYS + ("sample",)
 # An mlharness extension beside the six MLHarness hooks: replaces the plain ``predictor.predict(batch)`` call
 # in the timed path, e.g. for sliding-window inference that runs the model on many patches per sample.
 EXTRA_HOOK_KEYS = ("predict",)
