@@ -53,7 +53,7 @@ def test_top1_of_labels_as_values_csv_and_class_names(tmp_path):
     (tmp_path / "labels.csv").write_text("file,label\n" + "".join(f"f{i},n{t:04d}\n" for i, t in enumerate(truth)))
     (tmp_path / "synset.txt").write_text("".join(f"n{k:04d} class number {k}\n" for k in range(10)))
     log = _log(tmp_path / "log.json", [(i, np.array([p], np.int64).tobytes()) for i, p in enumerate(predicted)])
-    good = sum(p == t for p, t in zip(predicted, truth))
+    good = sum(p == t for p, t in zip(predicted, truth, strict=True))
     r = _score("top1", log, tmp_path, labels="labels.csv", features="synset.txt", dtype="int64")
     assert r.text == f"accuracy={100.0 * good / len(truth):.3f}%, good={good}, total={len(truth)}\n"
     with pytest.raises(Exception, match="class names"):
@@ -85,8 +85,8 @@ def test_exact_match_and_token_f1(tmp_path):
     predicted = ["eiffel tower", "Paris", "in 1889", "Gustave Eiffel!"]
     (tmp_path / "labels.txt").write_text("\n".join(answers) + "\n")
     log = _log(tmp_path / "log.json", [(i, p.encode()) for i, p in enumerate(predicted)])
-    em = 100.0 * sum(_normalise(p) == _normalise(a) for p, a in zip(predicted, answers)) / 4
-    f1 = 100.0 * sum(_f1(p, a) for p, a in zip(predicted, answers)) / 4
+    em = 100.0 * sum(_normalise(p) == _normalise(a) for p, a in zip(predicted, answers, strict=True)) / 4
+    f1 = 100.0 * sum(_f1(p, a) for p, a in zip(predicted, answers, strict=True)) / 4
     r = _score("exact_match", log, tmp_path)
     assert r.value == pytest.approx(em) and em == 50.0
     assert json.loads(r.text) == pytest.approx({"exact_match": em, "f1": f1})
@@ -98,8 +98,8 @@ def test_mean_absolute_and_squared_error(tmp_path):
     predicted = [1.0, -2.5, 0.25, 12.0]
     (tmp_path / "labels.txt").write_text("\n".join(map(str, targets)) + "\n")
     log = _log(tmp_path / "log.json", [(i, np.array([p], np.float32).tobytes()) for i, p in enumerate(predicted)])
-    mae = sum(abs(p - t) for p, t in zip(predicted, targets)) / 4
-    mse = sum((p - t) ** 2 for p, t in zip(predicted, targets)) / 4
+    mae = sum(abs(p - t) for p, t in zip(predicted, targets, strict=True)) / 4
+    mse = sum((p - t) ** 2 for p, t in zip(predicted, targets, strict=True)) / 4
     assert _score("mean_absolute_error", log, tmp_path).text == f"mae={mae:.6f}, total=4\n"
     assert _score("mean_squared_error", log, tmp_path).text == f"mse={mse:.6f}, total=4\n"
 
