@@ -6,6 +6,7 @@ Loading runs no user code: hooks are only compiled later, once, by :mod:`mlharne
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,8 @@ from mlharness.manifest import historical, imports, overrides, safeyaml
 from mlharness.manifest.problems import format_validation
 from mlharness.manifest.schema import DATASET_ALL_HOOK_KEYS, MODEL_HOOK_KEYS, DatasetManifest, ModelManifest
 from mlharness.paths import MANIFESTS_DIR
+
+log = logging.getLogger(__name__)
 
 
 def manifest_dirs() -> list[Path]:
@@ -241,6 +244,8 @@ def load_manifest(ref: str | Path, dataset: str | Path | None = None, framework:
         model = historical.with_features(model, path.parent)
     notes = [found.note()] if found else []
     notes += [override] if override else []
+    for note in notes:
+        log.info("%s: %s", path, note)
     return LoadedManifest(model=model, source=source, dataset=ds, dataset_source=ds_source, historical=found,
                           notes=notes)
 
