@@ -303,3 +303,37 @@ def test_a_manifest_folder_is_importable(run_cli, tmp_path):
     assert proc.returncode == 2
     assert "field 'model.factory'" in proc.stderr and "cannot import module 'nomodels'" in proc.stderr
     assert str(folder / "m.yaml") in proc.stderr
+
+
+@pytest.mark.slow
+def test_validate_loads_pytorch_model_files(run_cli, tmp_path):
+    """A torch.export program is loaded by the PyTorch predictor: a wrong per-sample shape names the field; a
+    file that is not a model names model.graph_path."""
+    import torch
+
+    class Net(torch.nn.Module):
+        def forward(self, x):
+            return x.mean(dim=1)
+
+    folder = tmp_path / "pt"
+    folder.mkdir()
+    program = torch.export.export(Net(), (torch.zeros(2, 4),), dynamic_shapes=({0: torch.export.Dim("b")},))
+    torch.export.save(program, str(folder / "net.pt2"))
+    (folder / "junk.pt").write_bytes(b"not a torchscript archive")
+    text = textwrap.dedent("""\
+        name: pt
+        framework: {name: pytorch}
+        inputs: [{name: x, shape: SHAPE}]
+        outputs: [{name: y}]
+        model: {graph_path: FILE}
+        """)
+    (folder / "m.yaml").write_text(text.replace("SHAPE", "[4]").replace("FILE", "net.pt2"))
+    proc = run_cli("manifest", "validate", str(folder / "m.yaml"))
+    assert proc.returncode == 0, proc.stderr
+    assert "loads in pytorch" in proc.stdout
+    (folder / "m.yaml").write_text(text.replace("SHAPE", "[5]").replace("FILE", "net.pt2"))
+    proc = run_cli("manifest", "validate", str(folder / "m.yaml"))
+    assert proc.returncode == 2 and "field 'inputs[0].shape'" in proc.stderr, proc.stderr
+    (folder / "m.yaml").write_text(text.replace("SHAPE", "[4]").replace("FILE", "junk.pt"))
+    proc = run_cli("manifest", "validate", str(folder / "m.yaml"))
+    assert proc.returncode == 2 and "field 'model.graph_path'" in proc.stderr, proc.stderr

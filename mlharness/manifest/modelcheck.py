@@ -77,3 +77,32 @@ def check_onnx(loaded: LoadedManifest, model_file: Path) -> str:
         check_outputs(out_specs, outs, str(model_file), manifest)
     return (f"model {model_file} loads; {len(ins)} input(s) and {len(outs)} output(s) agree with the "
             "declarations")
+
+
+def check_loads(loaded: LoadedManifest, model_file: Path) -> str:
+    """PyTorch (TorchScript, torch.export) and TensorFlow model files: loaded by the run's own predictor on the
+    CPU, which compares the declared inputs with the model's; no hook runs and no input is fed."""
+    from mlharness.errors import PredictorError
+    from mlharness.predictors import PREDICTORS
+    from mlharness.predictors.base import PredictorConfig
+
+    m = loaded.model
+    config = PredictorConfig(
+        model_path=str(model_file), input_names=[i.name for i in m.inputs],
+        output_names=[] if loaded.fetch_all_outputs else [o.name for o in m.outputs], device="cpu", threads=1,
+        options=dict(m.framework.options), input_specs=[i.model_dump() for i in m.inputs],
+        output_specs=[o.model_dump() for o in m.outputs], model_name=m.name, manifest_path=str(loaded.path))
+    predictor = PREDICTORS.get(m.framework.name)(config)
+    try:
+        predictor.load()
+    except PredictorError as e:
+        raise ManifestError(loaded.path, "model.graph_path", f"{m.framework.name} cannot use {model_file}: {e}"
+                            ) from None
+    except ManifestError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a framework's own loader error: the file does not load
+        raise ManifestError(loaded.path, "model.graph_path", f"{m.framework.name} cannot load {model_file}: "
+                                                             f"{type(e).__name__}: {str(e)[:300]}") from None
+    finally:
+        predictor.close()
+    return f"model {model_file} loads in {m.framework.name}; its inputs agree with the declarations"
