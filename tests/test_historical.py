@@ -47,7 +47,7 @@ inputs:
       input_layer: data
       layout: HWC
       color_mode: BGR
-      dimensions: [8, 8, 3]
+      dimensions: [3, 8, 8]
       mean: [1, 2, 3]
       scale: 2
 output:
@@ -118,10 +118,10 @@ def test_every_field_of_the_mlmodelscope_manifest_is_mapped(tmp_path):
     for key in ("before_preprocess", "preprocess", "after_preprocess", "before_postprocess", "postprocess",
                 "after_postprocess"):
         assert isinstance(getattr(m, key), str) and f"def {key}(" in getattr(m, key)
-    assert loaded.fetch_all_outputs
+    assert not loaded.fetch_all_outputs  # the output is named: fetched by its name
     note = loaded.notes[0]
     for mapped in ("version 2 (a number) as a string", "references", "hidden", "framework.container",
-                   "container", "output as outputs[0]", "features_path"):
+                   "container", "output as outputs[0]", "features_path", "(channels first) as the HWC shape"):
         assert mapped in note, mapped
     assert note.count("\n") == 0  # one line
 
@@ -133,6 +133,7 @@ def test_the_published_manifests_are_mapped(tmp_path):
     assert m.inputs[0].name is None  # input_layer: 0 is the graph's first input, by position
     assert m.inputs[0].shape == [3, 224, 224] and m.inputs[0].parameters["mean"] == [123.68, 116.78, 103.94]
     assert m.outputs[0].parameters["probabilities_layer"] == 1
+    assert r50.fetch_all_outputs  # its postprocess reads data[1] of a graph with two outputs
     assert isinstance(m.preprocess, str) and "cv2.imread(data)" in m.preprocess
     r18 = load_manifest(FIXTURES / "TorchVision_ResNet_18.yml").model
     assert r18.inputs[0].parameters["scale"] == [58.395, 57.120, 57.375]
@@ -337,3 +338,18 @@ def test_validate_loads_pytorch_model_files(run_cli, tmp_path):
     (folder / "m.yaml").write_text(text.replace("SHAPE", "[4]").replace("FILE", "junk.pt"))
     proc = run_cli("manifest", "validate", str(folder / "m.yaml"))
     assert proc.returncode == 2 and "field 'model.graph_path'" in proc.stderr, proc.stderr
+
+
+def test_the_tensorflow_agent_manifest_is_mapped():
+    """c3sr/tensorflow's ResNet_v1_50.yml: a float framework version, channels-first dimensions with an HWC
+    layout, and the probabilities output named by probabilities_layer."""
+    loaded = load_manifest(FIXTURES / "TensorFlow_ResNet_v1_50.yml")
+    m = loaded.model
+    assert m.framework.name == "tensorflow" and m.framework.version == "1.14"
+    assert m.inputs[0].name == "input" and m.inputs[0].layout == "HWC" and m.inputs[0].shape == [224, 224, 3]
+    assert m.outputs[0].name == "resnet_v1_50/predictions/Reshape_1"
+    assert not loaded.fetch_all_outputs  # a frozen graph is fetched by name
+    assert (m.model.base_url, m.model.graph_path) == ("http://s3.amazonaws.com/store.carml.org/models/tensorflow/"
+                                                      "graphs/", "resnet_v1_50_frozen.pb")
+    assert m.attributes["top1"] == 75.2
+    assert "as the HWC shape [224, 224, 3]" in loaded.notes[0]

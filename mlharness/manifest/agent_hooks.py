@@ -47,7 +47,9 @@ def preprocess(ctx, data):
 def postprocess(ctx, outputs):
     p = (ctx["outputs"][0].get("parameters") or {}) if ctx.get("outputs") else {}
     layer = p.get("probabilities_layer", 0)
-    y = _np.asarray(outputs[layer if isinstance(layer, int) else 0], dtype=_np.float32)
+    # a position among every graph output, or a name: then the output was fetched by that name, first
+    y = _np.asarray(outputs[layer if isinstance(layer, int) and not isinstance(layer, bool) else 0],
+                    dtype=_np.float32)
     y = y.reshape(y.shape[0], -1)
     if str(p.get("probabilities_transform", "")).lower() == "softmax":
         e = _np.exp(y - y.max(axis=1, keepdims=True))

@@ -116,7 +116,9 @@ def to_spec_v1(path: Path, data: dict[str, Any], found: Historical) -> dict[str,
         if not out.get(key):
             out[key] = {"file": str(AGENT_HOOKS), "function": key}
             mapped.append(f"{key} (none given: the agents' built-in one, from the parameters)")
-    mapped.append("every graph output passed to postprocess")
+    if not any(isinstance(o, dict) and (o.get("name") or (o.get("parameters") or {}).get("output_layer"))
+               for o in out.get("outputs") or []):
+        mapped.append("every graph output passed to postprocess")
     return out
 
 
@@ -142,7 +144,13 @@ def _input(path: Path, i: int, spec: Any, mapped: list[str]) -> Any:
                                 f"is {layer} (a position) at position {i}: list the inputs in the graph's order")
         params.pop("input_layer")
         mapped.append(f"inputs[{i}].parameters.input_layer {layer} as the graph's input {layer}")
-    return {**spec, "parameters": params}
+    out = {**spec, "parameters": params}
+    dims, layout = params.get("dimensions"), str(params.get("layout") or spec.get("layout") or "").upper()
+    if layout == "HWC" and isinstance(dims, list) and len(dims) == 3 and "shape" not in spec:
+        # MLModelScope's dimensions are channels first whatever the layout; the sample is height, width, channels
+        out["shape"] = [dims[1], dims[2], dims[0]]
+        mapped.append(f"inputs[{i}].parameters.dimensions {dims} (channels first) as the HWC shape {out['shape']}")
+    return out
 
 
 def _output(spec: Any, mapped: list[str], where: str) -> Any:
@@ -155,7 +163,11 @@ def _output(spec: Any, mapped: list[str], where: str) -> Any:
     layer = params.get("probabilities_layer")
     if isinstance(layer, int) and not isinstance(layer, bool):
         mapped.append(f"{where}.parameters.probabilities_layer {layer} as the graph's output {layer}")
-    return {**spec, "parameters": params}
+    out = {**spec, "parameters": params}
+    if isinstance(layer, str) and "name" not in spec and not isinstance(params.get("output_layer"), str):
+        out["name"] = layer  # the graph's output of that name (a frozen graph has no list of outputs to take)
+        mapped.append(f"{where}.parameters.probabilities_layer '{layer}' as the output's name")
+    return out
 
 
 def features_file(model: Any, manifest_dir: Path) -> str | None:

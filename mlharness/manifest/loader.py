@@ -56,8 +56,9 @@ class LoadedManifest:
 
     @property
     def fetch_all_outputs(self) -> bool:
-        """Historical hooks index the graph's outputs by position, whatever the manifest declares."""
-        return self.historical is not None
+        """Historical hooks index the graph's outputs by position, whatever the manifest declares (unless it
+        names them)."""
+        return self.historical is not None and not any(o.name for o in self.model.outputs)
 
     @property
     def path(self) -> Path:
