@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mlharness.tasks.generic.models import write_classifier
+from mlharness.tasks.generic.models import write_classifier, write_torchscript_classifier
 from mlharness.tasks.generic.synth import write_colour_folder
 
 pytestmark = pytest.mark.slow
@@ -40,7 +40,8 @@ DATASETS = {"MLPerf_ResNet_50_v1.5.yml": "files", "TorchVision_ResNet_18.yml": "
 PUBLISHED = {"MLPerf_ResNet_50_v1.5.yml": "444787ac5ae1b0aafd3b73e388e4e28c",
              "TorchVision_ResNet_18.yml": "d0a33e4c985436b48ac814ad42ada191",
              "ResNet50_v1.5.yml": "75367e205b6624b95a894efac80c2bd6",
-             "TensorFlow_ResNet_v1_50.yml": "806e4c1fc514d3dbd113610348fa3137"}
+             "TensorFlow_ResNet_v1_50.yml": "806e4c1fc514d3dbd113610348fa3137",
+             "PyTorch_TorchVision_ResNet_18.yml": "2d6232f1cc6913af0aaa4167ca25ea12"}
 
 
 @pytest.fixture(scope="module")
@@ -108,3 +109,16 @@ def test_performance_in_every_scenario(run_cli, cli_env, tmp_path, images, manif
     summary = (out / "mlperf_log_summary.txt").read_text()
     assert f"Scenario : {scenario}" in summary
     assert "Result is : VALID" in summary or "Result is : INVALID" in summary
+
+
+def test_the_pytorch_agent_manifest_runs(run_cli, cli_env, tmp_path, images):
+    """c3sr/pytorch's TorchVision_ResNet_18.yml (no hooks) on a TorchScript stand-in."""
+    model = write_torchscript_classifier(tmp_path / "resnet18.pt", mean=[123.675, 116.28, 103.53],
+                                         scale=[58.395, 57.12, 57.375])
+    out = tmp_path / "acc"
+    proc = run_cli("run", "--manifest", str(FIXTURES / "PyTorch_TorchVision_ResNet_18.yml"), "--dataset", "files",
+                   "--dataset-path", str(images), "--output", str(out), "--no-progress", "--scenario", "Offline",
+                   "--mode", "accuracy", env={**cli_env, "MLHARNESS_MODEL_FILE": str(model)}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    n = len((images / "labels.txt").read_text().splitlines())
+    assert (out / "accuracy.txt").read_text() == f"accuracy=100.000%, good={n}, total={n}\n"

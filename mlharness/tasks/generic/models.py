@@ -56,3 +56,25 @@ def write_classifier(path: Path | str, *, mean: Sequence[float], scale: Sequence
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(path))
     return path
+
+
+def write_torchscript_classifier(path: Path | str, *, mean: Sequence[float], scale: Sequence[float] = (1.0, 1.0, 1.0),
+                                 n_classes: int = 1000) -> Path:
+    """The same colour classifier as a TorchScript file (logits [N, n_classes] of a [N, 3, H, W] image)."""
+    import torch
+
+    w, b = colour_logits(mean, scale, n_classes)
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("w", torch.from_numpy(w))
+            self.register_buffer("b", torch.from_numpy(b))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.mean(dim=(2, 3)) @ self.w + self.b
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.jit.save(torch.jit.script(Net()), str(path))
+    return path
