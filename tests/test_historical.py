@@ -227,7 +227,7 @@ name: checked
 version: "1.0"
 framework: {name: onnxruntime, version: "VERSION"}
 inputs: [{name: INPUT, element_type: DTYPE, shape: SHAPE}]
-outputs: [{name: output, element_type: float32}]
+outputs: [{name: ONAME, element_type: OTYPE, shape: ODIMS}]
 model: {graph_path: net.onnx}
 preprocess: |
   import HOOKIMPORT
@@ -235,7 +235,8 @@ preprocess: |
   def preprocess(ctx, index):
       return None
 """
-GOOD = {"VERSION": ">=1.0", "INPUT": "input", "DTYPE": "float32", "SHAPE": "[3, 8, 8]", "HOOKIMPORT": "numpy"}
+GOOD = {"VERSION": ">=1.0", "INPUT": "input", "DTYPE": "float32", "SHAPE": "[3, 8, 8]", "HOOKIMPORT": "numpy",
+        "ONAME": "output", "OTYPE": "float32", "ODIMS": "[1000]"}
 
 
 def _validate(run_cli, tmp_path, corrupt=False, **change):
@@ -262,6 +263,9 @@ def test_validate_accepts_a_model_that_agrees(run_cli, tmp_path):
     ({"INPUT": "image"}, "inputs[0].name", "'image' is not one of the inputs"),
     ({"DTYPE": "int64"}, "inputs[0].element_type", "declares int64"),
     ({"SHAPE": "[3, 16, 16]"}, "inputs[0].shape", "declares [3, 16, 16]"),
+    ({"ONAME": "logits"}, "outputs[0].name", "'logits' is not one of the outputs"),
+    ({"OTYPE": "int64"}, "outputs[0].element_type", "declares int64"),
+    ({"ODIMS": "[10]"}, "outputs[0].shape", "declares [10] per sample"),
     ({"VERSION": ">=99"}, "framework.version", "is not met by the installed onnxruntime"),
     ({"HOOKIMPORT": "no_such_helper_module"}, "preprocess", "imports module 'no_such_helper_module'"),
 ])

@@ -131,3 +131,11 @@ def check_outputs(specs: list[dict[str, Any]], tensors: list[ModelTensor], model
             raise ManifestError(manifest, f"outputs[{k}].element_type",
                                 f"declares {declared} but the model's output '{t.name}' ({model_path}) is "
                                 f"{t.element_type}")
+        shape = spec.get("shape")
+        if t is not None and shape is not None and t.shape is not None and (
+                len(t.shape) - 1 != len(shape) or any(isinstance(d, int) and d != -1 and not _dynamic(m) and d != m
+                                                      for d, m in zip(shape, t.shape[1:], strict=True))):
+            shown = ["?" if _dynamic(d) else d for d in t.shape]
+            raise ManifestError(manifest, f"outputs[{k}].shape",
+                                f"declares {list(shape)} per sample but the model's output '{t.name}' ({model_path}) "
+                                f"has shape {shown} (batch axis first)")
