@@ -27,7 +27,7 @@ AGENT_HOOKS = Path(__file__).with_name("agent_hooks.py")
 OURS_ONLY = ("manifest_version", "mlperf", "response", "accuracy", "batching", "frameworks", "predict")
 # top-level keys only the historical ModelManifest has
 THEIRS_ONLY = ("output", "references", "hidden")
-MODEL_THEIRS = ("features_path", "features_checksum")
+MODEL_THEIRS = ("features_path", "features_checksum")  # spec v1 has them too (the class names)
 
 
 @dataclass
@@ -48,9 +48,6 @@ def _markers(data: dict[str, Any]) -> list[str]:
     fw = data.get("framework")
     if isinstance(fw, dict) and "container" in fw:
         found.append("framework.container")
-    model = data.get("model")
-    if isinstance(model, dict):
-        found += [f"model.{k}" for k in MODEL_THEIRS if k in model]
     for i, spec in enumerate(data.get("inputs") or []):
         params = spec.get("parameters") if isinstance(spec, dict) else None
         if isinstance(params, dict) and isinstance(params.get("input_layer"), int):
@@ -103,7 +100,8 @@ def to_spec_v1(path: Path, data: dict[str, Any], found: Historical) -> dict[str,
         mapped.append("model.features_path/features_checksum (the class names, for the accuracy metric)")
     if isinstance(model, dict) and model.get("is_archive") is True and model.get("base_url") and "model_file" not in model:
         out["model"] = _archive(model)
-        mapped.append("model.base_url as the archive, graph_path as the model inside it")
+        mapped.append("model.base_url as the archive, graph_path as the model inside it (the checksums of files "
+                      "inside an archive are not verified)")
     if isinstance(out.get("inputs"), list):
         out["inputs"] = [_input(path, i, spec, mapped) for i, spec in enumerate(out["inputs"])]
     if "output" in out:
