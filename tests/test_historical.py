@@ -357,3 +357,32 @@ def test_the_tensorflow_agent_manifest_is_mapped():
                                                       "graphs/", "resnet_v1_50_frozen.pb")
     assert m.attributes["top1"] == 75.2
     assert "as the HWC shape [224, 224, 3]" in loaded.notes[0]
+
+
+def test_a_hook_imports_a_module_beside_the_manifest_in_a_run(run_cli, tmp_path):
+    folder = tmp_path / "echo"
+    folder.mkdir()
+    (folder / "myhelpers.py").write_text("import numpy as np\n\ndef sample(i):\n    return np.array([3 * i], np.int64)\n")
+    (folder / "m.yaml").write_text(textwrap.dedent("""\
+        name: echo_helpers
+        framework: {name: echo}
+        inputs: [{name: x, element_type: int64, shape: [1]}]
+        outputs: [{name: y, element_type: int64}]
+        response: {element_type: int64}
+        preprocess: |
+          import myhelpers
+
+          def preprocess(ctx, index):
+              return myhelpers.sample(index)
+        """))
+    out = tmp_path / "out"
+    proc = run_cli("run", "--manifest", str(folder / "m.yaml"), "--scenario", "Offline", "--mode", "accuracy",
+                   "--count", "4", "--output", str(out), "--no-progress", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    import numpy as np
+
+    entries = json.loads((out / "mlperf_log_accuracy.json").read_text())
+    assert {e["qsl_idx"]: int(np.frombuffer(bytes.fromhex(e["data"]), np.int64)[0]) for e in entries} == {
+        0: 0, 1: 3, 2: 6, 3: 9}
