@@ -139,7 +139,7 @@ def test_no_module_imports_a_private_name_of_another():
     assert not offenders, offenders
 
 
-@pytest.mark.parametrize("task", ["imagenet", "squad", "kits19", "openimages", "coco"])
+@pytest.mark.parametrize("task", ["imagenet", "squad", "kits19", "openimages", "coco", "cnndm", "generic"])
 def test_each_task_is_a_package_with_the_same_modules(task):
     from mlharness.tasks import METRICS, TASKS, cli_modules
 

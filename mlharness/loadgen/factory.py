@@ -92,7 +92,7 @@ def make_predictor(loaded: LoadedManifest, opts: RunOptions, model_file: Path | 
     config = PredictorConfig(
         model_path=str(model_file) if model_file else None,
         input_names=[i.name for i in m.inputs],
-        output_names=[o.name for o in m.outputs],
+        output_names=[] if loaded.fetch_all_outputs else [o.name for o in m.outputs],  # [] = every output
         device=opts.device,
         threads=opts.threads,
         options=dict(m.framework.options),

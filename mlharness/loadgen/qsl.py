@@ -36,6 +36,15 @@ def check_sample_count(hooks: HookSet, count: int | None, total: Any) -> int:
     return total
 
 
+def sample_argument(hooks: HookSet, index: int) -> Any:
+    """What ``preprocess`` gets for sample ``index``, by the dataset manifest's convention: its ``sample(index)``
+    hook's answer (the file's path, as the MLModelScope agents passed the input itself), else the index, as a
+    string for a historical manifest (MLHarness passed it so; its hooks read ``dataset[int(data)]``)."""
+    if "sample" in hooks:
+        return hooks.call("sample", index)
+    return str(index) if hooks.loaded.historical is not None else index
+
+
 class SampleStore:
     """Pre-processed samples of the loaded set. ``gather(indices)`` returns one batch array per model input."""
 
@@ -154,7 +163,7 @@ class SampleLoader:
 
     def _preprocess(self, index: int) -> tuple[np.ndarray, ...]:
         if "preprocess" in self.hooks:
-            out = self.hooks.call("preprocess", self.ctx, index)
+            out = self.hooks.call("preprocess", self.ctx, sample_argument(self.hooks, index))
         else:
             raise HookError("preprocess", self.hooks.manifest, "the manifest defines no preprocess hook")
         # with a predict hook, the declared inputs are the model's and the samples are what the hook cuts them from

@@ -9,9 +9,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from mlharness.errors import ManifestError, MLHarnessError
-from mlharness.manifest import safeyaml
+from mlharness.manifest import modelcheck, safeyaml
 from mlharness.manifest.hooks import check_hooks
-from mlharness.manifest.loader import load_manifest, manifest_dirs
+from mlharness.manifest.imports import check_target, missing_imports
+from mlharness.manifest.loader import LoadedManifest, load_manifest, manifest_dirs
+from mlharness.manifest.schema import DATASET_ALL_HOOK_KEYS, MODEL_HOOK_KEYS, HookRef
 
 SKELETON = '''\
 # Model manifest (spec v1) -- see docs/manifest.md for every field.
@@ -102,7 +104,10 @@ def validate(out: Console, ref: str, dataset_path: str | None) -> int:
     loaded = load_manifest(ref)
     hooks = check_hooks(loaded)
     asset = loaded.model.model
-    notes = []
+    notes = list(loaded.notes)
+    model_file = None
+    check_imports(loaded)
+    notes.append(modelcheck.check_version(loaded))
     if asset is None:
         notes.append("no model file (the predictor needs none)")
     elif asset.generator:
@@ -135,6 +140,11 @@ def validate(out: Console, ref: str, dataset_path: str | None) -> int:
             raise MLHarnessError(f"{loaded.path}: field 'model.graph_path': {path} does not exist")
         verify_checksum(path, asset.graph_checksum)
         notes.append(f"model file {path} present" + (", checksum ok" if asset.graph_checksum else ""))
+        model_file = path
+    if model_file is not None and loaded.model.framework.name == "onnxruntime":
+        notes.append(modelcheck.check_onnx(loaded, model_file))
+    elif model_file is not None and loaded.model.framework.name in ("pytorch", "tensorflow"):
+        notes.append(modelcheck.check_loads(loaded, model_file))
     ds_dir = dataset_path or (loaded.dataset.path if loaded.dataset and loaded.dataset.path else None)
     if ds_dir is not None:
         p = Path(ds_dir) if dataset_path else loaded.dataset_directory / ds_dir
@@ -146,6 +156,32 @@ def validate(out: Console, ref: str, dataset_path: str | None) -> int:
     for n in notes:
         out.print(f"  {escape(n)}")
     return 0
+
+
+def check_imports(loaded: LoadedManifest) -> None:
+    """The factory's and generator's modules import, and every module a hook imports at its top level can be
+    found (beside the manifest or installed); no hook runs and no model is built."""
+    asset = loaded.model.model
+    for field in ("factory", "generator"):
+        target = getattr(asset, field, None) if asset is not None else None
+        if target:
+            check_target(target, loaded.path, f"model.{field}")
+    sections = [(loaded.model, MODEL_HOOK_KEYS, loaded.source.path, "")]
+    if loaded.dataset is not None:
+        ds_path = (loaded.dataset_source or loaded.source).path
+        sections.append((loaded.dataset, DATASET_ALL_HOOK_KEYS, ds_path, "" if loaded.dataset_source else "dataset."))
+    for owner, keys, path, prefix in sections:
+        for key in keys:
+            hook = getattr(owner, key, None)
+            if isinstance(hook, HookRef):
+                file = (path.parent / hook.file)
+                text = file.read_text(encoding="utf-8") if file.is_file() else ""
+                field = f"{prefix}{key}.file"
+            else:
+                text, field = hook or "", prefix + key
+            for name in missing_imports(text):
+                raise ManifestError(path, field, f"the hook imports module '{name}', which is neither installed "
+                                                 f"nor beside the manifest ({path.parent})")
 
 
 def init(out: Console, name: str, output: Path | None) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 
 from mlharness.errors import HookError, ManifestError
 from mlharness.manifest.loader import LoadedManifest, SourceInfo
-from mlharness.manifest.schema import DATASET_HOOK_KEYS, MODEL_HOOK_KEYS, HookRef
+from mlharness.manifest.schema import DATASET_ALL_HOOK_KEYS, MODEL_HOOK_KEYS, HookRef
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class HookSet:
         if loaded.dataset is not None:
             ds_source = loaded.dataset_source or loaded.source
             prefix = "" if loaded.dataset_source else "dataset."
-            for key in DATASET_HOOK_KEYS:
+            for key in DATASET_ALL_HOOK_KEYS:
                 self._add(key, getattr(loaded.dataset, key), ds_source, prefix)
         for key in MODEL_HOOK_KEYS:
             self._add(key, getattr(loaded.model, key), loaded.source, "")
@@ -166,7 +166,7 @@ def check_hooks(loaded: LoadedManifest) -> list[str]:
     present = []
     sections: list[tuple[tuple[str, ...], Any, SourceInfo, str]] = []
     if loaded.dataset is not None:
-        sections.append((DATASET_HOOK_KEYS, loaded.dataset, loaded.dataset_source or loaded.source,
+        sections.append((DATASET_ALL_HOOK_KEYS, loaded.dataset, loaded.dataset_source or loaded.source,
                          "" if loaded.dataset_source else "dataset."))
     sections.append((MODEL_HOOK_KEYS, loaded.model, loaded.source, ""))
     for keys, section, source, prefix in sections:

@@ -5,22 +5,23 @@ Loading runs no user code: hooks are only compiled later, once, by :mod:`mlharne
 
 from __future__ import annotations
 
-import difflib
 import hashlib
+import logging
 import os
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from mlharness.errors import ManifestError, suggest
-from mlharness.manifest import safeyaml
-from mlharness.manifest.schema import DATASET_HOOK_KEYS, MODEL_HOOK_KEYS, DatasetManifest, ModelManifest
+from mlharness.manifest import historical, imports, overrides, safeyaml
+from mlharness.manifest.problems import format_validation
+from mlharness.manifest.schema import DATASET_ALL_HOOK_KEYS, MODEL_HOOK_KEYS, DatasetManifest, ModelManifest
 from mlharness.paths import MANIFESTS_DIR
+
+log = logging.getLogger(__name__)
 
 
 def manifest_dirs() -> list[Path]:
@@ -50,6 +51,14 @@ class LoadedManifest:
     source: SourceInfo
     dataset: DatasetManifest | None
     dataset_source: SourceInfo | None  # None when inline or absent
+    historical: historical.Historical | None = None  # an MLHarness/MLModelScope manifest, mapped onto spec v1
+    notes: list[str] = field(default_factory=list)  # what loading changed, one line each
+
+    @property
+    def fetch_all_outputs(self) -> bool:
+        """Historical hooks index the graph's outputs by position, whatever the manifest declares (unless it
+        names them)."""
+        return self.historical is not None and not any(o.name for o in self.model.outputs)
 
     @property
     def path(self) -> Path:
@@ -97,7 +106,7 @@ def _hook_lines(node: Any) -> dict[str, int]:
     def walk(mapping: yaml.MappingNode, prefix: str) -> None:
         for key, value in mapping.value:
             name = key.value
-            if name in MODEL_HOOK_KEYS + DATASET_HOOK_KEYS and isinstance(value, yaml.ScalarNode):
+            if name in MODEL_HOOK_KEYS + DATASET_ALL_HOOK_KEYS and isinstance(value, yaml.ScalarNode):
                 # block scalars ('|') start on the line after the key
                 offset = 1 if value.style in ("|", ">") else 0
                 lines[prefix + name] = value.start_mark.line + 1 + offset
@@ -106,93 +115,6 @@ def _hook_lines(node: Any) -> dict[str, int]:
 
     walk(node, "")
     return lines
-
-
-# pydantic tags the errors of each union branch with the branch's type; they add nothing for the user
-_UNION_TAGS = ("str", "int", "HookRef", "DatasetManifest", "function-after[_known_dtype(), str]")
-
-
-def _loc_to_path(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part in _UNION_TAGS:
-            continue
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "<top level>"
-
-
-def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The model class that owns the last key of ``loc`` (to suggest valid keys for a typo)."""
-    current: Any = root
-    for part in loc[:-1]:
-        if isinstance(part, int):
-            continue
-        if not (isinstance(current, type) and issubclass(current, BaseModel)) or part not in current.model_fields:
-            if isinstance(current, type) and issubclass(current, BaseModel):
-                continue
-            return None
-        current = _first_model(current.model_fields[part].annotation)
-    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
-
-
-def _first_model(annotation: Any) -> Any:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType, list):
-        for arg in typing.get_args(annotation):
-            found = _first_model(arg)
-            if found is not None:
-                return found
-    return None
-
-
-def _shadowed(loc: tuple[Any, ...], all_locs: list[tuple[Any, ...]]) -> bool:
-    """A union branch that rejected the value's type outright (``dataset.str``) while another branch of the
-    same union got further (``dataset.DatasetManifest.lod``): the deeper error is the one that helps."""
-    if not loc or loc[-1] not in _UNION_TAGS:
-        return False
-    head = loc[:-1]
-    return any(len(o) > len(loc) and o[: len(head)] == head and o[len(head)] != loc[-1] for o in all_locs)
-
-
-def _format_validation(path: Path, root: type[BaseModel], err: ValidationError) -> ManifestError:
-    problems = []
-    seen = set()
-    errors = err.errors()
-    all_locs = [tuple(e["loc"]) for e in errors]
-    for e in errors:
-        loc = tuple(e["loc"])
-        if _shadowed(loc, all_locs):
-            continue
-        field_path = _loc_to_path(loc)
-        if e["type"] == "missing":
-            msg = "required field is missing"
-        elif e["type"] == "extra_forbidden":
-            owner = _model_at(root, loc)
-            known = list(owner.model_fields) if owner else []
-            close = difflib.get_close_matches(str(loc[-1]), known, n=1)
-            msg = "unknown key" + (f"; did you mean '{close[0]}'?" if close else "")
-            if known and not close:
-                msg += f"; expected one of: {', '.join(known)}"
-        else:
-            msg = e["msg"].removeprefix("Value error, ")
-            if "input" in e and e["type"] not in ("value_error",) and not isinstance(e["input"], dict | list):
-                msg += f" (got {e['input']!r})"
-        if (field_path, msg) in seen:
-            continue
-        seen.add((field_path, msg))
-        problems.append((field_path, msg))
-    # union branches produce one error per branch; keep the most specific ones
-    first_field, first_msg = problems[0]
-    if len(problems) == 1:
-        return ManifestError(path, first_field, first_msg)
-    rest = "; ".join(f"'{f}': {m}" for f, m in problems[1:4])
-    more = f" (and {len(problems) - 4} more)" if len(problems) > 4 else ""
-    return ManifestError(path, first_field, f"{first_msg}. Also {rest}{more}")
 
 
 def find_builtin(name: str, kind: str = "model") -> Path | None:
@@ -249,10 +171,13 @@ def load_dataset_manifest(
 ) -> tuple[DatasetManifest, SourceInfo]:
     path = resolve_manifest_path(ref, "dataset", relative_to, owner=owner, field="dataset" if owner else None)
     data, source = _read_yaml(path)
+    imports.make_importable(path.parent)
+    if "references" in data and "init" in data:  # MLHarness dataset manifests list their papers; informational
+        data = {k: v for k, v in data.items() if k != "references"}
     try:
         return DatasetManifest.model_validate(data), source
     except ValidationError as e:
-        raise _format_validation(path, DatasetManifest, e) from None
+        raise format_validation(path, DatasetManifest, e) from None
 
 
 def split_reference(ref: str | Path) -> tuple[str | Path, str | None]:
@@ -289,10 +214,15 @@ def load_manifest(ref: str | Path, dataset: str | Path | None = None, framework:
     framework = framework or suffix_fw
     path = resolve_manifest_path(ref, "model")
     data, source = _read_yaml(path)
+    imports.make_importable(path.parent)
+    found = historical.recognise(path, data)
+    if found is not None:
+        data = historical.to_spec_v1(path, data, found)
     try:
         model = ModelManifest.model_validate(data)
     except ValidationError as e:
-        raise _format_validation(path, ModelManifest, e) from None
+        raise format_validation(path, ModelManifest, e) from None
+    model, override = overrides.apply(path, model)
     for name, variant in model.frameworks.items():
         if variant.framework.name != name:
             raise ManifestError(path, f"frameworks.{name}.framework.name",
@@ -308,7 +238,17 @@ def load_manifest(ref: str | Path, dataset: str | Path | None = None, framework:
         ds = model.dataset
     elif isinstance(model.dataset, str):
         ds, ds_source = load_dataset_manifest(model.dataset, relative_to=path.parent, owner=path)
-    return LoadedManifest(model=model, source=source, dataset=ds, dataset_source=ds_source)
+    if model.accuracy is None and ds is not None and ds.accuracy is not None:
+        model = model.model_copy(update={"accuracy": ds.accuracy})  # the dataset's labels, for any model
+        _check_metric(ds_source.path if ds_source else path, model)
+    if found is not None:
+        model = historical.with_features(model, path.parent)
+    notes = [found.note()] if found else []
+    notes += [override] if override else []
+    for note in notes:
+        log.info("%s: %s", path, note)
+    return LoadedManifest(model=model, source=source, dataset=ds, dataset_source=ds_source, historical=found,
+                          notes=notes)
 
 
 def _check_framework(path: Path, model: ModelManifest) -> None:

@@ -24,6 +24,8 @@ HOOK_KEYS = (
     "after_postprocess",
 )
 DATASET_HOOK_KEYS = ("init", "load", "unload")
+# beside MLHarness's three: ``sample(index)``, what preprocess gets instead of the index (MLModelScope's convention)
+DATASET_ALL_HOOK_KEYS = DATASET_HOOK_KEYS + ("sample",)
 # An mlharness extension beside the six MLHarness hooks: replaces the plain ``predictor.predict(batch)`` call
 # in the timed path, e.g. for sliding-window inference that runs the model on many patches per sample.
 EXTRA_HOOK_KEYS = ("predict",)
@@ -156,6 +158,11 @@ class ModelAsset(_Strict):
     """State-dict file (path or URL, like ``graph_path``) for a ``factory`` model; unused by ONNX."""
     weights_checksum: str | None = None
     """md5 or sha256 of ``weights_path``."""
+    features_path: str | None = None
+    """MLModelScope: the class names, one per line (a synset); the generic classification metrics read it to
+    match labels given as names."""
+    features_checksum: str | None = None
+    """md5 or sha256 of ``features_path``."""
 
 
 class MLPerfSpec(_Strict):
@@ -221,6 +228,16 @@ class DatasetManifest(_Strict):
     unload: Hook | None = None
     load_workers: int | None = Field(default=None, ge=0)
     """Threads running ``preprocess`` at load time when ``--load-workers`` is not given; 0 = one per CPU core."""
+    sample: Hook | None = None
+    """``sample(index)``: what ``preprocess`` gets for a sample instead of its index, e.g. the file's path (the
+    MLModelScope convention; the built-in ``files`` dataset manifest)."""
+    accuracy: AccuracySpec | None = None
+    """The accuracy metric of a run whose model manifest declares none (e.g. top-1 on the folder's labels)."""
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_text(cls, v: Any) -> Any:
+        return str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
 
     @field_validator("name")
     @classmethod

@@ -104,3 +104,38 @@ def misshapen_output(outputs: Any, n: int, predictor: Any, by_hook: bool) -> Exc
                               "sample(s): every output needs the batch axis first, one row per sample; an output "
                               "whose first axis depends on the data cannot be split into responses")
     return None
+
+
+def check_names_and_counts(kind: str, specs: list[dict[str, Any]], tensors: list[ModelTensor], model_path: str,
+                           manifest: str | None, exact: bool) -> None:
+    """Declared ``inputs``/``outputs`` names exist in the model and their number fits (``exact``: the model needs
+    every input fed; outputs may be a subset)."""
+    names = [t.name for t in tensors]
+    if len(specs) > len(tensors) or (exact and len(specs) != len(tensors)):
+        raise ManifestError(manifest, kind, f"declares {len(specs)} {kind} but {model_path} has {len(tensors)}: "
+                                            f"{names}")
+    for k, spec in enumerate(specs):
+        if spec.get("name") is not None and spec["name"] not in names:
+            raise ManifestError(manifest, f"{kind}[{k}].name", f"'{spec['name']}' is not one of the {kind} of "
+                                                               f"{model_path}: {names}")
+
+
+def check_outputs(specs: list[dict[str, Any]], tensors: list[ModelTensor], model_path: str,
+                  manifest: str | None) -> None:
+    """The declared outputs' element types against the model's (matched by name, else by position)."""
+    by_name = {t.name: t for t in tensors}
+    for k, spec in enumerate(specs):
+        t = by_name.get(spec.get("name")) if spec.get("name") else (tensors[k] if k < len(tensors) else None)
+        declared = spec.get("element_type")
+        if t is not None and t.element_type is not None and declared and declared != t.element_type:
+            raise ManifestError(manifest, f"outputs[{k}].element_type",
+                                f"declares {declared} but the model's output '{t.name}' ({model_path}) is "
+                                f"{t.element_type}")
+        shape = spec.get("shape")
+        if t is not None and shape is not None and t.shape is not None and (
+                len(t.shape) - 1 != len(shape) or any(isinstance(d, int) and d != -1 and not _dynamic(m) and d != m
+                                                      for d, m in zip(shape, t.shape[1:], strict=True))):
+            shown = ["?" if _dynamic(d) else d for d in t.shape]
+            raise ManifestError(manifest, f"outputs[{k}].shape",
+                                f"declares {list(shape)} per sample but the model's output '{t.name}' ({model_path}) "
+                                f"has shape {shown} (batch axis first)")

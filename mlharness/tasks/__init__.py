@@ -16,7 +16,7 @@ from mlharness.errors import AccuracyError
 from mlharness.registry import Registry
 from mlharness.tasks import legacy
 
-TASKS = ("demo", "imagenet", "squad", "kits19", "openimages", "coco", "cnndm")
+TASKS = ("demo", "imagenet", "squad", "kits19", "openimages", "coco", "cnndm", "generic")
 
 
 def _task_entries(attr: str) -> dict[str, str]:

@@ -1,0 +1,108 @@
+"""``manifest validate``'s model-level checks, without running a hook: the framework version constraint is met by
+what is installed, and (ONNX models) the model file loads and the declared input/output names, counts, element
+types and per-sample shapes agree with the graph. A problem names the manifest and the field."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+
+from mlharness.errors import ManifestError
+from mlharness.manifest.loader import LoadedManifest, is_bare_version
+from mlharness.predictors.checks import (
+    ORT_TYPES,
+    ModelTensor,
+    check_inputs,
+    check_names_and_counts,
+    check_outputs,
+)
+
+
+def installed_version(framework: str) -> tuple[str, str | None]:
+    from mlharness.predictors import FRAMEWORK_PACKAGES
+
+    candidates = FRAMEWORK_PACKAGES.get(framework, framework)
+    candidates = (candidates,) if isinstance(candidates, str) else candidates
+    for package in candidates:
+        try:
+            return package, importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return candidates[0], None
+
+
+def check_version(loaded: LoadedManifest) -> str:
+    """A note on the framework version; raises when the constraint cannot be met by the installed package."""
+    from packaging.specifiers import SpecifierSet
+
+    fw = loaded.model.framework
+    package, version = installed_version(fw.name)
+    spec = fw.version.strip()
+    if version is None:
+        raise ManifestError(loaded.path, "framework.name", f"framework '{fw.name}' needs the Python package "
+                                                           f"'{package}', which is not installed")
+    if spec in ("", "*", "latest"):
+        return f"{package} {version} installed"
+    if is_bare_version(spec):
+        return f"{package} {version} installed (made with {spec}; informational)"
+    if version not in SpecifierSet(spec, prereleases=True):
+        raise ManifestError(loaded.path, "framework.version", f"'{spec}' is not met by the installed {package} "
+                                                              f"{version}")
+    return f"{package} {version} installed, meets '{spec}'"
+
+
+def check_onnx(loaded: LoadedManifest, model_file: Path) -> str:
+    """Load the ONNX model on the CPU and compare the manifest's declarations with the graph."""
+    import onnxruntime as ort
+
+    manifest = str(loaded.path)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(str(model_file), sess_options=so, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own Fail/InvalidGraph/InvalidProtobuf types
+        raise ManifestError(manifest, "model.graph_path", f"onnxruntime cannot load {model_file}: "
+                                                          f"{str(e).splitlines()[0][:300]}") from None
+    ins = [ModelTensor(t.name, ORT_TYPES.get(t.type), list(t.shape or []) or None) for t in session.get_inputs()]
+    outs = [ModelTensor(t.name, ORT_TYPES.get(t.type), list(t.shape or []) or None) for t in session.get_outputs()]
+    m = loaded.model
+    in_specs = [i.model_dump() for i in m.inputs]
+    out_specs = [o.model_dump() for o in m.outputs]
+    check_names_and_counts("inputs", in_specs, ins, str(model_file), manifest, exact=True)
+    by_name = {t.name: t for t in ins}
+    ordered = [by_name[s["name"]] if s.get("name") else ins[k] for k, s in enumerate(in_specs)]
+    check_inputs(in_specs, ordered, str(model_file), manifest)
+    if not loaded.fetch_all_outputs:  # historical outputs describe the response, not the graph's tensors
+        check_names_and_counts("outputs", out_specs, outs, str(model_file), manifest, exact=False)
+        check_outputs(out_specs, outs, str(model_file), manifest)
+    return (f"model {model_file} loads; {len(ins)} input(s) and {len(outs)} output(s) agree with the "
+            "declarations")
+
+
+def check_loads(loaded: LoadedManifest, model_file: Path) -> str:
+    """PyTorch (TorchScript, torch.export) and TensorFlow model files: loaded by the run's own predictor on the
+    CPU, which compares the declared inputs with the model's; no hook runs and no input is fed."""
+    from mlharness.errors import PredictorError
+    from mlharness.predictors import PREDICTORS
+    from mlharness.predictors.base import PredictorConfig
+
+    m = loaded.model
+    config = PredictorConfig(
+        model_path=str(model_file), input_names=[i.name for i in m.inputs],
+        output_names=[] if loaded.fetch_all_outputs else [o.name for o in m.outputs], device="cpu", threads=1,
+        options=dict(m.framework.options), input_specs=[i.model_dump() for i in m.inputs],
+        output_specs=[o.model_dump() for o in m.outputs], model_name=m.name, manifest_path=str(loaded.path))
+    predictor = PREDICTORS.get(m.framework.name)(config)
+    try:
+        predictor.load()
+    except PredictorError as e:
+        raise ManifestError(loaded.path, "model.graph_path", f"{m.framework.name} cannot use {model_file}: {e}"
+                            ) from None
+    except ManifestError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a framework's own loader error: the file does not load
+        raise ManifestError(loaded.path, "model.graph_path", f"{m.framework.name} cannot load {model_file}: "
+                                                             f"{type(e).__name__}: {str(e)[:300]}") from None
+    finally:
+        predictor.close()
+    return f"model {model_file} loads in {m.framework.name}; its inputs agree with the declarations"

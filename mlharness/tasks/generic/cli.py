@@ -1,0 +1,43 @@
+"""``mlharness accuracy generic``: score an accuracy log with a generic metric against a labels file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+NAMES = ("top1", "top5", "exact_match", "token_f1", "mean_absolute_error", "mean_squared_error", "detection_map")
+
+
+def register(synth: Any, prepare: Any, accuracy: Any) -> None:
+    a = accuracy.add_parser("generic", help="top-1/top-5, exact match/F1, MAE/MSE or mAP against a labels file",
+                            description="Score an mlperf_log_accuracy.json with a generic metric and print its "
+                                        "accuracy.txt line.")
+    a.add_argument("--metric", required=True, choices=NAMES)
+    a.add_argument("--log", type=Path, required=True, help="mlperf_log_accuracy.json")
+    a.add_argument("--labels", type=Path, default=None,
+                   help="labels file (one per line, '<file> <label>' lines or a CSV); detection: the COCO json")
+    a.add_argument("--dataset-path", type=Path, default=None, help="the dataset folder (file names for matching)")
+    a.add_argument("--dtype", default=None, help="response dtype (default: float32)")
+    a.add_argument("--features", default=None, help="class names file (MLModelScope's synset)")
+    a.add_argument("--label-offset", type=int, default=0, help="added to the position of the best score")
+    a.set_defaults(func=cmd_accuracy)
+
+
+def cmd_accuracy(args: argparse.Namespace, console: Any) -> int:
+    from mlharness.tasks import METRICS
+    from mlharness.tasks.base import AccuracyContext
+
+    options: dict[str, Any] = {"label_offset": args.label_offset}
+    if args.labels is not None:
+        options["annotations" if args.metric == "detection_map" else "labels"] = str(args.labels.resolve())
+    if args.dtype:
+        options["dtype"] = args.dtype
+    if args.features:
+        options["features"] = args.features
+    ctx = AccuracyContext(dataset_path=args.dataset_path, count=0, options=options)
+    result = METRICS.get(args.metric)().score(args.log, ctx)
+    sys.stdout.write(result.text)
+    sys.stdout.flush()
+    return 0
