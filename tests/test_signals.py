@@ -210,8 +210,8 @@ def test_file_size_limit_fails_the_run_naming_the_file(tmp_path, earlier_result)
     before = place_earlier(earlier_result, out)
     r = subprocess.run([sys.executable, "-m", "mlharness.cli", "run", "--manifest", str(manifest), "--scenario",
                         "Offline", "--mode", "performance", "--min-duration-ms", "100", "--output", str(out),
-                        "--no-progress"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                       env=_env(tmp_path), preexec_fn=_limit_file_size(16 * 1024))
+                        "--no-progress", "--no-calibrate"], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path, env=_env(tmp_path), preexec_fn=_limit_file_size(16 * 1024))
     assert r.returncode == 3, r.stderr
     assert "Traceback" not in r.stderr, r.stderr
     assert "mlperf_log_detail.txt" in r.stderr and "cut short" in r.stderr, r.stderr
