@@ -14,6 +14,8 @@ PREDICTORS = Registry(
         "error": "mlharness.predictors.toys:ErrorPredictor",
         # A model served by agents (or any Open Inference Protocol server) over gRPC.
         "remote": "mlharness.predictors.remote:RemotePredictor",
+        # Generation by any OpenAI-compatible HTTP server (vLLM serve, SGLang, TGI, llama.cpp, hosted APIs).
+        "openai": "mlharness.predictors.openai:OpenAIPredictor",
     },
     PredictorError,
 )
@@ -26,6 +28,7 @@ FRAMEWORK_PACKAGES = {
     "echo": "mlharness",
     "error": "mlharness",
     "remote": "grpcio",
+    "openai": ("httpx2", "httpx"),
 }
 
 # Frameworks that load a model file named by the manifest's ``model`` section.
