@@ -97,7 +97,9 @@ def verify(run_dir: Path, scenario_dir: Path, scenario: str, eos_ids: set[int], 
     out = Path(scenario_dir) / "TEST06"
     (out / "accuracy").mkdir(parents=True, exist_ok=True)
     (out / "verify_accuracy.txt").write_text(result.text())
-    shutil.copy2(log, out / "accuracy" / "mlperf_log_accuracy.json")
+    copy = out / "accuracy" / "mlperf_log_accuracy.json"
+    if not copy.exists() or not copy.samefile(log):
+        shutil.copy2(log, copy)
     return result
 
 
@@ -117,6 +119,30 @@ def eos_ids_of(model_dir: str | Path) -> set[int]:
         tok = AutoTokenizer.from_pretrained(str(folder))
         if tok.eos_token_id is not None:
             ids.add(int(tok.eos_token_id))
+    return ids
+
+
+def eos_ids_for_manifest(loaded: Any) -> set[int]:
+    """The EOS ids of a generative manifest's model: ``eos_token_ids`` / ``stop_token_ids`` of its framework
+    options or ``generation`` section, and those of its tokenizer folder (``options.tokenizer``, else the
+    model folder)."""
+    m = loaded.model
+    options = dict(m.framework.options)
+    ids: set[int] = set()
+    generation = getattr(m, "generation", None)
+    for source in (options, options.get("generation") or {}, generation.model_dump() if generation else {}):
+        for key in ("eos_token_ids", "eos_token_id", "stop_token_ids"):
+            value = source.get(key) if isinstance(source, dict) else None
+            if value is not None:
+                ids.update([int(value)] if isinstance(value, int) else [int(v) for v in value])
+    folder = options.get("tokenizer")
+    if folder is None:
+        from mlharness.loadgen.factory import resolve_model_file
+
+        path = resolve_model_file(loaded)
+        folder = path if path is not None and Path(path).is_dir() else None
+    if folder is not None:
+        ids |= eos_ids_of(Path(loaded.directory) / folder if not Path(folder).is_absolute() else folder)
     return ids
 
 
