@@ -214,3 +214,14 @@ def test_endpoint_flag_reaches_the_run_options():
 
     args = build_parser().parse_args(["run", "--scenario", "Offline", "--endpoint", "http://a:1", "--endpoint", "http://b:2"])
     assert args.endpoint == ["http://a:1", "http://b:2"]
+
+
+def test_endpoint_flag_swaps_the_framework_for_openai():
+    from mlharness.manifest.loader import load_manifest
+    from mlharness.predictors.openai import endpoint_manifest
+
+    loaded = load_manifest("demo")
+    swapped = endpoint_manifest(loaded, ["http://a:1", "http://b:2"])
+    fw = swapped.model.framework
+    assert fw.name == "openai" and fw.options["endpoints"] == ["http://a:1", "http://b:2"]
+    assert loaded.model.framework.name != "openai"  # the loaded manifest itself is left as it was

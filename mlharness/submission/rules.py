@@ -15,9 +15,9 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from mlharness.rounds import MIN_DURATION_MS as MIN_DURATION_MS
-from mlharness.submission.llm_rules import LLM_ACC_PATTERNS, TEST06_MODELS  # the checker's duration rule, re-exported
+from mlharness.rounds import MIN_DURATION_MS as MIN_DURATION_MS  # the checker's duration rule, re-exported
 from mlharness.rounds import ROUNDS, Round, get_round
+from mlharness.submission.llm_rules import LLM_ACC_PATTERNS, TEST06_MODELS
 
 DIVISIONS = ("closed", "open", "network")
 STATUSES = ("available", "preview", "rdi")
