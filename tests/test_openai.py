@@ -225,3 +225,15 @@ def test_endpoint_flag_swaps_the_framework_for_openai():
     fw = swapped.model.framework
     assert fw.name == "openai" and fw.options["endpoints"] == ["http://a:1", "http://b:2"]
     assert loaded.model.framework.name != "openai"  # the loaded manifest itself is left as it was
+
+
+def test_close_fails_what_is_still_running_once(servers):
+    s = servers(delay_s=0.2, n_tokens=50)
+    p = predictor(endpoints=[s.url], max_concurrency=2)
+    streams = [Recorder() for _ in range(5)]
+    p.submit([TokenRequest(i, np.asarray([i])) for i in range(5)], streams)
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    p.close()
+    assert time.monotonic() - t0 < 5
+    assert all(st.calls == 1 and st.error is not None and "closed" in str(st.error) for st in streams)

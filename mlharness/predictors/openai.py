@@ -160,6 +160,7 @@ class OpenAIPredictor(GenerativePredictor):
         self._turn = 0
         self.model = o.get("model") or self._served_model()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="openai")
+        self._closing = False
 
     def _served_model(self) -> str:
         """The model the first endpoint serves (GET /v1/models); every endpoint must answer."""
@@ -232,15 +233,19 @@ class OpenAIPredictor(GenerativePredictor):
             return self._idle.wait_for(lambda: self._pending == 0, timeout=timeout_s)
 
     def close(self) -> None:
+        """Fail what is still running or queued (each stream once), then stop."""
+        self._closing = True
         pool = getattr(self, "_pool", None)
         if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=False)
+            pool.shutdown(wait=True, cancel_futures=False)  # queued requests fail at once: _closing
         client = getattr(self, "client", None)
         if client is not None:
             client.close()
 
     def _run(self, request: TokenRequest, stream: TokenStream) -> None:
         try:
+            if self._closing:
+                raise PredictorError(f"sample {request.index}: the openai predictor was closed before it ran")
             stream.done(self._generate(request, stream))
         except BaseException as e:  # noqa: BLE001 - every request reports back exactly once
             stream.fail(e)
@@ -306,6 +311,8 @@ class OpenAIPredictor(GenerativePredictor):
                     if data.strip() == "[DONE]":
                         break
                     self._take(json.loads(data), stream, state, url)
+                    if self._closing:
+                        raise EndpointError(f"endpoint {url}: the predictor was closed mid-stream", retriable=False)
                     if time.monotonic() > deadline:
                         raise EndpointError(f"endpoint {url}: request passed its deadline of {self.deadline_s} s",
                                             retriable=False)

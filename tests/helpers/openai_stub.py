@@ -11,6 +11,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+class QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that hung up mid-stream (the predictor's deadline, close) is what some tests do
+
+
 class StubServer:
     """``/v1/completions`` streaming ``n_tokens`` tokens: token i of a prompt is ``(sum(prompt) + i) % 50 + 3``.
 
@@ -54,7 +59,7 @@ class StubServer:
                     with stub._lock:
                         stub.active -= 1
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = QuietServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
