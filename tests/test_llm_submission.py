@@ -226,3 +226,18 @@ def test_edge_tree_needs_no_audit(tree):
     report = check(tree, round_name=ROUND)
     assert report.passed, [str(f) for f in report.errors]
     assert {r.scenario for r in report.rows} == {"SingleStream", "Offline"}
+
+
+def test_submission_verification_of_a_test06_directory(tmp_path):
+    """What `submission run` does after the TEST06 run placed its sampled log in TEST06/accuracy/."""
+    from mlharness.submission.compliance import verify_scenario
+
+    scen = tmp_path / "Server"
+    write_log(scen / "TEST06" / "accuracy", [entry(i, a) for i, a in enumerate(answers())])
+    (verdict,) = verify_scenario(scen, ["TEST06"], eos_ids=EOS)
+    assert verdict.passed and verdict.test == "TEST06"
+    write_log(scen / "TEST06" / "accuracy", [entry(i, a + [128008]) for i, a in enumerate(answers())])
+    (verdict,) = verify_scenario(scen, ["TEST06"], eos_ids=EOS)
+    assert not verdict.passed and "EOS check pass: False" in (scen / "TEST06" / "verify_accuracy.txt").read_text()
+    with pytest.raises(Exception, match="EOS token id"):
+        verify_scenario(scen, ["TEST06"])

@@ -22,8 +22,9 @@ from mlharness.predictors.generative import TokenRequest
 from tests.test_openai import Recorder
 
 VLLM_PYTHON = os.environ.get("MLHARNESS_VLLM_PYTHON")
-pytestmark = pytest.mark.skipif(not VLLM_PYTHON or not Path(VLLM_PYTHON).is_file(),
-                                reason="vLLM is not installed (.ci/run installs it and sets MLHARNESS_VLLM_PYTHON)")
+pytestmark = [pytest.mark.slow,  # about a minute: the server's start-up (imports) on 2 cores
+              pytest.mark.skipif(not VLLM_PYTHON or not Path(VLLM_PYTHON).is_file(),
+                                 reason="vLLM is not installed (.ci/run installs it and sets MLHARNESS_VLLM_PYTHON)")]
 
 
 def tiny_llama(folder: Path) -> Path:
@@ -46,6 +47,10 @@ def tiny_llama(folder: Path) -> Path:
                          bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
     LlamaForCausalLM(config).save_pretrained(folder)
     return folder
+
+
+def dead_endpoint() -> str:
+    return f"http://127.0.0.1:{free_port()}"  # nobody listens there
 
 
 def free_port() -> int:
@@ -94,14 +99,16 @@ def test_vllm_server_streams_the_same_tokens_as_greedy_transformers(served):
 
     url, model = served
     p = PREDICTORS.get("openai")(PredictorConfig(model_path=str(model), input_names=[], output_names=[],
-                                                 options={"endpoints": [url], "generation": {"max_new_tokens": 8}}))
+                                                 options={"endpoints": [url, dead_endpoint()], "model": "tiny",
+                                                          "generation": {"max_new_tokens": 8}}))
     p.load()
-    prompts = [[1, 5, 6, 7], [1, 40, 41, 42, 43], [1, 100, 7], [1, 9]]
+    prompts = [[1, 5, 6, 7], [1, 40, 41, 42, 43], [1, 100, 7], [1, 9], [1, 200, 201], [1, 3, 3, 3, 3, 3]]
     streams = [Recorder() for _ in prompts]
     try:
-        assert p.model == "tiny"  # discovered through GET /v1/models
         p.submit([TokenRequest(i, np.asarray(x)) for i, x in enumerate(prompts)], streams)
         assert p.drain(timeout_s=120)
+        # the dead endpoint's requests were sent again to the server, which served every one
+        assert [e["alive"] for e in p.describe()["endpoints"]] == [True, False]
     finally:
         p.close()
     reference = LlamaForCausalLM.from_pretrained(model).eval()
