@@ -237,3 +237,21 @@ def test_close_fails_what_is_still_running_once(servers):
     p.close()
     assert time.monotonic() - t0 < 5
     assert all(st.calls == 1 and st.error is not None and "closed" in str(st.error) for st in streams)
+
+
+def test_a_server_refusing_token_prompts_gets_text(servers, tmp_path):
+    s = servers(text_prompts_only=True, n_tokens=3)
+    p = predictor(endpoints=[s.url], tokenizer=word_tokenizer(tmp_path))
+    try:
+        streams = generate(p, [[5, 6], [7, 8], [9]])
+    finally:
+        p.close()
+    assert all(st.error is None and len(st.result) == 3 for st in streams)
+    texts = [r["body"]["prompt"] for r in s.requests if isinstance(r["body"]["prompt"], str)]
+    assert "w5 w6" in texts and len(texts) == 3  # decoded with the tokenizer
+    fixed = predictor(endpoints=[s.url], prompt="tokens")
+    try:
+        (st,) = generate(fixed, [[5, 6]])
+    finally:
+        fixed.close()
+    assert st.error is not None and "HTTP 400" in str(st.error)

@@ -18,8 +18,9 @@ Token ids come from the server when it returns them (vLLM's ``return_token_ids``
 or logprobs tokens of the form ``token_id:N``); otherwise the streamed text is tokenized with the manifest's
 tokenizer (``tokenizer``: a local folder for ``transformers.AutoTokenizer``): the first text delta gives the
 first token(s), and the rest of the text is tokenized after them, so the first tokens always prefix the answer.
-The prompt is sent as token ids (``prompt: tokens``, what vLLM, SGLang and llama.cpp accept) or as the text
-the tokenizer decodes them to (``prompt: text``).
+The prompt is sent as token ids (what vLLM, SGLang and llama.cpp accept) or, once a server refused those with
+HTTP 400/422, as the text the tokenizer decodes them to (``prompt: auto``, the default; ``tokens`` or ``text``
+fix the choice).
 """
 
 from __future__ import annotations
@@ -76,9 +77,10 @@ def http_library() -> Any:
 class EndpointError(AgentError):
     """A request failed; ``retriable`` when another endpoint may succeed (the endpoint went away or is busy)."""
 
-    def __init__(self, message: str, retriable: bool):
+    def __init__(self, message: str, retriable: bool, status: int | None = None):
         super().__init__(message, "UNAVAILABLE" if retriable else "UNKNOWN")
         self.retriable = retriable
+        self.status = status  # the HTTP status the server answered with, if it answered
 
 
 class Endpoint:
@@ -136,9 +138,11 @@ class OpenAIPredictor(GenerativePredictor):
             raise PredictorError("framework 'openai' needs options.endpoints: a list of URLs (or --endpoint URL)")
         self.endpoints = [Endpoint(u) for u in urls if u]
         self.deadline_s = float(o.get("deadline_s", 600.0))
-        self.prompt_as = o.get("prompt", "tokens")
-        if self.prompt_as not in ("tokens", "text"):
-            raise PredictorError(f"framework 'openai': options.prompt is '{self.prompt_as}'; use tokens or text")
+        self.prompt_as = o.get("prompt", "auto")
+        if self.prompt_as not in ("auto", "tokens", "text"):
+            raise PredictorError(f"framework 'openai': options.prompt is '{self.prompt_as}'; use auto, tokens or "
+                                 f"text")
+        self.text_prompts = self.prompt_as == "text"
         self.server_ids = bool(o.get("server_token_ids", True))
         self.extra_body = dict(o.get("extra_body") or {})
         gen = o.get("generation") or getattr(self.config, "generation", None) or {}
@@ -257,7 +261,7 @@ class OpenAIPredictor(GenerativePredictor):
     def _body(self, request: TokenRequest) -> dict[str, Any]:
         g = self.generation
         prompt: Any = [int(t) for t in np.asarray(request.prompt).reshape(-1)]
-        if self.prompt_as == "text":
+        if self.text_prompts:
             prompt = self.tokenizer.decode(prompt, skip_special_tokens=False)
         body: dict[str, Any] = {"model": self.model, "prompt": prompt, "stream": True,
                                 "max_tokens": g.max_new_tokens, "temperature": g.temperature if g.do_sample else 0.0,
@@ -275,7 +279,9 @@ class OpenAIPredictor(GenerativePredictor):
         body = self._body(request)
         exclude: Endpoint | None = None
         last: EndpointError | None = None
-        for _attempt in range(2):
+        attempts = 0
+        while attempts < 2:
+            attempts += 1
             ep = self._pick(exclude)
             if ep is None:
                 break
@@ -284,6 +290,9 @@ class OpenAIPredictor(GenerativePredictor):
                 ids = self._stream_one(ep, body, stream, state)
             except EndpointError as e:
                 self._release(ep, e)
+                if self._to_text_prompts(e, body):  # the server refuses token-id prompts: send text from now on
+                    body, attempts = self._body(request), attempts - 1
+                    continue
                 if not e.retriable or state.first_sent:
                     raise
                 last, exclude = e, ep
@@ -297,6 +306,19 @@ class OpenAIPredictor(GenerativePredictor):
         raise EndpointError(f"no live endpoint left for sample {request.index} (failed: {dead or 'none'})"
                             + (f"; last error: {last}" if last else ""), retriable=False)
 
+    def _to_text_prompts(self, e: EndpointError, body: dict[str, Any]) -> bool:
+        """``prompt: auto``: a server that refuses a prompt of token ids (HTTP 400/422) is sent text instead
+        (the request is sent again; a refused text prompt is the request's error)."""
+        if self.prompt_as != "auto" or not isinstance(body["prompt"], list) or e.status not in (400, 422):
+            return False
+        if not self.tokenizer_path:
+            return False
+        with self._lock:
+            if not self.text_prompts:
+                log.warning("%s; sending prompts as text from now on", e)
+                self.text_prompts = True
+        return True
+
     def _stream_one(self, ep: Endpoint, body: dict[str, Any], stream: TokenStream, state: _Progress) -> np.ndarray:
         httpx = http_library()
         url = f"{ep.base}/completions"
@@ -306,7 +328,7 @@ class OpenAIPredictor(GenerativePredictor):
                 if r.status_code != 200:
                     text = r.read().decode(errors="replace")[:500]
                     raise EndpointError(f"endpoint {url} answered HTTP {r.status_code}: {text}",
-                                        retriable=r.status_code in RETRIABLE_STATUS)
+                                        retriable=r.status_code in RETRIABLE_STATUS, status=r.status_code)
                 for data in sse_data(r.iter_lines()):
                     if data.strip() == "[DONE]":
                         break

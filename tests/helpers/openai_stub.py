@@ -24,9 +24,10 @@ class StubServer:
     status instead of a stream. Every request's JSON body and headers are kept in ``requests``."""
 
     def __init__(self, *, ids: bool = True, n_tokens: int = 5, delay_s: float = 0.0, fail_after: int | None = None,
-                 status: int = 200, model: str = "stub-model"):
+                 status: int = 200, model: str = "stub-model", text_prompts_only: bool = False):
         self.ids, self.n_tokens, self.delay_s, self.fail_after, self.status = ids, n_tokens, delay_s, fail_after, status
         self.model = model
+        self.text_prompts_only = text_prompts_only  # answer 400 to a prompt of token ids, as some servers do
         self.requests: list[dict[str, Any]] = []
         self.active = 0
         self.peak = 0
@@ -69,9 +70,10 @@ class StubServer:
         return [(sum(prompt) + i) % 50 + 3 for i in range(n)]
 
     def answer(self, h: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
-        if self.status != 200:
-            data = json.dumps({"error": {"message": "refused", "code": self.status}}).encode()
-            h.send_response(self.status)
+        status = 400 if self.text_prompts_only and isinstance(body["prompt"], list) else self.status
+        if status != 200:
+            data = json.dumps({"error": {"message": "refused", "code": status}}).encode()
+            h.send_response(status)
             h.send_header("Content-Length", str(len(data)))
             h.end_headers()
             h.wfile.write(data)
