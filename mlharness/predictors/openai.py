@@ -30,21 +30,28 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from mlharness.errors import AgentError, PredictorError
+from mlharness.errors import PredictorError
 from mlharness.predictors.generative import GenerationConfig, GenerativePredictor, TokenRequest, TokenStream
+from mlharness.predictors.openai_http import (
+    RETRIABLE_STATUS,
+    Endpoint,
+    EndpointError,
+    EndpointPool,
+    chunk_tokens,
+    http_library,
+    sse_data,
+)
 
 log = logging.getLogger(__name__)
 
 KNOWN_OPTIONS = frozenset({"endpoints", "model", "api_key_env", "deadline_s", "connect_timeout_s", "tokenizer",
                            "prompt", "max_concurrency", "generation", "server_token_ids", "extra_body"})
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
-RETRIABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 
 def endpoint_manifest(loaded: Any, endpoints: list[str]) -> Any:
@@ -58,68 +65,6 @@ def endpoint_manifest(loaded: Any, endpoints: list[str]) -> Any:
     options["endpoints"] = list(endpoints)
     framework = m.framework.model_copy(update={"name": "openai", "version": "*", "options": options})
     return replace(loaded, model=m.model_copy(update={"framework": framework}))
-
-
-def http_library() -> Any:
-    """httpx2 (the maintained continuation of httpx, same API), else httpx."""
-    try:
-        import httpx2
-
-        return httpx2
-    except ImportError:
-        try:
-            import httpx
-        except ImportError as e:
-            raise PredictorError("framework 'openai' needs an HTTP client: pip install 'mlharness[openai]'") from e
-        return httpx
-
-
-class EndpointError(AgentError):
-    """A request failed; ``retriable`` when another endpoint may succeed (the endpoint went away or is busy)."""
-
-    def __init__(self, message: str, retriable: bool, status: int | None = None):
-        super().__init__(message, "UNAVAILABLE" if retriable else "UNKNOWN")
-        self.retriable = retriable
-        self.status = status  # the HTTP status the server answered with, if it answered
-
-
-class Endpoint:
-    def __init__(self, url: str):
-        url = url.rstrip("/")
-        self.base = url if url.endswith("/v1") else f"{url}/v1"
-        self.outstanding = 0
-        self.alive = True
-        self.served = 0
-
-
-def sse_data(lines: Iterator[str]) -> Iterator[str]:
-    """The ``data`` of each Server-Sent Event (multi-line data joined by newlines; comments and other fields
-    skipped), as the SSE specification dispatches them at each blank line."""
-    data: list[str] = []
-    for line in lines:
-        if not line:
-            if data:
-                yield "\n".join(data)
-                data = []
-            continue
-        if line.startswith(":"):
-            continue
-        field, _, value = line.partition(":")
-        if field == "data":
-            data.append(value[1:] if value.startswith(" ") else value)
-    if data:
-        yield "\n".join(data)
-
-
-def chunk_tokens(choice: dict[str, Any]) -> list[int] | None:
-    """Token ids a streamed completion chunk carries, or None when the server sent only text."""
-    ids = choice.get("token_ids")
-    if isinstance(ids, list):
-        return [int(t) for t in ids]
-    tokens = (choice.get("logprobs") or {}).get("tokens")
-    if isinstance(tokens, list) and tokens and all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
-        return [int(t.split(":", 1)[1]) for t in tokens]
-    return None
 
 
 class OpenAIPredictor(GenerativePredictor):
@@ -136,7 +81,8 @@ class OpenAIPredictor(GenerativePredictor):
         urls = [u.strip() for u in urls.split(",")] if isinstance(urls, str) else list(urls)
         if not urls:
             raise PredictorError("framework 'openai' needs options.endpoints: a list of URLs (or --endpoint URL)")
-        self.endpoints = [Endpoint(u) for u in urls if u]
+        self.pool = EndpointPool([u for u in urls if u])
+        self.endpoints = self.pool.endpoints
         self.deadline_s = float(o.get("deadline_s", 600.0))
         self.prompt_as = o.get("prompt", "auto")
         if self.prompt_as not in ("auto", "tokens", "text"):
@@ -161,7 +107,6 @@ class OpenAIPredictor(GenerativePredictor):
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._pending = 0
-        self._turn = 0
         self.model = o.get("model") or self._served_model()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="openai")
         self._closing = False
@@ -204,26 +149,6 @@ class OpenAIPredictor(GenerativePredictor):
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "model": self.model,
                 "endpoints": [{"url": e.base, "alive": e.alive, "requests": e.served} for e in self.endpoints]}
-
-    # -- balancing -------------------------------------------------------------------------------------------
-    def _pick(self, exclude: Endpoint | None) -> Endpoint | None:
-        with self._lock:
-            live = [e for e in self.endpoints if e.alive and e is not exclude]
-            if not live:
-                return None
-            self._turn += 1
-            start = self._turn % len(live)
-            best = min(live[start:] + live[:start], key=lambda e: e.outstanding)
-            best.outstanding += 1
-            return best
-
-    def _release(self, ep: Endpoint, error: EndpointError | None) -> None:
-        with self._lock:
-            ep.outstanding -= 1
-            ep.served += 1
-            if error is not None and error.retriable and ep.alive:
-                ep.alive = False
-                log.warning("endpoint %s failed (%s); sending its requests to the other endpoints", ep.base, error)
 
     # -- requests --------------------------------------------------------------------------------------------
     def submit(self, requests: list[TokenRequest], streams: list[TokenStream]) -> None:
@@ -282,14 +207,14 @@ class OpenAIPredictor(GenerativePredictor):
         attempts = 0
         while attempts < 2:
             attempts += 1
-            ep = self._pick(exclude)
+            ep = self.pool.pick(exclude)
             if ep is None:
                 break
             state = _Progress()
             try:
                 ids = self._stream_one(ep, body, stream, state)
             except EndpointError as e:
-                self._release(ep, e)
+                self.pool.release(ep, e)
                 if self._to_text_prompts(e, body):  # the server refuses token-id prompts: send text from now on
                     body, attempts = self._body(request), attempts - 1
                     continue
@@ -298,9 +223,9 @@ class OpenAIPredictor(GenerativePredictor):
                 last, exclude = e, ep
                 continue
             except BaseException:
-                self._release(ep, None)
+                self.pool.release(ep, None)
                 raise
-            self._release(ep, None)
+            self.pool.release(ep, None)
             return ids
         dead = ", ".join(e.base for e in self.endpoints if not e.alive)
         raise EndpointError(f"no live endpoint left for sample {request.index} (failed: {dead or 'none'})"
