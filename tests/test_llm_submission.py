@@ -241,3 +241,13 @@ def test_submission_verification_of_a_test06_directory(tmp_path):
     assert not verdict.passed and "EOS check pass: False" in (scen / "TEST06" / "verify_accuracy.txt").read_text()
     with pytest.raises(Exception, match="EOS token id"):
         verify_scenario(scen, ["TEST06"])
+
+
+def test_interactive_user_conf_lines_use_the_interactive_model_name():
+    from mlharness.submission.records import effective_user_conf
+
+    text = effective_user_conf(None, "llama3_1-8b", "Interactive", {"target_qps": 2.5, "min_duration_ms": 1000})
+    assert "llama3_1-8b-interactive.Server.target_qps = 2.5" in text
+    assert "llama3_1-8b-interactive.Server.min_duration = 1000" in text
+    assert "llama3_1-8b.Server.target_qps = 2.5" in effective_user_conf(None, "llama3_1-8b", "Server",
+                                                                        {"target_qps": 2.5})
