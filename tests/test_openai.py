@@ -255,3 +255,20 @@ def test_a_server_refusing_token_prompts_gets_text(servers, tmp_path):
     finally:
         fixed.close()
     assert st.error is not None and "HTTP 400" in str(st.error)
+
+
+def test_run_endpoint_flag_loads_the_openai_predictor(servers, tmp_path, shared_cache):
+    """`mlharness run --endpoint URL` reaches the predictor: it asks the server for its model while loading.
+    (The demo manifest's responses are not token streams, so the run itself ends with an error.)"""
+    import os
+    import subprocess
+    import sys
+
+    s = servers()
+    env = {**os.environ, "MLHARNESS_CACHE": str(shared_cache)}
+    proc = subprocess.run([sys.executable, "-m", "mlharness.cli", "run", "--manifest", "demo", "--scenario",
+                           "Offline", "--mode", "accuracy", "--count", "4", "--output", str(tmp_path / "out"),
+                           "--no-progress", "--endpoint", s.url], capture_output=True, text=True, timeout=120,
+                          env=env)
+    assert s.model_queries >= 1, proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr

@@ -29,6 +29,7 @@ class StubServer:
         self.model = model
         self.text_prompts_only = text_prompts_only  # answer 400 to a prompt of token ids, as some servers do
         self.requests: list[dict[str, Any]] = []
+        self.model_queries = 0  # GET /v1/models
         self.active = 0
         self.peak = 0
         self._lock = threading.Lock()
@@ -41,6 +42,7 @@ class StubServer:
                 pass
 
             def do_GET(self) -> None:
+                stub.model_queries += 1
                 body = json.dumps({"object": "list", "data": [{"id": stub.model, "object": "model"}]}).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
