@@ -104,6 +104,7 @@ class OpenAIPredictor(GenerativePredictor):
                                    limits=httpx.Limits(max_connections=workers, max_keepalive_connections=workers))
         self.tokenizer_path = o.get("tokenizer") or getattr(self.config, "tokenizer", None) or self.config.model_path
         self._tokenizer: Any = None
+        self._tokenizer_lock = threading.Lock()
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._pending = 0
@@ -129,7 +130,7 @@ class OpenAIPredictor(GenerativePredictor):
 
     @property
     def tokenizer(self) -> Any:
-        with self._lock:
+        with self._tokenizer_lock:
             if self._tokenizer is None:
                 if not self.tokenizer_path:
                     raise PredictorError("framework 'openai': the server returned no token ids and no tokenizer is "
@@ -175,9 +176,15 @@ class OpenAIPredictor(GenerativePredictor):
         try:
             if self._closing:
                 raise PredictorError(f"sample {request.index}: the openai predictor was closed before it ran")
-            stream.done(self._generate(request, stream))
+            ids = self._generate(request, stream)
         except BaseException as e:  # noqa: BLE001 - every request reports back exactly once
-            stream.fail(e)
+            self._finish(stream.fail, e)
+        else:
+            self._finish(stream.done, ids)
+
+    def _finish(self, report: Any, value: Any) -> None:
+        try:
+            report(value)
         finally:
             with self._idle:
                 self._pending -= 1
