@@ -85,6 +85,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     from mlharness.agent.cli import add_connect_args
 
     add_connect_args(net)
+    p.add_argument("--endpoint", action="append", default=[], metavar="URL", help="generate with this "
+                   "OpenAI-compatible server (vLLM serve, SGLang, TGI, llama.cpp, ...; framework 'openai'); repeatable")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -225,7 +227,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         telemetry_interval_ms=args.telemetry_interval_ms,
         progress=RunProgress(err, live=not args.no_progress),  # --no-progress: the estimate line only
         agents=[*args.agent, *args.sut_server], network=args.network, agent_options=connect_options(args),
-        round=args.round,
+        round=args.round, endpoints=args.endpoint,
         calibrate=not args.no_calibrate, say=lambda text: err.print(f"[dim]{escape(text)}[/]", highlight=False),
     )
     result = run(opts)

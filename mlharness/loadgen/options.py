@@ -56,6 +56,7 @@ class RunOptions:
     network: str | None = None  # "lon": LoadGen over the network; the agents run the hooks (--hooks agent)
     round: str | None = None  # MLPerf round whose seeds the run uses (None: mlharness.rounds.DEFAULT_ROUND)
     agent_options: dict[str, Any] = field(default_factory=dict)  # token, tls_ca, tls_cert, tls_key for the agents
+    endpoints: list[str] = field(default_factory=list)  # OpenAI-compatible servers generating (framework 'openai')
 
 
 @dataclass

@@ -58,6 +58,10 @@ def plan_run(loaded: LoadedManifest, opts: RunOptions) -> RunPlan:
 
         # after the hooks are built: ctx["framework"] stays the one the agents run
         loaded = remote_manifest(loaded, opts.agents, opts.network, opts.agent_options)
+    if opts.endpoints:
+        from mlharness.predictors.openai import endpoint_manifest
+
+        loaded = endpoint_manifest(loaded, opts.endpoints)  # generation by OpenAI-compatible servers
     return RunPlan(
         loaded=loaded, hooks=hooks, ctx=ctx, total=total, official=official, conf_model=conf_model,
         benchmark=m.mlperf.benchmark or conf_model, batch=batch,

@@ -15,6 +15,8 @@ PREDICTORS = Registry(
         # A model served by agents (or any Open Inference Protocol server) over gRPC.
         "remote": "mlharness.predictors.remote:RemotePredictor",
         "token-oracle": "mlharness.predictors.token_oracle:TokenOraclePredictor",  # reference token ids, streamed
+        # Generation by any OpenAI-compatible HTTP server (vLLM serve, SGLang, TGI, llama.cpp, hosted APIs).
+        "openai": "mlharness.predictors.openai:OpenAIPredictor",
     },
     PredictorError,
 )
@@ -28,6 +30,7 @@ FRAMEWORK_PACKAGES = {
     "error": "mlharness",
     "remote": "grpcio",
     "token-oracle": "mlharness",
+    "openai": ("httpx2", "httpx"),
 }
 
 # Frameworks that load a model file named by the manifest's ``model`` section.

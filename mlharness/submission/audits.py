@@ -74,8 +74,22 @@ def scenario_verdicts(tree: Tree, ids: tuple[str, str, str], tests: list[str],
     source = "given on the command line"
     if dtype is None:
         dtype, source = response_dtype(record)
-    scorer = scorer_from_record(record)
-    return verify_scenario(tree.scenario_dir(*ids), tests, dtype, scorer, delta_percent(ids[1]), source)
+    scorer = scorer_from_record(record) if "TEST01" in tests else None
+    eos = eos_ids_from_record(record) if "TEST06" in tests else None
+    return verify_scenario(tree.scenario_dir(*ids), tests, dtype, scorer, delta_percent(ids[1]), source, eos)
+
+
+def eos_ids_from_record(metadata_path: Path) -> set[int]:
+    """TEST06: the EOS ids of the model the accuracy run used (its manifest's tokenizer / generation config)."""
+    from mlharness.manifest.loader import load_manifest
+    from mlharness.submission.test06 import eos_ids_for_manifest
+
+    try:
+        meta = json.loads(Path(metadata_path).read_text())
+        return eos_ids_for_manifest(load_manifest(meta["manifest"]["path"]))
+    except (OSError, json.JSONDecodeError, KeyError, MLHarnessError) as e:
+        raise MLHarnessError(f"TEST06 needs the model's EOS ids, from the manifest of the accuracy run recorded in "
+                             f"{metadata_path}: {e}") from e
 
 
 def find_audited(root: Path, test: str) -> list[Path]:

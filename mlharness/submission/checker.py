@@ -99,6 +99,7 @@ class Checker(Findings):
     def check_benchmark(self, division: str, submitter: str, system: dict[str, Any], bench_dir: Path,
                         mapping: dict[str, str]) -> None:
         from mlharness.submission.checker_logs import check_scenario
+        from mlharness.submission.llm_rules import DATACENTER_ONE_OF
         from mlharness.submission.rules import benchmark_for
 
         name = bench_dir.name
@@ -115,8 +116,11 @@ class Checker(Findings):
                 self.by_division(division, bench_dir, f"{info.name} is not a benchmark of the '{system_type}' "
                                                       f"category in round {self.rules.round.name}")
             else:
+                one_of = DATACENTER_ONE_OF.get(info.name, ()) if "datacenter" in system_type else ()
                 missing = [s for s in required if s not in scenarios]
-                unknown = [s for s in scenarios if s in SCENARIOS and s not in required]
+                if one_of and not set(one_of) & set(scenarios):
+                    missing.append(f"at least one of {' / '.join(one_of)}")
+                unknown = [s for s in scenarios if s in SCENARIOS and s not in required and s not in one_of]
                 if missing:
                     self.by_division(division, bench_dir, f"missing required scenario(s) for {system_type} "
                                                           f"systems: {', '.join(missing)}")

@@ -13,6 +13,7 @@ from mlharness.loadgen.settings import embedded_seeds
 from mlharness.rounds import round_of_seeds, wrong_seeds
 from mlharness.submission.compliance import score_of
 from mlharness.submission.findings import Findings
+from mlharness.submission.llm_rules import conf_model_for, is_llm, loadgen_scenario
 from mlharness.submission.rules import (
     ACC_PATTERNS,
     COMPLIANCE_TESTS,
@@ -34,7 +35,8 @@ from mlharness.submission.rules import (
 SCENARIO_ENTRIES = {"accuracy", "performance", *COMPLIANCE_TESTS, *SCENARIO_FILES}
 TEST_ENTRIES = {"TEST01": {"accuracy", "performance", "verify_accuracy.txt", "verify_performance.txt"},
                 "TEST04": {"performance", "verify_performance.txt"},
-                "TEST05": {"performance", "verify_performance.txt"}}
+                "TEST05": {"performance", "verify_performance.txt"},
+                "TEST06": {"accuracy", "verify_accuracy.txt"}}
 OPEN_MODEL = "mlharness-open-model"  # a name mlperf.conf does not know: LoadGen's '*' settings apply
 # LoadGen logs this for audit runs (the audit config is a second conf file); the official checker tolerates it there
 AUDIT_TOLERATED_ERROR = "Multiple conf files are used"
@@ -94,6 +96,24 @@ def check_accuracy(c: Findings, division: str, info: Benchmark | None, acc: Path
         else []
     if not any(re.match(HASH_PATTERN, line.strip()) for line in lines):
         c.error(acc / "accuracy.txt", "has no 'hash=' line: the accuracy log was not truncated the official way")
+    if info is not None and is_llm(info.name):
+        from mlharness.submission.checker_llm import check_llm_accuracy
+
+        check_llm_accuracy(c, division, info, acc, lines)
+    else:
+        check_accuracy_value(c, division, info, acc, lines)
+    if (acc / "mlperf_log_detail.txt").is_file():
+        values = detail_values(acc / "mlperf_log_detail.txt")
+        loadgen_errors(c, acc / "mlperf_log_detail.txt", values, audit=False)
+        if values.get("effective_test_mode") != "AccuracyOnly":
+            c.error(acc, f"was run in {values.get('effective_test_mode')} mode, not AccuracyOnly")
+        covered = values.get("effective_accuracy_sample_count", values.get("qsl_reported_total_count"))
+        if info is not None and covered != info.dataset_size:
+            c.development(acc, f"the accuracy run covers {covered} samples; {info.name} needs the whole dataset "
+                               f"({info.dataset_size})")
+
+
+def check_accuracy_value(c: Findings, division: str, info: Benchmark | None, acc: Path, lines: list[str]) -> None:
     kinds = [info.accuracy_kind] if info else list(ACC_PATTERNS)
     value, kind = accuracy_value(lines, kinds)
     if value is not None:
@@ -104,15 +124,6 @@ def check_accuracy(c: Findings, division: str, info: Benchmark | None, acc: Path
         elif value < info.accuracy_target:
             c.error(acc / "accuracy.txt", f"{info.accuracy_kind} {value:g} is below the closed-division target "
                                           f"{info.accuracy_target:.7g} for {info.name}")
-    if (acc / "mlperf_log_detail.txt").is_file():
-        values = detail_values(acc / "mlperf_log_detail.txt")
-        loadgen_errors(c, acc / "mlperf_log_detail.txt", values, audit=False)
-        if values.get("effective_test_mode") != "AccuracyOnly":
-            c.error(acc, f"was run in {values.get('effective_test_mode')} mode, not AccuracyOnly")
-        covered = values.get("effective_accuracy_sample_count", values.get("qsl_reported_total_count"))
-        if info is not None and covered != info.dataset_size:
-            c.development(acc, f"the accuracy run covers {covered} samples; {info.name} needs the whole dataset "
-                               f"({info.dataset_size})")
 
 
 def accuracy_value(lines: list[str], kinds: list[str]) -> tuple[float | None, str | None]:
@@ -138,7 +149,7 @@ def check_perf_run(c: Findings, division: str, info: Benchmark | None, scenario:
         return "-"
     detail = run / "mlperf_log_detail.txt"
     values = detail_values(detail)
-    if values.get("effective_scenario") != scenario:
+    if values.get("effective_scenario") != loadgen_scenario(scenario):
         c.error(detail, f"is a {values.get('effective_scenario')} run in the {scenario} directory")
         return "-"
     if values.get("result_validity") != "VALID":
@@ -152,27 +163,33 @@ def check_perf_run(c: Findings, division: str, info: Benchmark | None, scenario:
     for problem in wrong_seeds(r, found, test05=test == "TEST05", embedded_test05=embedded_seeds()):
         c.error(detail, f"{problem} (the {'TEST05 seeds' if test == 'TEST05' else 'seeds'} of round {r.name}"
                         f"{made_for})")
-    mins = conf_minimums(info.model if info else OPEN_MODEL, scenario)
+    mins = conf_minimums(conf_model_for(info.model, scenario) if info else OPEN_MODEL, loadgen_scenario(scenario))
     duration = values.get("effective_min_duration_ms", 0)
     if duration < MIN_DURATION_MS:  # the official checker: an error in every division
         c.development(detail, f"Test duration less than 600s in user config. expected={MIN_DURATION_MS}, "
                               f"found={duration} (min_duration is {duration} ms; the official checker rejects "
                               f"runs shorter than {MIN_DURATION_MS} ms in every division, open included)")
     key = "effective_samples_per_query" if scenario == "Offline" else "effective_min_query_count"
-    if values.get(key, 0) < mins["min_query_count"]:
+    if info is not None and is_llm(info.name) and scenario != "Offline":
+        key = ""  # early-stopping scenarios: the checker has no minimum query count for LLMs
+    if key and values.get(key, 0) < mins["min_query_count"]:
         what = "samples in the Offline query" if scenario == "Offline" else "min_query_count"
         c.development(detail, f"{values.get(key)} {what}; mlperf.conf requires at least {mins['min_query_count']}")
     needed = mins["performance_sample_count"] or (info.dataset_size if info else 0)
     if values.get("effective_performance_sample_count", 0) < needed:
         c.development(detail, f"performance_sample_count is {values.get('effective_performance_sample_count')}; "
                               f"at least {needed} required")
-    if scenario in EARLY_STOPPING_SCENARIOS and values.get("early_stopping_met") is False:
+    if loadgen_scenario(scenario) in EARLY_STOPPING_SCENARIOS and values.get("early_stopping_met") is False:
         c.development(detail, "LoadGen's early-stopping condition was not met (too few queries)")
-    bound = c.rules.server_latency_ns.get(info.name) if info and scenario == "Server" else None
+    bound = c.rules.server_latency_ns.get(info.name) if info and loadgen_scenario(scenario) == "Server" else None
     if bound and values.get("effective_target_latency_ns", 0) > bound:
         c.error(detail, f"target latency {values['effective_target_latency_ns']} ns exceeds the {bound} ns bound")
     if mins["sample_concatenate_permutation"] and not values.get("effective_sample_concatenate_permutation"):
         c.error(detail, "the benchmark requires equal-issue mode (sample_concatenate_permutation)")
+    if info is not None and is_llm(info.name):
+        from mlharness.submission.checker_llm import check_llm_run
+
+        return check_llm_run(c, info, scenario, values, detail)
     try:
         scen, score, _, _, _ = score_of(values, detail)  # the values read above: the log is parsed once
     except MLHarnessError:
@@ -199,6 +216,10 @@ def _check_test_dir(c: Findings, division: str, info: Benchmark | None, scenario
     for entry in sorted(test_dir.iterdir()):
         if entry.name not in TEST_ENTRIES[test]:
             c.error(entry, f"extra file: not part of a {test} directory")
+    if test == "TEST06":
+        from mlharness.submission.checker_llm import check_test06
+
+        return f"TEST06 {'PASS' if check_test06(c, test_dir) else 'FAIL'}"
     perf = test_dir / "performance"
     if perf.is_dir():
         for entry in sorted(perf.iterdir()):

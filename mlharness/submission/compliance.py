@@ -237,7 +237,7 @@ def _test05_performance(reference_detail: Path, test_detail: Path) -> tuple[bool
 # ------------------------------------------------------------------------------------------------ scenario
 def verify_scenario(scenario_dir: Path, tests: list[str] | None = None, dtype: str = "byte",
                     scorer: Scorer | None = None, delta_percent: float = 1.0,
-                    dtype_source: str = "given") -> list[Verdict]:
+                    dtype_source: str = "given", eos_ids: set[int] | None = None) -> list[Verdict]:
     """Verify the compliance directories of one <benchmark>/<scenario> directory and (re)write their verify
     files. ``tests`` defaults to every TEST0x directory present; TEST01 compares responses in ``dtype``
     (``dtype_source`` says where it came from, in verify_accuracy.txt)."""
@@ -249,6 +249,12 @@ def verify_scenario(scenario_dir: Path, tests: list[str] | None = None, dtype: s
         test_dir = scenario_dir / test
         if not test_dir.is_dir():
             raise MLHarnessError(f"{test_dir} does not exist: run the {test} audit first")
+        if test == "TEST06":  # LLM output consistency: the sampled token streams, no performance comparison
+            from mlharness.submission.test06 import verify
+
+            r = verify(test_dir / "accuracy", scenario_dir, scenario_dir.name, eos_ids or set(), "int32")
+            verdicts.append(Verdict("TEST06", "accuracy", r.passed, r.text()))
+            continue
         test_detail = test_dir / "performance" / "run_1" / "mlperf_log_detail.txt"
         perf = verify_performance(reference_detail, test_detail, test)
         (test_dir / "verify_performance.txt").write_text(perf.text)

@@ -240,7 +240,7 @@ def _child_argv(req: SubmissionRequest, manifest: Path, scenario: str, step: str
 
 def _applies(override: str, scenario: str) -> bool:
     """Development overrides that only exist for some scenarios are passed to those only."""
-    return {"target_qps": scenario in ("Offline", "Server"), "target_latency_ms": scenario != "Offline",
+    return {"target_qps": scenario in ("Offline", "Server", "Interactive"), "target_latency_ms": scenario != "Offline",
             "samples_per_query": scenario == "MultiStream"}.get(override, True)
 
 

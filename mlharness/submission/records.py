@@ -11,6 +11,7 @@ from typing import Any
 from mlharness import __version__
 from mlharness.manifest.loader import LoadedManifest
 from mlharness.manifest.schema import MODEL_HOOK_KEYS, HookRef
+from mlharness.submission.llm_rules import conf_model_for, loadgen_scenario
 from mlharness.submission.rules import MEASUREMENTS_FIELDS
 
 # element_type -> the data type names system descriptions and measurements.json use
@@ -68,18 +69,20 @@ def effective_user_conf(base: Path | None, conf_model: str, scenario: str, overr
     if not text.endswith("\n"):
         text += "\n"
     lines = []
+    # Interactive: LoadGen reads the Server keys of the -interactive model name (llama3_1-8b-interactive.Server.*)
+    conf_model, lg_scenario = conf_model_for(conf_model, scenario), loadgen_scenario(scenario)
     for key, value in overrides.items():
         conf_key = OVERRIDE_CONF_KEYS.get(key)
         if conf_key is None or value is None:
             continue
-        if key == "target_qps" and scenario not in ("Offline", "Server"):
+        if key == "target_qps" and lg_scenario not in ("Offline", "Server"):
             continue
         if key == "target_latency_ms" and scenario == "Offline":
             continue
         if key == "samples_per_query" and scenario != "MultiStream":
             continue
-        lines.append(f"{conf_model}.{scenario}.{conf_key} = {value:g}" if isinstance(value, float)
-                     else f"{conf_model}.{scenario}.{conf_key} = {value}")
+        lines.append(f"{conf_model}.{lg_scenario}.{conf_key} = {value:g}" if isinstance(value, float)
+                     else f"{conf_model}.{lg_scenario}.{conf_key} = {value}")
     if lines:
         text += ("\n# Development overrides given on the command line (they make the results non-submittable "
                  "in the closed division):\n" + "\n".join(lines) + "\n")

@@ -17,12 +17,14 @@ from dataclasses import dataclass
 
 from mlharness.rounds import MIN_DURATION_MS as MIN_DURATION_MS  # the checker's duration rule, re-exported
 from mlharness.rounds import ROUNDS, Round, get_round
+from mlharness.submission.llm_rules import LLM_ACC_PATTERNS, TEST06_MODELS
 
 DIVISIONS = ("closed", "open", "network")
 STATUSES = ("available", "preview", "rdi")
 SYSTEM_TYPES = ("datacenter", "edge", "datacenter,edge")
-SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
-COMPLIANCE_TESTS = ("TEST01", "TEST04", "TEST05")
+# results directories: LoadGen's scenarios, and Interactive (an LLM Server run with the -interactive model name)
+SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline", "Interactive")
+COMPLIANCE_TESTS = ("TEST01", "TEST04", "TEST05", "TEST06")
 
 # File layout of one <system>/<benchmark>/<scenario> directory.
 REQUIRED_ACC_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt", "accuracy.txt", "mlperf_log_accuracy.json")
@@ -71,6 +73,7 @@ ACC_PATTERNS = {
     "DICE": r"Accuracy:\s*mean\s*=\s*([\d.]+)",
     "mAP": r".*(?:mAP=|'Total':)\s*([\d.]+)",
 }
+ACC_PATTERNS.update(LLM_ACC_PATTERNS)  # llama3.1-8b: ROUGE1 is the figure of the table; llm_rules has them all
 HASH_PATTERN = r"^hash=([0-9a-fA-F]+)$"
 
 
@@ -96,11 +99,14 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark("retinanet", "retinanet", 24781, "mAP", 37.55 * 0.99, 1.0, ("TEST01",)),
         Benchmark("yolo-95", "yolo", 1525, "mAP", 53.4 * 0.95, 1.0, ("TEST01",)),
         Benchmark("yolo-99", "yolo", 1525, "mAP", 53.4 * 0.99, 1.0, ("TEST01",)),
+        Benchmark("llama3.1-8b", "llama3_1-8b", 13368, "ROUGE1", 38.7792 * 0.99, 1.0, ("TEST06",)),
+        Benchmark("llama3.1-8b-edge", "llama3_1-8b-edge", 5000, "ROUGE1", 39.06 * 0.99, 1.0, ()),
     )
 }
 # The benchmark an open-division result of an mlperf.model is mapped to (model_mapping.json).
 DEFAULT_BENCHMARK_FOR_MODEL = {"resnet50": "resnet", "bert": "bert-99", "3d-unet": "3d-unet-99"}
 DEFAULT_BENCHMARK_FOR_MODEL.update({"retinanet": "retinanet", "yolo": "yolo-99"})
+DEFAULT_BENCHMARK_FOR_MODEL.update({"llama3_1-8b": "llama3.1-8b", "llama3_1-8b-edge": "llama3.1-8b-edge"})
 
 # Scenarios each system type must (and may) submit, checker v6.0 and v6.1. ResNet50 and BERT are edge benchmarks
 # only (datacenter systems submit them as "datacenter,edge").
@@ -110,19 +116,22 @@ REQUIRED_SCENARIOS: dict[str, dict[str, tuple[str, ...]]] = {
         "bert-99": ("SingleStream", "Offline"), "bert-99.9": ("SingleStream", "Offline"),
         "3d-unet-99": ("SingleStream", "Offline"), "3d-unet-99.9": ("SingleStream", "Offline"),
         "yolo-95": ("SingleStream", "MultiStream", "Offline"), "yolo-99": ("SingleStream", "MultiStream", "Offline"),
+        "llama3.1-8b-edge": ("SingleStream", "Offline"),
     },
-    "datacenter": {"3d-unet-99": ("Offline",), "3d-unet-99.9": ("Offline",)},
+    # llama3.1-8b: Offline plus at least one of Server / Interactive (llm_rules.DATACENTER_ONE_OF)
+    "datacenter": {"3d-unet-99": ("Offline",), "3d-unet-99.9": ("Offline",), "llama3.1-8b": ("Offline",)},
     "datacenter,edge": {
         "resnet": ("SingleStream", "MultiStream", "Offline", "Server"),
         "bert-99": ("SingleStream", "Offline"), "bert-99.9": ("SingleStream", "Offline"),
         "3d-unet-99": ("SingleStream", "Offline"), "3d-unet-99.9": ("SingleStream", "Offline"),
         "retinanet": ("SingleStream", "MultiStream", "Offline", "Server"),
         "yolo-95": ("SingleStream", "MultiStream", "Offline"), "yolo-99": ("SingleStream", "MultiStream", "Offline"),
+        "llama3.1-8b": ("Offline",), "llama3.1-8b-edge": ("SingleStream", "Offline"),
     },
 }  # fmt: skip
 # Server latency bound (ns) the early-stopping target latency must respect.
 SERVER_LATENCY_NS = {"resnet": 15_000_000, "bert-99": 130_000_000, "bert-99.9": 130_000_000,
-                     "retinanet": 100_000_000}
+                     "retinanet": 100_000_000, "llama3.1-8b": 20_000_000_000}
 # Scenarios whose result LoadGen derives with early stopping (no fixed minimum query count in the checker).
 EARLY_STOPPING_SCENARIOS = ("SingleStream", "MultiStream", "Server")
 
@@ -152,7 +161,11 @@ def rules_for(round_name: str | None) -> RoundRules:
 
 def compliance_tests_for_model(mlperf_model: str | None) -> tuple[str, ...]:
     """Audits `submission run` performs: TEST01 for every benchmark (and for models that are not official
-    MLPerf benchmarks), TEST04 for ResNet50 only."""
+    MLPerf benchmarks), TEST04 for ResNet50 only; LLMs: TEST06 only (none for llama3.1-8b-edge)."""
+    if mlperf_model in TEST06_MODELS:
+        return ("TEST06",)
+    if mlperf_model == "llama3_1-8b-edge":
+        return ()
     if mlperf_model == "resnet50":
         return ("TEST01", "TEST04")
     return ("TEST01",)

@@ -33,6 +33,7 @@ STEP_FILES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "TEST01": [("TEST01/performance/run_1", REQUIRED_PERF_FILES), ("TEST01/accuracy", ("mlperf_log_accuracy.json",))],
     "TEST04": [("TEST04/performance/run_1", REQUIRED_PERF_FILES)],
     "TEST05": [("TEST05/performance/run_1", REQUIRED_PERF_FILES)],
+    "TEST06": [("TEST06/accuracy", ("mlperf_log_accuracy.json",))],  # LLMs: sampled token streams only
 }
 
 
