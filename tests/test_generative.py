@@ -67,14 +67,17 @@ def test_token_latencies_are_the_models(run_cli, tmp_path, scenario, args):
     assert proc.returncode == 0, proc.stderr
     d = detail_values(out / "mlperf_log_detail.txt")
     assert d["requested_use_token_latencies"] is True
-    assert not d.get("errors"), d.get("errors")
     ttft = d["result_first_token_mean_latency_ns"] / 1e6
     tpot = d["result_time_to_output_token_mean"] / 1e6
     e2e = d["result_mean_latency_ns"] / 1e6
     assert 145 <= ttft <= 185, ttft
     assert 19 <= tpot <= 30, tpot
     assert ttft < e2e - 80, (ttft, e2e)  # the first token was reported when it existed, not at completion
-    assert "TTFT" in proc.stdout and "TPOT" in proc.stdout
+    assert not d.get("errors"), d.get("errors")
+    assert "TTFT" in proc.stdout and "TPOT" in proc.stdout and "tokens/s" in proc.stdout
+    if scenario == "Server":  # LoadGen's default TTFT limit (100 ms) is below the toy's 150 ms
+        assert "TTFT not met" in proc.stdout and "--target-qps" not in proc.stdout
+        assert "TTFT (time to first token) p99 15" in proc.stdout and "cannot fix it" in proc.stdout
 
 
 def test_offline_counts_tokens(run_cli, tmp_path):
@@ -103,11 +106,21 @@ def test_accuracy_log_holds_int32_token_ids(run_cli, tmp_path, scenario):
         if scenario != "Offline":  # the first token, as reported before completion
             assert np.frombuffer(bytes.fromhex(e["token_data"]), dtype=np.int32).tolist() == [e["qsl_idx"] + 1]
     assert not detail_values(out / "mlperf_log_detail.txt").get("errors")
-    if scenario == "Interactive":
-        assert out.parent.name == "Interactive" or True
-        d = detail_values(out / "mlperf_log_detail.txt")
-        assert d["effective_scenario"] == "Server"
-        assert "token_toy-interactive" in (out / "mlperf_log_detail.txt").read_text() or True
+
+
+def test_interactive_is_a_server_run_under_the_interactive_settings(run_cli, tmp_path):
+    conf = tmp_path / "user.conf"
+    conf.write_text("token_toy-interactive.Server.ttft_latency = 400\ntoken_toy-interactive.Server.tpot_latency = 30\n")
+    proc = run_cli("run", "--manifest", str(toy(tmp_path)), "--scenario", "Interactive", "--no-progress",
+                   "--user-conf", str(conf), *SERVER_PERF, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "results" / "default" / "token_toy" / "Interactive" / "performance" / "run_1"
+    d = detail_values(out / "mlperf_log_detail.txt")
+    assert d["effective_scenario"] == "Server"
+    assert d["requested_server_ttft_latency"] == 400_000_000 and d["requested_server_tpot_latency"] == 30_000_000
+    assert "Interactive" in proc.stdout and "limit 400.00 ms" in proc.stdout
+    meta = json.loads((out / "mlharness_run.json").read_text())
+    assert meta["conf_model"] == "token_toy-interactive"
 
 
 def test_failure_mid_stream_ends_the_run_and_keeps_the_earlier_result(run_cli, tmp_path):
