@@ -5,6 +5,10 @@ response, and the Interactive scenario."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -151,3 +155,27 @@ def test_interactive_needs_a_token_model(run_cli, tmp_path):
                    str(tmp_path / "x"), "--no-progress")
     assert proc.returncode == 2
     assert "Interactive scenario is for models that stream tokens" in proc.stderr
+
+
+def test_sigint_during_generation_ends_the_run(tmp_path):
+    """A signal while samples are mid-stream: the run drains (each sample completes once) and exits 130."""
+    manifest = toy(tmp_path, first_token_ms=50, token_ms=50, n_tokens=40)
+    err = open(tmp_path / "stderr.txt", "w")  # noqa: SIM115 - the child writes it
+    proc = subprocess.Popen([sys.executable, "-m", "mlharness.cli", "run", "--manifest", str(manifest), "--scenario",
+                             "Server", "--mode", "performance", "--min-duration-ms", "600000", "--target-qps", "20",
+                             "--output", str(tmp_path / "out"), "--no-progress"],
+                            stdout=subprocess.DEVNULL, stderr=err, cwd=tmp_path, env=dict(os.environ))
+    try:
+        time.sleep(4)  # loaded, and samples are generating
+        assert proc.poll() is None, (tmp_path / "stderr.txt").read_text()
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        err.close()
+    stderr = (tmp_path / "stderr.txt").read_text()
+    assert rc == 130, stderr
+    assert time.monotonic() - t0 < 10
+    assert "interrupted by SIGINT" in stderr and "Traceback" not in stderr, stderr

@@ -1,0 +1,153 @@
+"""The engine loop of the generative predictors without a GPU: the vllm predictor against a stand-in for vLLM's
+LLMEngine (vLLM itself needs a GPU machine and is not installed here), and the queued engine's guarantees."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import types
+
+import numpy as np
+import pytest
+
+from mlharness.errors import PredictorError
+from mlharness.predictors.base import PredictorConfig
+from mlharness.predictors.generative import GenerationConfig, TokenRequest
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.firsts: list[list[int]] = []
+        self.result: list[int] | None = None
+        self.error: BaseException | None = None
+        self.ended = threading.Event()
+
+    def first(self, ids):
+        self.firsts.append(np.asarray(ids).tolist())
+
+    def done(self, ids):
+        self.result = np.asarray(ids).tolist()
+        self.ended.set()
+
+    def fail(self, error):
+        self.error = error
+        self.ended.set()
+
+
+class FakeEngine:
+    """vLLM's LLMEngine as the predictor uses it: add_request, then step() returns each running request's delta."""
+
+    def __init__(self) -> None:
+        self.running: dict[str, list] = {}
+        self.steps: list[set[str]] = []
+
+    def add_request(self, request_id, prompt, params):
+        self.running[request_id] = [list(prompt["prompt_token_ids"]), params.kwargs["max_tokens"], 0]
+
+    def step(self):
+        time.sleep(0.01)
+        self.steps.append(set(self.running))
+        outs = []
+        for rid, state in list(self.running.items()):
+            prompt, limit, n = state
+            state[2] = n + 1
+            finished = state[2] >= limit
+            token = prompt[n % len(prompt)]
+            outs.append(types.SimpleNamespace(request_id=rid, finished=finished,
+                                              outputs=[types.SimpleNamespace(token_ids=[token])]))
+            if finished:
+                del self.running[rid]
+        return outs
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    engine = FakeEngine()
+    vllm = types.ModuleType("vllm")
+    vllm.SamplingParams = lambda **kw: types.SimpleNamespace(kwargs=kw)
+    vllm.EngineArgs = lambda **kw: kw
+    vllm.LLMEngine = types.SimpleNamespace(from_engine_args=lambda args: engine)
+    sp = types.ModuleType("vllm.sampling_params")
+    sp.RequestOutputKind = types.SimpleNamespace(DELTA="delta")
+    inputs = types.ModuleType("vllm.inputs")
+    inputs.TokensPrompt = lambda prompt_token_ids: {"prompt_token_ids": prompt_token_ids}
+    for name, module in (("vllm", vllm), ("vllm.sampling_params", sp), ("vllm.inputs", inputs)):
+        monkeypatch.setitem(sys.modules, name, module)
+    return engine
+
+
+def vllm_predictor(max_new_tokens: int):
+    from mlharness.predictors.vllm import VllmPredictor
+
+    config = PredictorConfig(model_path="/models/llama", input_names=["ids"], output_names=["tokens"],
+                             max_batchsize=8, generation=GenerationConfig(max_new_tokens=max_new_tokens))
+    p = VllmPredictor(config)
+    p.load()
+    return p
+
+
+def test_vllm_streams_deltas_and_requests_join_the_running_batch(fake_vllm):
+    p = vllm_predictor(max_new_tokens=20)
+    try:
+        assert p.params.kwargs["output_kind"] == "delta" and p.params.kwargs["temperature"] == 0.0
+        a, b = Recorder(), Recorder()
+        p.submit([TokenRequest(0, np.array([5, 6, 7]))], [a])
+        while not a.firsts:
+            time.sleep(0.005)
+        p.submit([TokenRequest(1, np.array([9, 8]))], [b])  # while request 0 is generating
+        assert p.drain(timeout_s=10)
+        assert a.result == [5, 6, 7] * 6 + [5, 6] and a.firsts == [[5]]
+        assert b.result == [9, 8] * 10 and b.firsts == [[9]]
+        # continuous batching: request 1 ran in the same engine steps as request 0, not after it
+        assert any(step == {"0", "1"} for step in fake_vllm.steps)
+    finally:
+        p.close()
+
+
+def test_vllm_step_failure_fails_the_running_requests(fake_vllm):
+    p = vllm_predictor(max_new_tokens=50)
+    calls = {"n": 0}
+    step = fake_vllm.step
+
+    def failing_step():
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("CUDA error: an illegal memory access")
+        return step()
+
+    fake_vllm.step = failing_step
+    try:
+        r = Recorder()
+        p.submit([TokenRequest(0, np.array([1, 2]))], [r])
+        assert r.ended.wait(10)
+        assert isinstance(r.error, RuntimeError) and r.firsts == [[1]]
+        assert p.drain(timeout_s=5)
+    finally:
+        p.close()
+
+
+def test_vllm_missing_is_a_clear_error():
+    if "vllm" in sys.modules or __import__("importlib").util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed")
+    from mlharness.predictors.vllm import import_vllm
+
+    with pytest.raises(PredictorError, match="pip install vllm"):
+        import_vllm()
+
+
+def test_toy_engine_ends_every_request_once_even_when_generate_raises():
+    from mlharness.predictors.toys import TokenToyPredictor
+
+    config = PredictorConfig(model_path=None, input_names=["p"], output_names=["t"], max_batchsize=4,
+                             options={"fail_after": 2})
+    p = TokenToyPredictor(config)
+    p.load()
+    try:
+        streams = [Recorder() for _ in range(6)]
+        p.submit([TokenRequest(i, np.arange(1, 6)) for i in range(6)], streams)
+        assert p.drain(timeout_s=10)
+        assert all(isinstance(s.error, PredictorError) and s.result is None for s in streams)
+        assert all(s.firsts == [[1]] for s in streams)
+    finally:
+        p.close()
