@@ -179,3 +179,12 @@ def test_sigint_during_generation_ends_the_run(tmp_path):
     assert rc == 130, stderr
     assert time.monotonic() - t0 < 10
     assert "interrupted by SIGINT" in stderr and "Traceback" not in stderr, stderr
+
+
+def test_tokens_need_a_generative_framework(run_cli, tmp_path):
+    manifest = toy(tmp_path)
+    manifest.write_text(manifest.read_text().replace("name: token-toy", "name: echo"))
+    proc = run_cli("run", "--manifest", str(manifest), "--scenario", "Offline", "--mode", "accuracy", "--count", "4",
+                   "--output", str(tmp_path / "x"), "--no-progress")
+    assert proc.returncode == 2, proc.stderr
+    assert "framework.name" in proc.stderr and "does not generate token streams" in proc.stderr

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from mlharness.errors import RunFailed
+from mlharness.errors import ManifestError, RunFailed
 from mlharness.loadgen.completion import Completions
 from mlharness.loadgen.qsl import SampleLoader, SampleStore
 from mlharness.loadgen.sut import run_fast_sut
@@ -192,10 +192,11 @@ class _Sink:
         self.error = error
 
 
-def check_generative(predictors: list[Any], framework: str) -> list[GenerativePredictor]:
+def check_generative(predictors: list[Any], manifest: Any) -> list[GenerativePredictor]:
     """The instances of a token-stream manifest, refused with a clear error when the framework is not generative."""
     for p in predictors:
         if not isinstance(p, GenerativePredictor):
-            raise RunFailed(f"the manifest declares response.kind 'tokens', but framework '{framework}' does not "
-                            "generate token streams (use transformers, vllm or another generative predictor)")
+            raise ManifestError(manifest.path, "framework.name", f"response.kind is 'tokens', but framework "
+                                f"'{manifest.model.framework.name}' does not generate token streams (use "
+                                "transformers, vllm or another generative predictor)")
     return predictors
