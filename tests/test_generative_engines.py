@@ -151,3 +151,20 @@ def test_toy_engine_ends_every_request_once_even_when_generate_raises():
         assert all(s.firsts == [[1]] for s in streams)
     finally:
         p.close()
+
+
+def test_token_responses_are_int32_and_keep_two_tokens():
+    from pydantic import ValidationError
+
+    from mlharness.manifest.schema import GenerationSpec, ResponseSpec
+    from mlharness.predictors.generative import generation_config
+
+    assert ResponseSpec(kind="tokens").element_type == "int32"
+    with pytest.raises(ValidationError, match="int32 token ids"):
+        ResponseSpec(kind="tokens", element_type="float32")
+    with pytest.raises(ValidationError, match="greater than or equal to 2"):
+        GenerationSpec(min_new_tokens=1)
+    with pytest.raises(ValidationError, match="exceeds max_new_tokens"):
+        GenerationSpec(max_new_tokens=4, min_new_tokens=8)
+    g = generation_config(GenerationSpec(max_new_tokens=16, stop_token_ids=[7]))
+    assert (g.max_new_tokens, g.min_new_tokens, g.do_sample, g.stop_token_ids) == (16, 2, False, [7])

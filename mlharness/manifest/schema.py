@@ -216,7 +216,8 @@ class GenerationSpec(_Strict):
     stop_token_ids: list[int] = Field(default_factory=list)
     """Token ids that end a sample besides the tokenizer's EOS."""
     options: dict[str, Any] = Field(default_factory=dict)
-    """Engine-specific settings passed to the predictor (e.g. vLLM ``max_num_seqs``)."""
+    """Engine-specific generation arguments: transformers, further ``generate()`` keywords (e.g.
+    ``repetition_penalty``); vllm, further ``SamplingParams`` fields (e.g. ``seed``)."""
 
     @model_validator(mode="after")
     def _min_below_max(self) -> GenerationSpec:

@@ -5,7 +5,9 @@ steps, so a request issued while others generate joins them at the next step. Ea
 (``RequestOutputKind.DELTA``): a request's first delta is its first token (reported at once), and its last one
 ends it. ``model.graph_path`` is a local checkpoint folder (or a model name vLLM resolves); framework options are
 passed to ``vllm.EngineArgs`` (``dtype``, ``tensor_parallel_size``, ``max_num_seqs``, ``gpu_memory_utilization``,
-``max_model_len``, ...). Greedy unless ``generation.do_sample``.
+``max_model_len``, ...); ``generation.options`` are further ``SamplingParams`` fields. Greedy unless
+``generation.do_sample``. Reviewed against vLLM's ``LLMEngine`` (``from_engine_args``, ``add_request(request_id,
+prompt, params)``, ``step()``), which vLLM keeps for the V1 engine too.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def sampling_params(vllm: Any, g: Any) -> Any:
         temperature=g.temperature if g.do_sample else 0.0,
         top_p=g.top_p if g.do_sample else 1.0, top_k=(g.top_k or -1) if g.do_sample else -1,
         stop_token_ids=list(g.stop_token_ids) or None, output_kind=RequestOutputKind.DELTA,
-        **g.options.get("sampling", {}),
+        **g.options,
     )
 
 
