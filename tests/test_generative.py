@@ -143,6 +143,20 @@ def test_failure_mid_stream_ends_the_run_and_keeps_the_earlier_result(run_cli, t
     assert (out / "mlperf_log_accuracy.json").read_text() == before  # the earlier result survives
 
 
+def test_one_failing_sample_ends_the_run_without_waiting_for_the_others(run_cli, tmp_path):
+    """Sample 5 fails after 2 tokens; the others would generate for 10 s: the run ends at once (they are completed
+    empty, and LoadGen ends its test), with the failing sample named."""
+    out = tmp_path / "off"
+    manifest = toy(tmp_path, token_ms=50, n_tokens=200, fail_after=2, fail_sample=5)
+    manifest.write_text(manifest.read_text().replace("max_new_tokens: 64", "max_new_tokens: 200"))
+    t0 = time.monotonic()
+    proc = run(run_cli, manifest, "Offline", out, "--mode", "accuracy", "--count", "16", timeout=60)
+    assert time.monotonic() - t0 < 8, "the run waited for the other generations"
+    assert proc.returncode == 3, proc.stderr
+    assert "generating sample 5 (qsl_idx) failed" in proc.stderr and "failing after 2 tokens" in proc.stderr
+    assert "mlharness stopped it" not in proc.stderr  # LoadGen ended its test; the watchdog did not have to
+
+
 @pytest.mark.parametrize("scenario", ["Offline", "SingleStream"])
 def test_one_token_response_is_a_clear_error(run_cli, tmp_path, scenario):
     out = tmp_path / "one"

@@ -79,10 +79,17 @@ class SampleStream:
     def _finish(self) -> bool:
         with self._lock:
             if self.finished:
-                log.warning("sample %d was finished twice by the predictor; the second result is ignored", self.index)
+                if not self.sut.halted:  # after a failure or a signal the SUT completed it already
+                    log.warning("sample %d was finished twice by the predictor; the second result is ignored",
+                                self.index)
                 return False
             self.finished = True
             return True
+
+    def abandon(self) -> None:
+        """The run failed or was interrupted: complete the sample empty now, whatever the engine still does."""
+        if self._finish():
+            self.sut.complete_tokens(self, None)
 
 
 class TokenSUT(Completions):
@@ -100,6 +107,8 @@ class TokenSUT(Completions):
         self.queries: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._next = 0
         self._thread: threading.Thread | None = None
+        self._outstanding: set[SampleStream] = set()  # submitted, not yet completed
+        self._outstanding_lock = threading.Lock()
 
     # -- LoadGen callbacks ---------------------------------------------------------------------------------------
     def issue(self, ids: list[int], indices: list[int]) -> None:
@@ -107,6 +116,22 @@ class TokenSUT(Completions):
 
     def flush(self) -> None:
         pass
+
+    def fail(self, e: BaseException) -> None:
+        super().fail(e)
+        self._abandon_outstanding()
+
+    def drain(self, interrupted: Any) -> None:
+        super().drain(interrupted)
+        self._abandon_outstanding()
+
+    def _abandon_outstanding(self) -> None:
+        """Complete every sample the engine still holds: LoadGen can end its test without waiting for
+        generations whose result no longer matters (the engine stops when the run closes it)."""
+        with self._outstanding_lock:
+            left = list(self._outstanding)
+        for stream in left:
+            stream.abandon()
 
     # -- the dispatcher --------------------------------------------------------------------------------------------
     def _dispatch(self) -> None:
@@ -124,7 +149,11 @@ class TokenSUT(Completions):
                 requests = [TokenRequest(int(x), p) for x, p in zip(indices, prompts, strict=True)]
                 predictor = self.predictors[self._next % len(self.predictors)]
                 self._next += 1
+                with self._outstanding_lock:
+                    self._outstanding.update(streams)
                 predictor.submit(requests, streams)
+                if self.halted:  # failed or interrupted while submitting: do not wait for these
+                    self._abandon_outstanding()
             except BaseException as e:  # noqa: BLE001 - the samples must still complete
                 for s in streams:
                     s.fail(e)
@@ -145,6 +174,8 @@ class TokenSUT(Completions):
             response = lg.QuerySampleResponse(stream.id, tokens.ctypes.data, tokens.nbytes, len(tokens))
         lg.QuerySamplesComplete([response])
         self._count(1)
+        with self._outstanding_lock:
+            self._outstanding.discard(stream)
 
     def warm_up(self, indices: list[int]) -> None:
         """Untimed, before LoadGen starts its clock: generate the first loaded sample ``warmup`` times."""

@@ -48,7 +48,8 @@ class TokenToyPredictor(QueuedGenerator):
     """A generative test model: answers each prompt with its own token ids (cycled to ``n_tokens``, default the
     prompt's length, capped by ``generation.max_new_tokens``). Options: ``first_token_ms`` (sleep before the
     first token of a batch), ``token_ms`` (sleep before each later token), ``fail_after`` (raise once k tokens of
-    a batch were streamed), ``one_token_sample`` (that sample index answers with a single token). Each batch
+    a batch were streamed; with ``fail_sample``, only that sample fails and the others go on),
+    ``one_token_sample`` (that sample index answers with a single token). Each batch
     runs on a thread of its own, as if the engine batched continuously without slowing down: a request never
     waits for another, so its measured latencies are exactly the configured sleeps plus the harness's share."""
 
@@ -60,6 +61,7 @@ class TokenToyPredictor(QueuedGenerator):
         self.token_s = float(o.get("token_ms", 0)) / 1000.0
         self.n_tokens = int(o["n_tokens"]) if "n_tokens" in o else None
         self.fail_after = int(o["fail_after"]) if "fail_after" in o else None
+        self.fail_sample = int(o["fail_sample"]) if "fail_sample" in o else None
         self.one_token = int(o["one_token_sample"]) if "one_token_sample" in o else None
 
     def run_engine(self) -> None:
@@ -77,7 +79,12 @@ class TokenToyPredictor(QueuedGenerator):
         for step in range(max(len(a) for a in answers)):
             time.sleep(self.first_s if step == 0 else self.token_s)
             if self.fail_after is not None and step >= self.fail_after:
-                raise PredictorError(f"token-toy: failing after {step} tokens as configured")
+                error = PredictorError(f"token-toy: failing after {step} tokens as configured")
+                if self.fail_sample is None:
+                    raise error
+                for req, stream in batch:
+                    if req.index == self.fail_sample:
+                        stream.fail(error)
             for (_, stream), ids in zip(batch, answers, strict=True):
                 if step == 0:
                     stream.first(ids[:1])
