@@ -240,7 +240,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         table.add_row(s.metric_name, value)
         from mlharness.loadgen.token_report import token_rows
 
-        for label, text in token_rows(result.output):
+        for label, text in token_rows(result.output, throughput=s.metric_unit != "tokens/s"):
             table.add_row(label, text)
         table.add_row("result", "[green]VALID[/]" if s.valid else "[red]INVALID[/]")
     else:

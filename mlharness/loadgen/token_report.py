@@ -16,8 +16,9 @@ def _ms(ns: Any) -> str:
     return f"{float(ns) / 1e6:,.2f}"
 
 
-def token_rows(outdir: Path) -> list[tuple[str, str]]:
-    """(label, value) rows for the result table; none when the run did not measure token latencies."""
+def token_rows(outdir: Path, throughput: bool = True) -> list[tuple[str, str]]:
+    """(label, value) rows for the result table; none when the run did not measure token latencies.
+    ``throughput``: include tokens/s (not when the table's metric row already shows it)."""
     path = outdir / "mlperf_log_detail.txt"
     if not path.is_file():
         return []
@@ -25,7 +26,7 @@ def token_rows(outdir: Path) -> list[tuple[str, str]]:
     if not d.get("requested_use_token_latencies"):
         return []
     rows = []
-    for key in THROUGHPUT_KEYS:
+    for key in THROUGHPUT_KEYS if throughput else ():
         if d.get(key) is not None:
             rows.append(("tokens/s", f"{float(d[key]):,.2f}"))
             break

@@ -58,7 +58,9 @@ class TransformersPredictor(QueuedGenerator):
         if self.config.threads:
             torch.set_num_threads(int(self.config.threads))
         o = self.config.options
-        self.device = "cuda" if self.config.device.startswith("cuda") and torch.cuda.is_available() else "cpu"
+        self.device = self.config.device
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise PredictorError(f"--device {self.device}: this torch {torch.__version__} sees no CUDA device")
         kwargs: dict[str, Any] = {"dtype": getattr(torch, str(o.get("dtype", "float32")))}
         if o.get("attn_implementation"):
             kwargs["attn_implementation"] = o["attn_implementation"]
