@@ -15,8 +15,8 @@ from mlharness.loadgen.options import RunOptions
 from mlharness.loadgen.pinning import pinned
 from mlharness.manifest.assets import cache_dir, resolve_asset
 from mlharness.manifest.loader import LoadedManifest, is_bare_version
-from mlharness.predictors import FRAMEWORK_PACKAGES, PREDICTORS
 from mlharness.manifest.schema import streams_tokens
+from mlharness.predictors import FRAMEWORK_PACKAGES, PREDICTORS
 from mlharness.predictors.base import Predictor, PredictorConfig
 from mlharness.predictors.generative import generation_config
 from mlharness.telemetry.observe import wants_profile

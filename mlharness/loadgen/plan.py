@@ -14,8 +14,8 @@ from mlharness.loadgen.options import RunOptions
 from mlharness.loadgen.pinning import core_sets
 from mlharness.manifest.hooks import HookSet
 from mlharness.manifest.loader import LoadedManifest
-from mlharness.manifest.schema import streams_tokens
 from mlharness.manifest.names import check_path_component
+from mlharness.manifest.schema import streams_tokens
 from mlharness.telemetry.trace import LEVELS
 
 

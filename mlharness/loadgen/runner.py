@@ -15,6 +15,7 @@ from pathlib import Path
 
 from mlharness.errors import MLHarnessError, SettingsError
 from mlharness.loadgen import calibrate
+from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.context import resolve_load_workers
 from mlharness.loadgen.factory import make_instances, resolve_model_file
 from mlharness.loadgen.metadata import run_metadata
@@ -43,7 +44,6 @@ from mlharness.loadgen.rundir import (
     parse_summary,
     write_result,
 )
-from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.sut import NetworkQDL, SystemUnderTest
 from mlharness.loadgen.tokens import TokenSUT, check_generative
 from mlharness.manifest.loader import load_manifest
