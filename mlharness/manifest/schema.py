@@ -130,7 +130,9 @@ class FrameworkSpec(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
     """Framework session options (onnxruntime: intra_op_num_threads, inter_op_num_threads, providers,
     graph_optimization_level, execution_mode, ...; pytorch: dtype, factory_args, channels_last; tensorflow:
-    signature, inter_op_threads)."""
+    signature, inter_op_threads; transformers: dtype, attn_implementation; vllm: ``EngineArgs`` fields such as
+    tensor_parallel_size, max_num_seqs, gpu_memory_utilization; token-toy: first_token_ms, token_ms, n_tokens,
+    fail_after, fail_sample, one_token_sample)."""
     warmup: int = Field(3, ge=0)
     """Batches run through the model before LoadGen starts timing (excluded from the results)."""
 
