@@ -46,7 +46,7 @@ preprocess: |
 """
 
 SS_PERF = ["--mode", "performance", "--min-duration-ms", "400", "--min-query-count", "8", "--target-latency-ms",
-           "100"]
+           "10"]
 SERVER_PERF = ["--mode", "performance", "--min-duration-ms", "400", "--min-query-count", "12", "--target-qps", "10"]
 OFFLINE_PERF = ["--mode", "performance", "--min-duration-ms", "100", "--min-query-count", "16", "--target-qps",
                 "1000"]

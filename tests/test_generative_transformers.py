@@ -48,7 +48,7 @@ PERF = {
     "Offline": ["--min-duration-ms", "100", "--min-query-count", "8", "--target-qps", "1000"],
     "Server": ["--min-duration-ms", "300", "--min-query-count", "8", "--target-qps", "20"],
     "Interactive": ["--min-duration-ms", "300", "--min-query-count", "8", "--target-qps", "20"],
-    "SingleStream": ["--min-duration-ms", "200", "--min-query-count", "8", "--target-latency-ms", "20"],
+    "SingleStream": ["--min-duration-ms", "200", "--min-query-count", "8", "--target-latency-ms", "1"],
 }
 
 
