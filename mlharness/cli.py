@@ -30,7 +30,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", default=None, help="dataset manifest (path or built-in name), overriding the model's")
     p.add_argument("--dataset-path", default=None, help="folder of the dataset files")
     # choices are checked by the library, so a typo gets a 'did you mean' instead of argparse's list
-    p.add_argument("--scenario", required=True, help=f"one of {', '.join(SCENARIOS)}")
+    p.add_argument("--scenario", required=True, help=f"one of {', '.join(SCENARIOS)}, or Interactive (a token-stream "
+                   "model run as Server under the <model>-interactive settings)")
     p.add_argument("--mode", default="accuracy", help="accuracy or performance (default: accuracy)")
     p.add_argument("--output", type=Path, default=None, help="run directory (default: results/<system>/<benchmark>/"
                    "<scenario>/accuracy or .../performance/run_1)")
@@ -239,6 +240,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if md["mode"] == "performance":
         value = "n/a" if s.metric_value is None else f"{s.metric_value:,.2f} {s.metric_unit}"
         table.add_row(s.metric_name, value)
+        from mlharness.loadgen.token_report import token_rows
+
+        for label, text in token_rows(result.output, throughput=s.metric_unit != "tokens/s"):
+            table.add_row(label, text)
         table.add_row("result", "[green]VALID[/]" if s.valid else "[red]INVALID[/]")
     else:
         table.add_row("result", "n/a in accuracy mode (LoadGen judges validity in performance mode)")

@@ -27,6 +27,7 @@ DOCUMENTED_MODELS: dict[str, type[BaseModel]] = {
     "ModelAsset": schema.ModelAsset,
     "MLPerfSpec": schema.MLPerfSpec,
     "ResponseSpec": schema.ResponseSpec,
+    "GenerationSpec": schema.GenerationSpec,
     "AccuracySpec": schema.AccuracySpec,
     "BatchingSpec": schema.BatchingSpec,
     "DatasetManifest": schema.DatasetManifest,

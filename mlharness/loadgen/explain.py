@@ -48,12 +48,14 @@ class Explanation:
     fixes: list[Fix] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # LoadGen errors, as text
     warnings: list[str] = field(default_factory=list)
+    measured: list[str] = field(default_factory=list)  # token runs: the failed TTFT/TPOT p99 against its limit
 
     def lines(self) -> list[str]:
         out = []
         if not self.valid:
             out.append("INVALID because: " + (", ".join(f"{f} not met" for f in self.failed) or "(no failed "
                                                   "requirement named in the summary)"))
+            out += self.measured
             out += [f"LoadGen recommends: {r}" for r in self.recommendations]
             out += [f"fix: {f.text()}" for f in self.fixes]
             out += [f"LoadGen error: {e}" for e in self.errors]
@@ -151,6 +153,28 @@ def fixes_for(scenario: str, model: str, failed: list[str], sec: dict[str, Any])
     return fixes
 
 
+TOKEN_LIMITS = {  # failed constraint -> (summary line of its p99, summary line of its limit, what it measures)
+    "TTFT": ("99.00 percentile first token latency (ns)", "ttft_latency (ns)", "time to first token"),
+    "TPOT": ("99.00 percentile time to output token (ns)", "tpot_latency (ns)", "time per output token"),
+}
+
+
+def token_measured(failed: list[str], stats: dict[str, str]) -> list[str]:
+    """For a failed TTFT/TPOT constraint: its p99 against the limit, and whether a lower rate can help at all."""
+    out = []
+    for name, (p99_key, limit_key, what) in TOKEN_LIMITS.items():
+        p99, limit = _num(stats, p99_key), _num(stats, limit_key)
+        if name not in failed or p99 is None or not limit:
+            continue
+        line = f"{name} ({what}) p99 {p99 / 1e6:.4g} ms over its limit {limit / 1e6:.4g} ms"
+        low = _num(stats, {"TTFT": "Min First Token latency (ns)", "TPOT": "Min Time per Output Token (ns)"}[name])
+        if low is not None and low > limit:
+            line += ("; even the fastest sample took longer, so a lower target_qps cannot fix it: the model (or "
+                     "its batch size) is too slow for this limit")
+        out.append(line)
+    return out
+
+
 def explain(summary_text: str, events: list[dict[str, Any]], scenario: str, model: str) -> Explanation:
     """From the summary's text and the detail log's events."""
     sec = summary_sections(summary_text)
@@ -176,11 +200,15 @@ def explain(summary_text: str, events: list[dict[str, Any]], scenario: str, mode
                       warnings=list(dict.fromkeys(warnings)))
     if not valid:
         exp.fixes = fixes_for(scenario, model, failed, sec)
+        exp.measured = token_measured(failed, sec["stats"])
+        if any("cannot fix it" in m for m in exp.measured):  # a lower rate would not help: do not suggest one
+            exp.fixes = [f for f in exp.fixes if not f.flag.startswith("--target-qps")]
     return exp
 
 
 def explain_run(outdir: Path, scenario: str, model: str) -> Explanation:
-    """Explain the LoadGen logs in a run directory."""
+    """Explain the LoadGen logs in a run directory (an Interactive run is a LoadGen Server run)."""
+    scenario = "Server" if scenario == "Interactive" else scenario
     summary = Path(outdir) / "mlperf_log_summary.txt"
     detail = Path(outdir) / "mlperf_log_detail.txt"
     text = summary.read_text(errors="replace") if summary.is_file() else ""

@@ -15,8 +15,10 @@ from mlharness.loadgen.options import RunOptions
 from mlharness.loadgen.pinning import pinned
 from mlharness.manifest.assets import cache_dir, resolve_asset
 from mlharness.manifest.loader import LoadedManifest, is_bare_version
+from mlharness.manifest.schema import streams_tokens
 from mlharness.predictors import FRAMEWORK_PACKAGES, PREDICTORS
 from mlharness.predictors.base import Predictor, PredictorConfig
+from mlharness.predictors.generative import generation_config
 from mlharness.telemetry.observe import wants_profile
 
 log = logging.getLogger(__name__)
@@ -104,6 +106,7 @@ def make_predictor(loaded: LoadedManifest, opts: RunOptions, model_file: Path | 
         model_name=m.name,
         manifest_path=str(loaded.path),
         profile=wants_profile(opts.trace),
+        generation=generation_config(m.generation) if streams_tokens(m) else None,
     )
     predictor = PREDICTORS.get(m.framework.name)(config)
     predictor.load()

@@ -15,12 +15,13 @@ from mlharness.loadgen.pinning import core_sets
 from mlharness.manifest.hooks import HookSet
 from mlharness.manifest.loader import LoadedManifest
 from mlharness.manifest.names import check_path_component
+from mlharness.manifest.schema import streams_tokens
 from mlharness.telemetry.trace import LEVELS
 
 
 def check_options(opts: RunOptions) -> None:
     """Refuse what no run could do before loading anything."""
-    lgs.check_scenario(opts.scenario)
+    lgs.check_scenario(opts.scenario, interactive=True)
     check_path_component(opts.system, "--system")
     if opts.trace not in LEVELS:
         raise SettingsError(f"unknown trace level '{opts.trace}'.{suggest(opts.trace, LEVELS)}")
@@ -40,16 +41,21 @@ class RunPlan:
     batch: int
     framework_version: str
     affinity: list[set[int]] | None  # --pin-cores: the cores of each instance
+    tokens: bool = False  # the responses are token streams (a generative model)
 
 
 def plan_run(loaded: LoadedManifest, opts: RunOptions) -> RunPlan:
     """Compile the hooks, ask the dataset for its size, and check the framework the model needs."""
     m = loaded.model
     official = m.mlperf.model is not None
-    conf_model = m.mlperf.model or m.name
+    tokens = streams_tokens(m)
+    if opts.scenario == lgs.INTERACTIVE and not tokens:
+        raise SettingsError(f"{loaded.path}: the Interactive scenario is for models that stream tokens "
+                            "(response.kind: tokens)")
+    conf_model = lgs.conf_model_for(m.mlperf.model or m.name, opts.scenario)
     if official:
         lgs.check_model_name(conf_model)
-    batch = opts.max_batchsize or m.batching.for_scenario(opts.scenario)
+    batch = opts.max_batchsize or m.batching.for_scenario(lgs.loadgen_scenario(opts.scenario))
     ctx = build_context(loaded, opts, batch)
     hooks = HookSet(loaded, ctx)
     total = sample_count(hooks, opts, ctx)
@@ -64,7 +70,7 @@ def plan_run(loaded: LoadedManifest, opts: RunOptions) -> RunPlan:
         loaded = endpoint_manifest(loaded, opts.endpoints)  # generation by OpenAI-compatible servers
     return RunPlan(
         loaded=loaded, hooks=hooks, ctx=ctx, total=total, official=official, conf_model=conf_model,
-        benchmark=m.mlperf.benchmark or conf_model, batch=batch,
+        benchmark=m.mlperf.benchmark or m.mlperf.model or m.name, batch=batch, tokens=tokens,
         framework_version=check_framework_version(loaded, opts.ignore_framework_version),
         affinity=core_sets(max(1, opts.instances)) if opts.pin_cores else None,
     )
@@ -80,9 +86,10 @@ class LoadgenSettings:
 def loadgen_settings(run: RunPlan, opts: RunOptions) -> LoadgenSettings:
     """The embedded mlperf.conf, the user.conf and the overrides for this model and scenario (the round's seeds)."""
     plan = lgs.SettingsPlan(
-        model=run.conf_model, official=run.official, scenario=opts.scenario, mode=opts.mode,
+        model=run.conf_model, official=run.official, scenario=lgs.loadgen_scenario(opts.scenario), mode=opts.mode,
         user_conf=opts.user_conf if opts.user_conf is not None else lgs.default_user_conf(run.conf_model),
         overrides=opts.overrides, audit_config=opts.audit_config, round=opts.round or lgs.DEFAULT_ROUND,
+        token_latencies=run.tokens,
     )
     settings = lgs.build_test_settings(plan)
     return LoadgenSettings(plan, settings, performance_count(settings, run.total, plan))

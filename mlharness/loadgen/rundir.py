@@ -235,7 +235,14 @@ class Summary:
     fields: dict[str, str] = field(default_factory=dict)
 
 
-def parse_summary(path: Path, scenario: str) -> Summary:
+# token-stream models: LoadGen's throughput lines count tokens (SingleStream keeps its latency percentile)
+TOKEN_METRIC_LINES = {
+    "Server": ("Completed tokens per second", "tokens/s"),
+    "Offline": ("Tokens per second", "tokens/s"),
+}
+
+
+def parse_summary(path: Path, scenario: str, tokens: bool = False) -> Summary:
     if not path.is_file():
         raise MLHarnessError(f"LoadGen wrote no summary at {path}")
     fields: dict[str, str] = {}
@@ -243,7 +250,8 @@ def parse_summary(path: Path, scenario: str) -> Summary:
         if ":" in line:
             k, _, v = line.partition(":")
             fields.setdefault(k.strip(), v.strip())
-    name, unit = METRIC_LINES[scenario]
+    lg_scenario = "Server" if scenario == "Interactive" else scenario
+    name, unit = (TOKEN_METRIC_LINES if tokens and lg_scenario in TOKEN_METRIC_LINES else METRIC_LINES)[lg_scenario]
     raw = fields.get(name)
     value = float(raw) if raw not in (None, "") else None
     return Summary(scenario, fields.get("Result is") == "VALID", name, value, unit, fields)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from mlharness.errors import MLHarnessError, SettingsError
 from mlharness.loadgen import calibrate
+from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.context import resolve_load_workers
 from mlharness.loadgen.factory import make_instances, resolve_model_file
 from mlharness.loadgen.metadata import run_metadata
@@ -44,6 +45,7 @@ from mlharness.loadgen.rundir import (
     write_result,
 )
 from mlharness.loadgen.sut import NetworkQDL, SystemUnderTest
+from mlharness.loadgen.tokens import TokenSUT, check_generative
 from mlharness.manifest.loader import load_manifest
 from mlharness.manifest.schema import numpy_dtype
 from mlharness.predictors.base import Predictor
@@ -107,7 +109,7 @@ def loadgen_test(plan: RunPlan, conf: LoadgenSettings, opts: RunOptions, predict
     dtype = numpy_dtype(loaded.model.response.element_type)
     pipelines = [Pipeline(p, hooks, ctx, store, dtype, tracer=tracer) for p in predictors]
     strategy = Strategy.for_scenario(
-        opts.scenario, plan.batch,
+        lgs.loadgen_scenario(opts.scenario), plan.batch,
         opts.server_max_wait_ms if opts.server_max_wait_ms is not None else loaded.model.batching.server_max_wait_ms,
     )
     finished = threading.Event()
@@ -122,21 +124,25 @@ def loadgen_test(plan: RunPlan, conf: LoadgenSettings, opts: RunOptions, predict
 
         threading.Thread(target=watchdog, name="mlharness-watchdog", daemon=True).start()
 
-    if opts.network == "lon":
+    if plan.tokens:  # a generative model: token streams, TTFT and TPOT
+        sut = TokenSUT(check_generative(predictors, loaded), store,
+                       lgs.loadgen_scenario(opts.scenario), on_failure=on_failure, warmup=loaded.model.framework.warmup)
+    elif opts.network == "lon":
         sut = NetworkQDL(predictors[0], on_failure=on_failure)  # the agents run the hooks and the model
     else:
         sut = SystemUnderTest(pipelines, strategy, opts.workers, on_failure=on_failure, tracer=tracer,
                               affinity=plan.affinity)
     # calibrated first: the progress estimate reads the expected performance from the settings
-    calibration = calibrate.for_run(opts, conf.plan, conf.settings, pipelines, loader, conf.performance_count,
-                                    plan.batch, loaded.model.framework.warmup, outdir)
+    calibration = {"calibrated": False, "reason": "token streams"} if plan.tokens else calibrate.for_run(
+        opts, conf.plan, conf.settings, pipelines, loader, conf.performance_count, plan.batch,
+        loaded.model.framework.warmup, outdir)
     if opts.progress:
         opts.progress.attach(sut, plan.total if opts.mode == "accuracy" else None, conf.settings)
     observers = RunObservers(predictors, tracer, opts.telemetry_interval_ms)
     try:
         observers.start()
         sut.run_test(loader, plan.total, conf.performance_count, conf.settings, log_settings, audit,
-                     warmup=loaded.model.framework.warmup)
+                     warmup=0 if plan.tokens else loaded.model.framework.warmup)
     finally:
         finished.set()
         if opts.progress:
@@ -154,7 +160,7 @@ def loadgen_test(plan: RunPlan, conf: LoadgenSettings, opts: RunOptions, predict
     if not log_settings.enable_trace and trace.is_file() and trace.stat().st_size == 0:
         trace.unlink()  # LoadGen creates it even with tracing off
     check_loadgen_logs(outdir)
-    return Measured(summary=parse_summary(outdir / "mlperf_log_summary.txt", opts.scenario),
+    return Measured(summary=parse_summary(outdir / "mlperf_log_summary.txt", opts.scenario, tokens=plan.tokens),
                     detail=detail_values(outdir / "mlperf_log_detail.txt"), strategy=strategy, sut=sut,
                     calibration=calibration, telemetry=observers.telemetry)
 

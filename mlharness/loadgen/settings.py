@@ -88,10 +88,27 @@ def embedded_seeds() -> dict[str, int]:
     }  # fmt: skip
 
 
-def check_scenario(scenario: str) -> str:
-    if scenario not in SCENARIOS:
-        raise SettingsError(f"unknown scenario '{scenario}'.{suggest(scenario, SCENARIOS)}")
+# Interactive is no LoadGen scenario: a Server test under the '<model>-interactive' settings (tighter TTFT/TPOT).
+INTERACTIVE = "Interactive"
+RUN_SCENARIOS = (*SCENARIOS, INTERACTIVE)
+
+
+def check_scenario(scenario: str, interactive: bool = False) -> str:
+    """A LoadGen scenario name (and Interactive, for a run's ``--scenario``, when ``interactive``)."""
+    known = RUN_SCENARIOS if interactive else SCENARIOS
+    if scenario not in known:
+        raise SettingsError(f"unknown scenario '{scenario}'.{suggest(scenario, known)}")
     return scenario
+
+
+def loadgen_scenario(scenario: str) -> str:
+    """The LoadGen scenario a run's scenario runs as (Interactive runs as Server)."""
+    return "Server" if scenario == INTERACTIVE else scenario
+
+
+def conf_model_for(model: str, scenario: str) -> str:
+    """The mlperf.conf / user.conf model name of a run: '<model>-interactive' for Interactive."""
+    return f"{model}-interactive" if scenario == INTERACTIVE else model
 
 
 def check_model_name(model: str) -> None:
@@ -182,6 +199,7 @@ class SettingsPlan:
     audit_config: Path | None  # None: a normal run (the runner still passes LoadGen an explicit, absent path)
     not_submittable: list[str] = field(default_factory=list)
     round: str = DEFAULT_ROUND  # the MLPerf round whose seeds the run uses (mlharness.rounds)
+    token_latencies: bool = False  # a token-stream model: LoadGen measures TTFT/TPOT (use_token_latencies)
 
 
 def build_test_settings(plan: SettingsPlan) -> Any:
@@ -192,6 +210,8 @@ def build_test_settings(plan: SettingsPlan) -> Any:
     mlperf_round = get_round(plan.round)
     settings = lg.TestSettings()
     settings.scenario = getattr(lg.TestScenario, plan.scenario)
+    if plan.token_latencies:  # before FromConfig: LoadGen reads ttft_latency/tpot_latency only when it is on
+        settings.use_token_latencies = True
     rc = settings.FromConfig("", plan.model, plan.scenario, 0)
     if rc != 0:
         raise SettingsError(f"LoadGen could not read its embedded mlperf.conf (rc={rc})")
@@ -200,6 +220,9 @@ def build_test_settings(plan: SettingsPlan) -> Any:
         rc = settings.FromConfig(str(plan.user_conf), plan.model, plan.scenario, 2)
         if rc != 0:
             raise SettingsError(f"LoadGen rejected user.conf {plan.user_conf} (rc={rc})")
+    if plan.token_latencies and not settings.use_token_latencies:
+        raise SettingsError(f"the configuration of '{plan.model}' turns use_token_latencies off, but the model "
+                            "streams tokens (response.kind: tokens)")
     settings.mode = lg.TestMode.AccuracyOnly if plan.mode == "accuracy" else lg.TestMode.PerformanceOnly
     o = plan.overrides
     if o.min_duration_ms is not None:

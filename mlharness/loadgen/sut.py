@@ -288,3 +288,40 @@ class NetworkQDL(Completions):
             lg.DestroyQDL(qdl)
             lg.DestroyQSL(qsl)
         self._raise_if_failed()
+
+
+def run_fast_sut(target: Completions, loader: SampleLoader, total_count: int, performance_count: int, settings: Any,
+                 log_settings: Any, audit_config: str, issue: Callable[[list[int], list[int]], None],
+                 flush: Callable[[], None], on_loaded: Callable[[list[int]], None] | None = None) -> None:
+    """One LoadGen test with a fast SUT whose callbacks are ``issue``/``flush`` (the token SUT of
+    :mod:`mlharness.loadgen.tokens`); the QSL runs ``loader``, then ``on_loaded`` (warm-up) on the first load.
+    Failures are recorded on ``target``, which completes what LoadGen issues afterwards."""
+    import mlperf_loadgen as lg
+
+    first = [True]
+
+    def load(indices: list[int]) -> None:
+        if target.halted:
+            return
+        try:
+            loader.load(indices)
+            if first[0] and indices and on_loaded is not None:
+                first[0] = False
+                on_loaded(list(indices))
+        except BaseException as e:  # noqa: BLE001 - LoadGen cannot see Python exceptions
+            loader.error = loader.error or e
+            target.fail(e)
+
+    def unload(indices: list[int]) -> None:
+        try:
+            loader.unload(indices)
+        except BaseException as e:  # noqa: BLE001
+            loader.error = loader.error or e
+
+    qsl = lg.ConstructQSL(total_count, performance_count, load, unload)
+    sut = lg.ConstructFastSUT(issue, flush)
+    try:
+        target._start_test(lambda: lg.StartTestWithLogSettings(sut, qsl, settings, log_settings, audit_config))
+    finally:
+        lg.DestroyFastSUT(sut)
+        lg.DestroyQSL(qsl)

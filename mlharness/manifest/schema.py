@@ -132,7 +132,9 @@ class FrameworkSpec(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
     """Framework session options (onnxruntime: intra_op_num_threads, inter_op_num_threads, providers,
     graph_optimization_level, execution_mode, ...; pytorch: dtype, factory_args, channels_last; tensorflow:
-    signature, inter_op_threads)."""
+    signature, inter_op_threads; transformers: dtype, attn_implementation; vllm: ``EngineArgs`` fields such as
+    tensor_parallel_size, max_num_seqs, gpu_memory_utilization; token-toy: first_token_ms, token_ms, n_tokens,
+    fail_after, fail_sample, one_token_sample)."""
     warmup: int = Field(3, ge=0)
     """Batches run through the model before LoadGen starts timing (excluded from the results)."""
 
@@ -179,8 +181,21 @@ class MLPerfSpec(_Strict):
 
 
 class ResponseSpec(_Strict):
+    kind: Literal["tensor", "tokens"] = "tensor"
+    """``tensor``: one response per sample from ``postprocess``. ``tokens``: the model generates a stream of token
+    ids per sample (a generative predictor); the run measures token latencies (TTFT, TPOT), reports the first
+    token to LoadGen as soon as it exists and writes every token id as int32."""
     element_type: str = "float32"
     """dtype in which each sample's response is written to LoadGen (what the accuracy script decodes)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tokens_are_int32(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("kind") == "tokens":
+            if data.get("element_type", "int32") != "int32":
+                raise ValueError("token responses are int32 token ids; drop element_type or declare int32")
+            data = {**data, "element_type": "int32"}
+        return data
 
     @field_validator("element_type")
     @classmethod
@@ -189,6 +204,35 @@ class ResponseSpec(_Strict):
         if v == "bfloat16":  # numpy_dtype() cannot encode it; say so here rather than mid-run
             raise ValueError("bfloat16 responses are not supported (numpy has no bfloat16); declare float32")
         return v
+
+
+class GenerationSpec(_Strict):
+    """How a generative model generates (``response.kind: tokens``); greedy unless it says otherwise."""
+
+    max_new_tokens: int = Field(128, ge=2)
+    """Most new tokens per sample (the llama3.1-8b reference: 128)."""
+    min_new_tokens: int = Field(2, ge=2)
+    """Fewest new tokens per sample, EOS suppressed until then; at least 2, since LoadGen refuses a one-token
+    response."""
+    do_sample: bool = False
+    """Sample instead of greedy decoding."""
+    temperature: float = Field(1.0, gt=0)
+    """Sampling temperature (with ``do_sample``)."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus sampling probability mass (with ``do_sample``)."""
+    top_k: int = Field(0, ge=0)
+    """Sample from the k most likely tokens; 0 = all (with ``do_sample``)."""
+    stop_token_ids: list[int] = Field(default_factory=list)
+    """Token ids that end a sample besides the tokenizer's EOS."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Engine-specific generation arguments: transformers, further ``generate()`` keywords (e.g.
+    ``repetition_penalty``); vllm, further ``SamplingParams`` fields (e.g. ``seed``)."""
+
+    @model_validator(mode="after")
+    def _min_below_max(self) -> GenerationSpec:
+        if self.min_new_tokens > self.max_new_tokens:
+            raise ValueError(f"min_new_tokens {self.min_new_tokens} exceeds max_new_tokens {self.max_new_tokens}")
+        return self
 
 
 class AccuracySpec(_Strict):
@@ -278,6 +322,8 @@ class ModelManifest(_Strict):
     """A dataset manifest: a built-in name, a path relative to this manifest, or the section inline."""
     mlperf: MLPerfSpec = Field(default_factory=MLPerfSpec)
     response: ResponseSpec = Field(default_factory=ResponseSpec)
+    generation: GenerationSpec = Field(default_factory=GenerationSpec)
+    """Generation settings of a token-stream model (``response.kind: tokens``); ignored otherwise."""
     accuracy: AccuracySpec | None = None
     batching: BatchingSpec = Field(default_factory=BatchingSpec)
     before_preprocess: Hook | None = None
@@ -306,6 +352,11 @@ class ModelManifest(_Strict):
         if isinstance(v, dict) and isinstance(v.get("name"), str):
             v = {**v, "name": v["name"].lower()}
         return v
+
+
+def streams_tokens(model: ModelManifest) -> bool:
+    """True when the model's responses are token streams (a generative model)."""
+    return model.response.kind == "tokens"
 
 
 def numpy_dtype(element_type: str) -> np.dtype:

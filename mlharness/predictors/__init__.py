@@ -12,6 +12,10 @@ PREDICTORS = Registry(
         # Toy predictors for tests and for measuring harness overhead without a framework.
         "echo": "mlharness.predictors.toys:EchoPredictor",
         "error": "mlharness.predictors.toys:ErrorPredictor",
+        "token-toy": "mlharness.predictors.toys:TokenToyPredictor",
+        # Generative (token-stream) engines.
+        "transformers": "mlharness.predictors.transformers:TransformersPredictor",
+        "vllm": "mlharness.predictors.vllm:VllmPredictor",
         # A model served by agents (or any Open Inference Protocol server) over gRPC.
         "remote": "mlharness.predictors.remote:RemotePredictor",
         "token-oracle": "mlharness.predictors.token_oracle:TokenOraclePredictor",  # reference token ids, streamed
@@ -28,10 +32,13 @@ FRAMEWORK_PACKAGES = {
     "tensorflow": ("tensorflow", "tensorflow-cpu"),
     "echo": "mlharness",
     "error": "mlharness",
+    "token-toy": "mlharness",
+    "transformers": "transformers",
+    "vllm": "vllm",
     "remote": "grpcio",
     "token-oracle": "mlharness",
     "openai": ("httpx2", "httpx"),
 }
 
 # Frameworks that load a model file named by the manifest's ``model`` section.
-NEEDS_MODEL_FILE = frozenset({"onnxruntime", "pytorch", "tensorflow"})
+NEEDS_MODEL_FILE = frozenset({"onnxruntime", "pytorch", "tensorflow", "transformers"})

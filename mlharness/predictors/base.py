@@ -29,6 +29,7 @@ class PredictorConfig:
     output_specs: list[dict[str, Any]] = field(default_factory=list)  # the manifest's outputs
     model_name: str | None = None  # the manifest's name (remote: the model an agent serves)
     manifest_path: str | None = None  # the manifest file, named when its declarations disagree with the model
+    generation: Any = None  # generative predictors: the manifest's GenerationConfig (None: the defaults)
 
 
 class Predictor(abc.ABC):

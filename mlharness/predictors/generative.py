@@ -64,6 +64,11 @@ class GenerativePredictor(Predictor):
 
     streaming = True
 
+    @property
+    def generation(self) -> GenerationConfig:
+        """The manifest's generation settings (``PredictorConfig.generation``), or the defaults."""
+        return self.config.generation if self.config.generation is not None else GenerationConfig()
+
     @abc.abstractmethod
     def submit(self, requests: list[TokenRequest], streams: list[TokenStream]) -> None:
         """Start generating ``requests`` (``streams[i]`` receives request i's tokens); returns at once."""
@@ -74,3 +79,9 @@ class GenerativePredictor(Predictor):
 
     def predict(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         raise PredictorError(f"{self.name} generates token streams: the SUT calls submit(), not predict()")
+
+
+def generation_config(spec: Any) -> GenerationConfig:
+    """A :class:`GenerationConfig` from the manifest's ``generation`` section (a pydantic model or a mapping)."""
+    data = spec.model_dump() if hasattr(spec, "model_dump") else dict(spec or {})
+    return GenerationConfig(**data)

@@ -1,0 +1,233 @@
+"""The SUT of a generative model: each sample's response is a stream of token ids.
+
+``issue`` only enqueues. A dispatcher thread turns each queued sample into a
+:class:`~mlharness.predictors.generative.TokenRequest` (the prompt ids ``preprocess`` left in the sample store)
+and submits it at once to a generative predictor (round robin over the instances), whose engine batches it with
+the others. As soon as a sample's first token exists the stream reports it to LoadGen (``FirstTokenComplete``:
+LoadGen's TTFT; every scenario but Offline needs it before the sample completes); when the sample is done it is
+completed with all its ids (int32) and ``n_tokens``.
+
+Every sample completes exactly once. A response of fewer than two tokens (LoadGen refuses ``n_tokens == 1``) or
+a generation that fails is recorded as the run's error naming the sample; from then on every sample is completed
+at once without generating, so LoadGen reaches its end and the runner fails the run (the failure watchdog and
+signal handling are those of :mod:`mlharness.loadgen.completion`).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from mlharness.errors import ManifestError, RunFailed
+from mlharness.loadgen.completion import Completions
+from mlharness.loadgen.qsl import SampleLoader, SampleStore
+from mlharness.loadgen.sut import run_fast_sut
+from mlharness.predictors.generative import GenerativePredictor, TokenRequest
+
+log = logging.getLogger(__name__)
+_STOP = object()
+
+
+class GenerationFailed(RunFailed):
+    """A sample's generation failed or produced a response LoadGen cannot take."""
+
+
+class SampleStream:
+    """The :class:`~mlharness.predictors.generative.TokenStream` of one issued sample."""
+
+    __slots__ = ("sut", "id", "index", "first_sent", "finished", "_lock")
+
+    def __init__(self, sut: TokenSUT, sample_id: int, index: int):
+        self.sut, self.id, self.index = sut, sample_id, index
+        self.first_sent = False
+        self.finished = False
+        self._lock = threading.Lock()
+
+    def first(self, ids: np.ndarray) -> None:
+        with self._lock:
+            if self.first_sent or self.finished:
+                return
+            self.first_sent = True
+        if self.sut.needs_first and not self.sut.halted:
+            self.sut.report_first(self.id, np.ascontiguousarray(ids, dtype=np.int32))
+
+    def done(self, ids: np.ndarray) -> None:
+        if not self._finish():
+            return
+        tokens = np.ascontiguousarray(np.asarray(ids).ravel(), dtype=np.int32)
+        if len(tokens) < 2:
+            self.sut.fail(GenerationFailed(
+                f"sample {self.index} (qsl_idx) got a response of {len(tokens)} token(s); LoadGen needs at least 2 "
+                "per response: keep generation.min_new_tokens at 2 or more, or fix the model's stop condition"))
+        if self.sut.halted:
+            self.sut.complete_tokens(self, None)
+        else:
+            self.sut.complete_tokens(self, tokens)
+
+    def fail(self, error: BaseException) -> None:
+        if not self._finish():
+            return
+        self.sut.fail(GenerationFailed(f"generating sample {self.index} (qsl_idx) failed: "
+                                       f"{type(error).__name__}: {error}"))
+        self.sut.complete_tokens(self, None)
+
+    def _finish(self) -> bool:
+        with self._lock:
+            if self.finished:
+                if not self.sut.halted:  # after a failure or a signal the SUT completed it already
+                    log.warning("sample %d was finished twice by the predictor; the second result is ignored",
+                                self.index)
+                return False
+            self.finished = True
+            return True
+
+    def abandon(self) -> None:
+        """The run failed or was interrupted: complete the sample empty now, whatever the engine still does."""
+        if self._finish():
+            self.sut.complete_tokens(self, None)
+
+
+class TokenSUT(Completions):
+    """LoadGen's callbacks for token-stream predictors, and the dispatcher thread behind them."""
+
+    failure_label = "generation"
+
+    def __init__(self, predictors: list[GenerativePredictor], store: SampleStore, scenario: str,
+                 on_failure: Callable[[BaseException], None] | None = None, warmup: int = 0):
+        super().__init__(on_failure)
+        self.predictors = predictors
+        self.store = store
+        self.needs_first = scenario != "Offline"  # LoadGen: TTFT before completion outside Offline
+        self.warmup = warmup
+        self.queries: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._next = 0
+        self._thread: threading.Thread | None = None
+        self._outstanding: set[SampleStream] = set()  # submitted, not yet completed
+        self._outstanding_lock = threading.Lock()
+
+    # -- LoadGen callbacks ---------------------------------------------------------------------------------------
+    def issue(self, ids: list[int], indices: list[int]) -> None:
+        self.queries.put((ids, indices))
+
+    def flush(self) -> None:
+        pass
+
+    def fail(self, e: BaseException) -> None:
+        super().fail(e)
+        self._abandon_outstanding()
+
+    def drain(self, interrupted: Any) -> None:
+        super().drain(interrupted)
+        self._abandon_outstanding()
+
+    def _abandon_outstanding(self) -> None:
+        """Complete every sample the engine still holds: LoadGen can end its test without waiting for
+        generations whose result no longer matters (the engine stops when the run closes it)."""
+        with self._outstanding_lock:
+            left = list(self._outstanding)
+        for stream in left:
+            stream.abandon()
+
+    # -- the dispatcher --------------------------------------------------------------------------------------------
+    def _dispatch(self) -> None:
+        while (item := self.queries.get()) is not _STOP:
+            ids, indices = item
+            self._count_issued(len(ids))
+            streams = [SampleStream(self, int(i), int(x)) for i, x in zip(ids, indices, strict=True)]
+            if self.halted:
+                self._complete_empty([int(i) for i in ids])
+                for s in streams:
+                    s.finished = True
+                continue
+            try:
+                prompts = [self.store.gather(np.asarray([x], dtype=np.int64))[0][0] for x in indices]
+                requests = [TokenRequest(int(x), p) for x, p in zip(indices, prompts, strict=True)]
+                predictor = self.predictors[self._next % len(self.predictors)]
+                self._next += 1
+                with self._outstanding_lock:
+                    self._outstanding.update(streams)
+                predictor.submit(requests, streams)
+                if self.halted:  # failed or interrupted while submitting: do not wait for these
+                    self._abandon_outstanding()
+            except BaseException as e:  # noqa: BLE001 - the samples must still complete
+                for s in streams:
+                    s.fail(e)
+
+    def report_first(self, sample_id: int, ids: np.ndarray) -> None:
+        lg = self._lg
+        lg.FirstTokenComplete([lg.QuerySampleResponse(sample_id, ids.ctypes.data, ids.nbytes)])
+
+    def complete_tokens(self, stream: SampleStream, tokens: np.ndarray | None) -> None:
+        """Complete one sample with its token ids (alive until the call returns), or empty after a failure."""
+        lg = self._lg
+        if tokens is None:
+            if self.needs_first and not stream.first_sent:
+                stream.first_sent = True  # LoadGen would log "sample latency before its first token" otherwise
+                lg.FirstTokenComplete([lg.QuerySampleResponse(stream.id, 0, 0)])
+            response = lg.QuerySampleResponse(stream.id, 0, 0, 0)
+        else:
+            response = lg.QuerySampleResponse(stream.id, tokens.ctypes.data, tokens.nbytes, len(tokens))
+        lg.QuerySamplesComplete([response])
+        self._count(1)
+        with self._outstanding_lock:
+            self._outstanding.discard(stream)
+
+    def warm_up(self, indices: list[int]) -> None:
+        """Untimed, before LoadGen starts its clock: generate the first loaded sample ``warmup`` times."""
+        if self.warmup <= 0:
+            return
+        prompt = self.store.gather(np.asarray(indices[:1], dtype=np.int64))[0][0]
+        for predictor in self.predictors:
+            for _ in range(self.warmup):
+                sink = _Sink()
+                predictor.submit([TokenRequest(int(indices[0]), prompt)], [sink])
+                predictor.drain(timeout_s=600)
+                if sink.error is not None:
+                    raise sink.error
+
+    # -- one LoadGen test ----------------------------------------------------------------------------------------
+    def run_test(self, loader: SampleLoader, total_count: int, performance_count: int, settings: Any,
+                 log_settings: Any, audit_config: str, warmup: int = 0) -> None:
+        import mlperf_loadgen as lg
+
+        self._lg = lg
+        self._thread = threading.Thread(target=self._dispatch, name="mlharness-tokens", daemon=True)
+        self._thread.start()
+        try:
+            run_fast_sut(self, loader, total_count, performance_count, settings, log_settings, audit_config,
+                         self.issue, self.flush, self.warm_up)
+        finally:
+            self.queries.put(_STOP)
+            self._thread.join(timeout=30)
+        self._raise_if_failed()
+
+
+class _Sink:
+    """A stream for warm-up requests: keeps only a failure."""
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+
+    def first(self, ids: np.ndarray) -> None:
+        pass
+
+    def done(self, ids: np.ndarray) -> None:
+        pass
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+
+
+def check_generative(predictors: list[Any], manifest: Any) -> list[GenerativePredictor]:
+    """The instances of a token-stream manifest, refused with a clear error when the framework is not generative."""
+    for p in predictors:
+        if not isinstance(p, GenerativePredictor):
+            raise ManifestError(manifest.path, "framework.name", f"response.kind is 'tokens', but framework "
+                                f"'{manifest.model.framework.name}' does not generate token streams (use "
+                                "transformers, vllm or another generative predictor)")
+    return predictors

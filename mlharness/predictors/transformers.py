@@ -1,0 +1,106 @@
+"""Generation in-process with Hugging Face transformers (CPU, or CUDA when ``--device cuda``).
+
+The model is a local checkpoint folder (config, safetensors, tokenizer) named by ``model.graph_path`` or written
+by ``model.generator``. Greedy unless ``generation.do_sample``. Requests waiting when the engine becomes free run
+as one left-padded batch through ``model.generate``; a streamer sees every step's tokens, so each sample's first
+token is reported the moment it is generated and each sample is done at its own EOS (or ``max_new_tokens``).
+Framework options: ``dtype`` (float32, bfloat16, float16), ``attn_implementation``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from mlharness.errors import PredictorError
+from mlharness.predictors.engine import OnceStream, QueuedGenerator
+from mlharness.predictors.generative import TokenRequest
+
+
+class _BatchStreamer:
+    """transformers' streamer interface for a batch: ``put`` gets the prompt first, then one token per row."""
+
+    def __init__(self, streams: list[OnceStream], eos: set[int], min_new: int):
+        self.streams, self.eos, self.min_new = streams, eos, min_new
+        self.tokens: list[list[int]] = [[] for _ in streams]
+        self.prompt_seen = False
+
+    def put(self, value: Any) -> None:
+        if not self.prompt_seen:  # generate() hands over the prompt first
+            self.prompt_seen = True
+            return
+        step = value.reshape(-1).tolist()
+        for row, (token, stream) in enumerate(zip(step, self.streams, strict=True)):
+            if stream.finished:
+                continue
+            ids = self.tokens[row]
+            ids.append(int(token))
+            if len(ids) == 1:
+                stream.first(np.asarray(ids, dtype=np.int32))
+            if int(token) in self.eos and len(ids) >= self.min_new:
+                stream.done(np.asarray(ids, dtype=np.int32))
+
+    def end(self) -> None:
+        for ids, stream in zip(self.tokens, self.streams, strict=True):
+            stream.done(np.asarray(ids, dtype=np.int32))
+
+
+class TransformersPredictor(QueuedGenerator):
+    name = "transformers"
+
+    def load_engine(self) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        if self.config.model_path is None:
+            raise PredictorError("transformers needs a checkpoint folder (model.graph_path or model.generator)")
+        if self.config.threads:
+            torch.set_num_threads(int(self.config.threads))
+        o = self.config.options
+        self.device = self.config.device
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise PredictorError(f"--device {self.device}: this torch {torch.__version__} sees no CUDA device")
+        kwargs: dict[str, Any] = {"dtype": getattr(torch, str(o.get("dtype", "float32")))}
+        if o.get("attn_implementation"):
+            kwargs["attn_implementation"] = o["attn_implementation"]
+        try:
+            self.model = AutoModelForCausalLM.from_pretrained(self.config.model_path, **kwargs).to(self.device)
+        except (OSError, ValueError) as e:
+            raise PredictorError(f"transformers cannot load the checkpoint {self.config.model_path}: {e}") from e
+        self.model.eval()
+        gc = self.model.generation_config
+        eos = gc.eos_token_id if gc.eos_token_id is not None else self.model.config.eos_token_id
+        eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+        self.eos = {int(e) for e in eos_ids} | {int(t) for t in self.generation.stop_token_ids}
+        pad = gc.pad_token_id if gc.pad_token_id is not None else self.model.config.pad_token_id
+        self.pad = int(pad if pad is not None else (eos_ids[0] if eos_ids else 0))
+        self._torch = torch
+
+    def generate(self, batch: list[tuple[TokenRequest, OnceStream]]) -> None:
+        torch, g = self._torch, self.generation
+        prompts = [np.asarray(r.prompt, dtype=np.int64).ravel() for r, _ in batch]
+        width = max(len(p) for p in prompts)
+        ids = np.full((len(prompts), width), self.pad, dtype=np.int64)
+        mask = np.zeros_like(ids)
+        for row, p in enumerate(prompts):  # left padding: every row's next token comes at the same position
+            ids[row, width - len(p):] = p
+            mask[row, width - len(p):] = 1
+        streamer = _BatchStreamer([s for _, s in batch], self.eos, g.min_new_tokens)
+        sampling = {"temperature": g.temperature, "top_p": g.top_p, "top_k": g.top_k} if g.do_sample else {}
+        with torch.inference_mode():
+            self.model.generate(
+                input_ids=torch.from_numpy(ids).to(self.device), attention_mask=torch.from_numpy(mask).to(self.device),
+                max_new_tokens=g.max_new_tokens, min_new_tokens=g.min_new_tokens, do_sample=g.do_sample,
+                eos_token_id=sorted(self.eos) or None, pad_token_id=self.pad, streamer=streamer,
+                **sampling, **g.options,
+            )
+        streamer.end()
+
+    def framework_version(self) -> str:
+        import transformers
+
+        return transformers.__version__
+
+    def computes_off_host(self) -> bool:
+        return self.device != "cpu"
