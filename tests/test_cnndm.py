@@ -3,7 +3,6 @@ and the tiny random Llama."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import threading
@@ -249,9 +248,7 @@ def test_random_llama_loads_offline_and_generates(tmp_path, monkeypatch, synth_s
     assert ensure_random_llama(folder) == folder and (folder / "model.safetensors").stat().st_mtime_ns == mtime
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mlharness.loadgen.tokens") is None,
-                    reason="needs the token-streaming SUT (mlharness.loadgen.tokens)")
-@pytest.mark.parametrize("scenario", ["Offline", "SingleStream"])
+@pytest.mark.parametrize("scenario", ["Offline", "Server", "SingleStream", "Interactive"])
 def test_oracle_manifest_scores_100_end_to_end(run_cli, tmp_path, scenario):
     out = tmp_path / "run"
     proc = run_cli("run", "--manifest", "llama3.1-8b-oracle", "--scenario", scenario, "--mode", "accuracy",
@@ -261,18 +258,10 @@ def test_oracle_manifest_scores_100_end_to_end(run_cli, tmp_path, scenario):
     assert all(values[k] == 100.0 for k in ("rouge1", "rouge2", "rougeL", "rougeLsum")), values
 
 
-def loads_or_skip(name: str):
-    from mlharness.errors import ManifestError
+def load(name: str):
     from mlharness.manifest.loader import load_manifest
 
-    try:
-        return load_manifest(name)
-    except ManifestError as e:
-        if "response.kind" in str(e) or "'generation'" in str(e):
-            pytest.skip("needs the manifest schema of token streams (response.kind, generation)")
-        if "unknown framework" in str(e):
-            pytest.skip(f"needs the generative predictors: {e}")
-        raise
+    return load_manifest(name)
 
 
 @pytest.mark.parametrize("name, lg_model, benchmark, file", [
@@ -281,17 +270,17 @@ def loads_or_skip(name: str):
     ("llama3.1-8b-oracle", "llama3_1-8b", "llama3.1-8b-oracle", "cnn_eval.json"),
     ("llama3.1-8b-random", "llama3_1-8b", "llama3.1-8b-random", "cnn_eval.json")])
 def test_manifests(name, lg_model, benchmark, file):
-    m = loads_or_skip(name).model
+    m = load(name).model
     assert (m.mlperf.model, m.mlperf.benchmark) == (lg_model, benchmark)
     assert m.response.element_type == "int32" and m.accuracy.metric == "cnndm_rouge"
     assert m.accuracy.options["dataset_file"] == file and m.accuracy.options["dtype"] == "int32"
-    assert m.generation["max_new_tokens"] == 128 and m.generation["min_new_tokens"] >= 2
+    assert m.generation.max_new_tokens == 128 and m.generation.min_new_tokens >= 2
 
 
 def test_oracle_manifest_through_its_hooks_scores_100(tmp_path, monkeypatch):
     """The oracle manifest as a run uses it, without LoadGen: dataset init, preprocess, the generated table, the
     predictor's streams, the manifest's metric over a log of the streamed ids."""
-    loads_or_skip("llama3.1-8b-oracle")
+    load("llama3.1-8b-oracle")
     from mlharness.session import ModelSession
     from mlharness.tasks import METRICS
     from mlharness.tasks.base import AccuracyContext

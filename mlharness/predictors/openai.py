@@ -36,7 +36,12 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import PredictorError
-from mlharness.predictors.generative import GenerationConfig, GenerativePredictor, TokenRequest, TokenStream
+from mlharness.predictors.generative import (
+    GenerativePredictor,
+    TokenRequest,
+    TokenStream,
+    generation_config,
+)
 from mlharness.predictors.openai_http import (
     RETRIABLE_STATUS,
     Endpoint,
@@ -91,8 +96,8 @@ class OpenAIPredictor(GenerativePredictor):
         self.text_prompts = self.prompt_as == "text"
         self.server_ids = bool(o.get("server_token_ids", True))
         self.extra_body = dict(o.get("extra_body") or {})
-        gen = o.get("generation") or getattr(self.config, "generation", None) or {}
-        self.generation = gen if isinstance(gen, GenerationConfig) else GenerationConfig(**gen)
+        if o.get("generation"):  # framework options may override the manifest's generation section
+            self.config.generation = generation_config(o["generation"])
         key_env = o.get("api_key_env", DEFAULT_KEY_ENV)
         key = os.environ.get(key_env)
         if "api_key_env" in o and not key:
