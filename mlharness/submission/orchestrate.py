@@ -82,7 +82,7 @@ def run_submission(req: SubmissionRequest, console: Any) -> Outcome:
     check_system_name(req.system)
     get_round(req.round)
     for scenario in req.scenarios:
-        lgs.check_scenario(scenario)
+        lgs.check_scenario(scenario, interactive=True)
     loaded = load_manifest(req.manifest, req.dataset, req.framework)
     m = loaded.model
     if req.division == "closed" and m.mlperf.model is None:
@@ -120,15 +120,17 @@ def run_submission(req: SubmissionRequest, console: Any) -> Outcome:
     progress = {"n": 0, "total": len(steps) * len(req.scenarios)}
     for scenario in req.scenarios:
         ids = (req.system, benchmark, scenario)
-        argvs = {step: _child_argv(req, loaded.path, scenario, step, tree.work_dir(*ids) / step, user_conf,
+        # Interactive runs under the '<model>-interactive' settings: its own default user.conf
+        scen_conf = user_conf if req.user_conf else lgs.default_user_conf(lgs.conf_model_for(conf_model, scenario))
+        argvs = {step: _child_argv(req, loaded.path, scenario, step, tree.work_dir(*ids) / step, scen_conf,
                                    audits.get(step)) for step in steps}
         files = {
-            "user.conf": records.effective_user_conf(user_conf, conf_model, scenario, dev),
+            "user.conf": records.effective_user_conf(scen_conf, conf_model, scenario, dev),
             "measurements.json": json.dumps(content, indent=2) + "\n",
             "README.md": records.readme(benchmark, scenario, req.system, req.command,
                                         [(s, _display(a)) for s, a in argvs.items()], notes),
         }
-        _run_scenario(tree, req, ids, argvs, files, loaded, user_conf, console, outcome, progress, conf_model)
+        _run_scenario(tree, req, ids, argvs, files, loaded, scen_conf, console, outcome, progress, conf_model)
         row = {"benchmark": benchmark, "scenario": scenario,
                "accuracy": result_line(tree.scenario_dir(*ids), "accuracy", scenario),
                "performance": result_line(tree.scenario_dir(*ids), "performance", scenario)}

@@ -19,6 +19,7 @@ import shutil
 from pathlib import Path
 
 from mlharness.errors import MLHarnessError
+from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.explain import Explanation, explain_run
 from mlharness.submission.layout import Tree
 
@@ -37,7 +38,8 @@ def performance_dir(tree: Tree, ids: tuple[str, str, str]) -> Path:
 
 
 def verdict(tree: Tree, ids: tuple[str, str, str], conf_model: str) -> Explanation:
-    return explain_run(performance_dir(tree, ids), ids[2], conf_model)
+    # Interactive ran as a LoadGen Server test under '<model>-interactive': its fixes are that model's Server lines
+    return explain_run(performance_dir(tree, ids), lgs.loadgen_scenario(ids[2]), lgs.conf_model_for(conf_model, ids[2]))
 
 
 def used_conf(tree: Tree, ids: tuple[str, str, str]) -> Path | None:
