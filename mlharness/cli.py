@@ -131,6 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
     bo.add_argument("--threads", type=int, default=None)
     bo.add_argument("--quick", action="store_true", help="one round of short runs (a few minutes)")
     bo.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    bg = bench.add_parser("generate", help="mlharness vs the bare transformers engine on a generative model")
+    bg.add_argument("--manifest", default="llama3.1-8b-random")
+    bg.add_argument("--dataset-path", default=None, help="default: the manifest's (a synthetic set in the cache)")
+    for flag, kind, default in (("--count", int, 32), ("--rounds", int, 3), ("--seconds", float, 5.0),
+                                ("--server-queries", int, 32), ("--threads", int, None)):
+        bg.add_argument(flag, type=kind, default=default)
+    bg.add_argument("--quick", action="store_true", help="one round of short runs")
+    bg.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     tn = sub.add_parser("tune", help="find the settings a VALID run needs and write them as a user.conf")
     tn.add_argument("--manifest", default="demo")
     tn.add_argument("--scenario", required=True)
@@ -284,6 +292,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     from mlharness.bench import BenchConfig, bench_overhead, default_dataset, format_figures
 
+    if args.action == "generate":
+        from mlharness.bench_generate import run_cli
+
+        return run_cli(args, lambda text: out.print(text, highlight=False), lambda t: err.print(f"[dim]{escape(t)}[/]"))
     dataset_path = default_dataset(args.manifest, args.dataset_path, args.count)
     cfg = BenchConfig(manifest=args.manifest, dataset_path=dataset_path, count=args.count,
                       rounds=1 if args.quick else args.rounds, seconds=min(args.seconds, 3.0) if args.quick

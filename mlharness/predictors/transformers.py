@@ -78,24 +78,30 @@ class TransformersPredictor(QueuedGenerator):
         self._torch = torch
 
     def generate(self, batch: list[tuple[TokenRequest, OnceStream]]) -> None:
+        streamer = _BatchStreamer([s for _, s in batch], self.eos, self.generation.min_new_tokens)
+        self.generate_ids([r.prompt for r, _ in batch], streamer)
+        streamer.end()
+
+    def generate_ids(self, prompt_ids: list[np.ndarray], streamer: Any = None) -> Any:
+        """One left-padded batch through ``model.generate`` with the manifest's settings; returns its output ids
+        (prompt columns included). The generation loop of :meth:`generate`, also what ``bench generate`` times
+        bare."""
         torch, g = self._torch, self.generation
-        prompts = [np.asarray(r.prompt, dtype=np.int64).ravel() for r, _ in batch]
+        prompts = [np.asarray(p, dtype=np.int64).ravel() for p in prompt_ids]
         width = max(len(p) for p in prompts)
         ids = np.full((len(prompts), width), self.pad, dtype=np.int64)
         mask = np.zeros_like(ids)
         for row, p in enumerate(prompts):  # left padding: every row's next token comes at the same position
             ids[row, width - len(p):] = p
             mask[row, width - len(p):] = 1
-        streamer = _BatchStreamer([s for _, s in batch], self.eos, g.min_new_tokens)
         sampling = {"temperature": g.temperature, "top_p": g.top_p, "top_k": g.top_k} if g.do_sample else {}
         with torch.inference_mode():
-            self.model.generate(
+            return self.model.generate(
                 input_ids=torch.from_numpy(ids).to(self.device), attention_mask=torch.from_numpy(mask).to(self.device),
                 max_new_tokens=g.max_new_tokens, min_new_tokens=g.min_new_tokens, do_sample=g.do_sample,
                 eos_token_id=sorted(self.eos) or None, pad_token_id=self.pad, streamer=streamer,
                 **sampling, **g.options,
             )
-        streamer.end()
 
     def framework_version(self) -> str:
         import transformers
