@@ -159,7 +159,10 @@ def _link_or_copy(src: Path, dest: Path) -> None:
 def result_line(scen_dir: Path, step: str, scenario: str) -> str:
     if step == "accuracy":
         path = scen_dir / "accuracy" / "accuracy.txt"
-        return path.read_text().splitlines()[0].strip() if path.is_file() else "-"
+        # the first line with a figure (the ROUGE dict follows a "Results" header)
+        lines = [line.strip() for line in path.read_text().splitlines() if any(c.isdigit() for c in line)] \
+            if path.is_file() else []
+        return lines[0] if lines else "-"
     folder = scen_dir / ("performance" if step == "performance" else f"{step}/performance") / "run_1"
     try:
         summary = parse_summary(folder / "mlperf_log_summary.txt", scenario)
