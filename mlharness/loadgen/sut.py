@@ -143,46 +143,20 @@ class SystemUnderTest(Completions):
     # -- one LoadGen test ----------------------------------------------------------------------------------
     def run_test(self, loader: SampleLoader, total_count: int, performance_count: int, settings: Any,
                  log_settings: Any, audit_config: str, warmup: int = 0) -> None:
-        import mlperf_loadgen as lg
+        def warm(indices: list[int]) -> None:
+            # LoadGen loads samples before it starts the clock: warm the model up on real data here
+            first = np.asarray(indices[: self.strategy.max_batchsize], dtype=np.int64)
+            for pipeline in self.pipelines:
+                pipeline.warmup(first, warmup)
 
-        warmed = warmup <= 0
-
-        def load(indices: list[int]) -> None:
-            nonlocal warmed
-            if self.halted:
-                return  # interrupted or failed: no sample will be read
-            try:
-                loader.load(indices)
-                if not warmed and indices:
-                    # LoadGen loads samples before it starts the clock: warm the model up on real data here
-                    warmed = True
-                    first = np.asarray(indices[: self.strategy.max_batchsize], dtype=np.int64)
-                    for pipeline in self.pipelines:
-                        pipeline.warmup(first, warmup)
-            except BaseException as e:  # noqa: BLE001 - LoadGen cannot see Python exceptions
-                loader.error = loader.error or e
-                self.fail(e)
-
-        def unload(indices: list[int]) -> None:
-            try:
-                loader.unload(indices)
-            except BaseException as e:  # noqa: BLE001
-                loader.error = loader.error or e
-
-        qsl = lg.ConstructQSL(total_count, performance_count, load, unload)
         # the fast SUT hands issue_cb lists of ids and indices instead of QuerySample objects
         if self.inline:
             issue = self.issue_inline
         else:
             issue = self.issue_fast if self.tracer is None else self.issue_fast_traced
-        sut = lg.ConstructFastSUT(issue, self.flush)
         self.start()
-        try:
-            self._start_test(lambda: lg.StartTestWithLogSettings(sut, qsl, settings, log_settings, audit_config))
-        finally:
-            self.stop()
-            lg.DestroyFastSUT(sut)
-            lg.DestroyQSL(qsl)
+        run_fast_sut(self, loader, total_count, performance_count, settings, log_settings, audit_config, issue,
+                     self.flush, warm if warmup > 0 else None, on_end=self.stop)
         self._raise_if_failed()
 
 
@@ -292,10 +266,12 @@ class NetworkQDL(Completions):
 
 def run_fast_sut(target: Completions, loader: SampleLoader, total_count: int, performance_count: int, settings: Any,
                  log_settings: Any, audit_config: str, issue: Callable[[list[int], list[int]], None],
-                 flush: Callable[[], None], on_loaded: Callable[[list[int]], None] | None = None) -> None:
+                 flush: Callable[[], None], on_loaded: Callable[[list[int]], None] | None = None,
+                 on_end: Callable[[], None] | None = None) -> None:
     """One LoadGen test with a fast SUT whose callbacks are ``issue``/``flush`` (the token SUT of
     :mod:`mlharness.loadgen.tokens`); the QSL runs ``loader``, then ``on_loaded`` (warm-up) on the first load.
-    Failures are recorded on ``target``, which completes what LoadGen issues afterwards."""
+    Failures are recorded on ``target``, which completes what LoadGen issues afterwards. ``on_end`` runs once the
+    test has ended (or failed to start), before LoadGen's handles are destroyed: a SUT stops its workers there."""
     import mlperf_loadgen as lg
 
     first = [True]
@@ -323,5 +299,7 @@ def run_fast_sut(target: Completions, loader: SampleLoader, total_count: int, pe
     try:
         target._start_test(lambda: lg.StartTestWithLogSettings(sut, qsl, settings, log_settings, audit_config))
     finally:
+        if on_end is not None:
+            on_end()
         lg.DestroyFastSUT(sut)
         lg.DestroyQSL(qsl)
