@@ -28,7 +28,10 @@ def _agent(cache, *args: str, verbosity: str = "-v", **env: str) -> Proc:
     return Proc(cmd, _env(cache, **env), r"listening on 127\.0\.0\.1:(\d+)").started()
 
 
-def _request(name="echo_labels", inputs=(("label", "INT64", [2, 1], np.arange(2, dtype=np.int64).tobytes()),)):
+VALID_INPUTS = (("label", "INT64", [2, 1], np.arange(2, dtype=np.int64).tobytes()),)
+
+
+def _request(name="echo_labels", inputs=VALID_INPUTS):
     from mlharness.agent.protos import grpc_predict_v2_pb2 as pb
 
     r = pb.ModelInferRequest(model_name=name)
