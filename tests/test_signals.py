@@ -69,6 +69,18 @@ def wait_for(predicate, proc: subprocess.Popen, tmp_path: Path, limit: float = S
         time.sleep(0.05)
 
 
+def run_blocked_in_init(tmp_path: Path, *code: str) -> subprocess.Popen:
+    """Start an Offline run whose dataset ``init`` hook runs ``code`` (lines) after marking that it got there;
+    returns once the mark is there."""
+    manifest = slow_manifest(tmp_path)
+    marker = tmp_path / "in-init"
+    lines = "".join(f"        {line}\n" for line in (*code[:1], f"open({str(marker)!r}, 'a').close()", *code[1:]))
+    manifest.write_text(manifest.read_text().replace("    def init(count):\n", "    def init(count):\n" + lines))
+    proc = start(tmp_path, "run", "--manifest", str(manifest), "--no-progress", "--scenario", "Offline")
+    wait_for(marker.exists, proc, tmp_path)
+    return proc
+
+
 def run_and_signal(tmp_path: Path, manifest: Path, sig: int, *args: str) -> tuple[int, float, str]:
     """Start ``mlharness run``, send ``sig`` once the run is in its timed path; (status, seconds from the signal
     to the end, stderr)."""
@@ -176,15 +188,7 @@ def test_second_ctrl_c_exits_at_once(tmp_path, earlier_result):
 
 def test_signal_before_the_test_starts_is_reported_too(tmp_path):
     """SIGTERM while the run is still setting up (the dataset's init hook sleeps): exit 143, no traceback."""
-    manifest = slow_manifest(tmp_path)
-    marker = tmp_path / "in-init"
-    text = manifest.read_text().replace(
-        "    def init(count):\n",
-        f"    def init(count):\n        import time\n        open({str(marker)!r}, 'a').close()\n"
-        f"        time.sleep(30)\n")
-    manifest.write_text(text)
-    proc = start(tmp_path, "run", "--manifest", str(manifest), "--no-progress", "--scenario", "Offline")
-    wait_for(marker.exists, proc, tmp_path)
+    proc = run_blocked_in_init(tmp_path, "import time", "time.sleep(30)")
     proc.send_signal(signal.SIGTERM)
     rc = proc.wait(timeout=SIGNAL_LIMIT_S)
     stderr = (tmp_path / "stderr.txt").read_text()
@@ -350,15 +354,7 @@ def test_signal_while_busy_outside_python_still_ends_the_run(tmp_path):
     """The main thread blocked in C code that released the GIL (as while ONNX Runtime builds a session; here
     libc's system(), which retries its wait on a signal) cannot run a Python handler: the signal's watcher ends
     the process after the grace period, with the documented status."""
-    manifest = slow_manifest(tmp_path)
-    marker = tmp_path / "in-init"
-    text = manifest.read_text().replace(
-        "    def init(count):\n",
-        f"    def init(count):\n        import ctypes\n        open({str(marker)!r}, 'a').close()\n"
-        f"        ctypes.CDLL(None).system(b'sleep 20')\n")
-    manifest.write_text(text)
-    proc = start(tmp_path, "run", "--manifest", str(manifest), "--no-progress", "--scenario", "Offline")
-    wait_for(marker.exists, proc, tmp_path)
+    proc = run_blocked_in_init(tmp_path, "import ctypes", "ctypes.CDLL(None).system(b'sleep 20')")
     time.sleep(0.2)  # inside system()
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
