@@ -90,8 +90,12 @@ class Calibration:
         return {"calibrated": True, **asdict(self)}
 
 
-def _fmt(value: float) -> str:
+def fmt_value(value: float) -> str:
+    """A calibrated value as the written user.conf states it."""
     return f"{value:.6g}" if value < 1 else f"{value:.2f}"
+
+
+_fmt = fmt_value
 
 
 def given_by(scenario: str, model: str, overrides: lgs.Overrides, user_conf: Path | None) -> str | None:
@@ -274,4 +278,4 @@ def for_run(opts: Any, plan: lgs.SettingsPlan, settings: Any, pipelines: list[An
     return cal.as_dict()
 
 
-__all__ = ["Calibration", "EXPECTED_KEYS", "apply", "calibrate", "effective_conf", "for_run", "given_by"]
+__all__ = ["Calibration", "EXPECTED_KEYS", "apply", "calibrate", "effective_conf", "fmt_value", "for_run", "given_by"]

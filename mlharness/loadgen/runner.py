@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from mlharness.errors import MLHarnessError, SettingsError
-from mlharness.loadgen import calibrate
+from mlharness.loadgen import calibrate, calibrate_tokens
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.context import resolve_load_workers
 from mlharness.loadgen.factory import make_instances, resolve_model_file
@@ -133,7 +133,9 @@ def loadgen_test(plan: RunPlan, conf: LoadgenSettings, opts: RunOptions, predict
         sut = SystemUnderTest(pipelines, strategy, opts.workers, on_failure=on_failure, tracer=tracer,
                               affinity=plan.affinity)
     # calibrated first: the progress estimate reads the expected performance from the settings
-    calibration = {"calibrated": False, "reason": "token streams"} if plan.tokens else calibrate.for_run(
+    calibration = calibrate_tokens.for_run(
+        opts, conf.plan, conf.settings, sut.predictors, store, loader, conf.performance_count,
+        loaded.model.framework.warmup, outdir) if isinstance(sut, TokenSUT) else calibrate.for_run(
         opts, conf.plan, conf.settings, pipelines, loader, conf.performance_count, plan.batch,
         loaded.model.framework.warmup, outdir)
     if opts.progress:

@@ -1,0 +1,242 @@
+"""Expected performance of a token-stream (generative) run, measured before LoadGen starts.
+
+The sizing problem of :mod:`mlharness.loadgen.calibrate` (a wrong expected figure makes a run INVALID whatever the
+system does), for a model whose response is a stream of tokens. The figures come from whole generations, submitted
+to the predictor(s) directly on samples loaded for the purpose, after a warm-up:
+
+- Offline: bursts of the loaded samples submitted at once (the engine batches them as it batches the Offline
+  query); expected QPS = 1.5 x the samples/s at the fast quantile of the bursts.
+- SingleStream: one generation at a time; expected latency = 0.5 x the fast quantile of their durations.
+- Server, and Interactive (a Server run under ``<model>-interactive``): the run is judged on the 99th percentile of
+  the time to first token and of the time per output token against mlperf.conf's limits (``ttft_latency``,
+  ``tpot_latency``). Bursts of ``k`` concurrent generations, ``k`` halved from the loaded count until every
+  generation of the burst keeps both limits with margin; ``target_qps`` = 0.35 x that burst's samples/s, so that
+  the engine holds about a third of ``k`` requests on average (Little's law) under Poisson arrivals.
+  ``min_query_count`` is raised for early stopping as for any Server run. When a generation alone breaks a limit
+  no rate meets it: a trickle is set, and the run's explanation says why it is INVALID.
+- Accuracy runs of Server and Interactive get the same rate: LoadGen issues every sample at ``target_qps`` there
+  too, and the package's generic 0.5/s would make an accuracy run of the 13368 samples last 7.4 hours whatever
+  the model's speed.
+
+Every timing includes the token SUT's own cost per sample (LoadGen's issue callback, the dispatcher, the first
+token and the completion), estimated as :data:`SUT_SAMPLE_OVERHEAD_MS`; it only matters for test models that
+answer in microseconds. The timed bursts last about as long as :func:`~mlharness.loadgen.calibrate.budget_seconds`
+says, but at least one burst (and one generation alone) is always timed, however long the model takes.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mlharness.errors import RunFailed
+from mlharness.loadgen import settings as lgs
+from mlharness.loadgen.calibrate import (
+    EARLY_STOPPING_QUERIES,
+    LATENCY_HEADROOM,
+    MAX_GENERATED_QUERIES,
+    OFFLINE_HEADROOM,
+    SERVER_FRACTION,
+    Calibration,
+    apply,
+    budget_seconds,
+    effective_conf,
+    fast_quantile,
+    fmt_value,
+    given_by,
+)
+from mlharness.predictors.generative import GenerativePredictor, TokenRequest
+
+SUT_SAMPLE_OVERHEAD_MS = 0.25  # the token SUT's cost per sample, beyond the predictor's own
+LIMIT_MARGIN = 0.5  # a burst is acceptable when its slowest TTFT and TPOT are under half their limits
+DRAIN_TIMEOUT_S = 900.0  # one calibration burst may take this long before the run fails
+MIN_SAMPLES = 16  # samples loaded for the measurement (fewer when the performance set is smaller)
+
+
+class _Timing:
+    """A stream that records when a generation's first token and its end came."""
+
+    __slots__ = ("start", "first_at", "done_at", "tokens", "error")
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.first_at: float | None = None
+        self.done_at: float | None = None
+        self.tokens = 0
+        self.error: BaseException | None = None
+
+    def first(self, ids: np.ndarray) -> None:
+        if self.first_at is None:
+            self.first_at = time.perf_counter()
+
+    def done(self, ids: np.ndarray) -> None:
+        self.tokens = int(np.asarray(ids).size)
+        self.done_at = time.perf_counter()
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self.done_at = time.perf_counter()
+
+    @property
+    def ttft_ms(self) -> float:
+        first = self.first_at if self.first_at is not None else self.done_at
+        return (first - self.start) * 1000.0 + SUT_SAMPLE_OVERHEAD_MS
+
+    @property
+    def tpot_ms(self) -> float:
+        if self.tokens < 2 or self.first_at is None:
+            return 0.0
+        return (self.done_at - self.first_at) * 1000.0 / (self.tokens - 1)
+
+
+def _burst(predictors: list[GenerativePredictor], prompts: list[tuple[int, np.ndarray]]) -> tuple[float, list[_Timing]]:
+    """Submit every prompt at once (round robin over the instances, one request per submit as the Server SUT
+    does); (seconds until the last one finished, their timings)."""
+    timings = []
+    start = time.perf_counter()
+    for j, (index, prompt) in enumerate(prompts):
+        timing = _Timing()
+        predictors[j % len(predictors)].submit([TokenRequest(index, prompt)], [timing])
+        timings.append(timing)
+    for p in predictors:
+        if not p.drain(timeout_s=DRAIN_TIMEOUT_S):
+            raise RunFailed(f"calibration: {len(prompts)} generation(s) did not finish within {DRAIN_TIMEOUT_S:.0f} s;"
+                            " state the expected performance (--target-qps, --target-latency-ms, a user.conf line) "
+                            "or turn calibration off with --no-calibrate")
+    seconds = time.perf_counter() - start
+    failed = [t.error for t in timings if t.error is not None]
+    if failed:
+        raise RunFailed(f"calibration: a generation failed before the LoadGen test: {type(failed[0]).__name__}: "
+                        f"{failed[0]}") from failed[0]
+    return seconds + len(prompts) * SUT_SAMPLE_OVERHEAD_MS / 1000.0, timings
+
+
+def _rounds(predictors: list[GenerativePredictor], prompts: list[tuple[int, np.ndarray]],
+            budget: float) -> tuple[list[float], list[_Timing]]:
+    """Bursts of ``prompts`` until ``budget`` seconds have passed (one at least): their durations and timings."""
+    seconds: list[float] = []
+    timings: list[_Timing] = []
+    start = time.perf_counter()
+    while not seconds or (time.perf_counter() - start < budget and len(seconds) < 10_000):
+        s, t = _burst(predictors, prompts)
+        seconds.append(s)
+        timings += t
+    return seconds, timings
+
+
+def measure(scenario: str, settings: Any, predictors: list[GenerativePredictor], prompts: list[tuple[int, np.ndarray]],
+            budget: float) -> Calibration:
+    """The calibration of a LoadGen ``scenario`` (Interactive is 'Server') from generations of ``prompts``."""
+    start = time.perf_counter()
+    n = len(prompts)
+    if scenario in ("SingleStream", "MultiStream"):
+        seconds, _ = _rounds(predictors[:1], prompts[:1], budget)
+        fast_ms = fast_quantile(seconds) * 1000.0
+        floor_ms = 2.0 * int(settings.min_duration_ms) / MAX_GENERATED_QUERIES
+        return Calibration(scenario, "target_latency", max(LATENCY_HEADROOM * fast_ms, floor_ms, 1e-3), fast_ms,
+                           LATENCY_HEADROOM, 1, len(seconds), time.perf_counter() - start, 1,
+                           {"median_ms": float(np.median(seconds)) * 1000.0, "token_streams": True})
+    if scenario == "Offline":
+        seconds, _ = _rounds(predictors, prompts, budget)
+        sps = n / fast_quantile(seconds)
+        return Calibration(scenario, "target_qps", OFFLINE_HEADROOM * sps, sps, OFFLINE_HEADROOM, n, len(seconds),
+                           time.perf_counter() - start, n, {"token_streams": True})
+    return _server(settings, predictors, prompts, budget, start)
+
+
+def _server(settings: Any, predictors: list[GenerativePredictor], prompts: list[tuple[int, np.ndarray]],
+            budget: float, start: float) -> Calibration:
+    ttft_limit, tpot_limit = int(settings.ttft_latency) / 1e6, int(settings.tpot_latency) / 1e6
+    _, alone = _rounds(predictors[:1], prompts[:1], budget / 4)
+    one_ttft = float(np.median([t.ttft_ms for t in alone]))
+    one_tpot = float(np.median([t.tpot_ms for t in alone]))
+    extra: dict[str, Any] = {"token_streams": True, "ttft_limit_ms": ttft_limit, "tpot_limit_ms": tpot_limit,
+                             "alone_ttft_ms": one_ttft, "alone_tpot_ms": one_tpot}
+    rounds = len(alone)
+    if one_ttft > ttft_limit or one_tpot > tpot_limit:
+        # no rate keeps the limits: a trickle, and the run explains the INVALID
+        one_sps = 1000.0 / max(t.ttft_ms + t.tpot_ms * max(t.tokens - 1, 0) for t in alone)
+        qps, sps, k = max(0.1, 0.1 * one_sps), one_sps, 1
+    else:
+        k = len(prompts)
+        while True:
+            seconds, timings = _rounds(predictors, prompts[:k], budget / 2)
+            rounds += len(seconds)
+            worst_ttft = max(t.ttft_ms for t in timings)
+            worst_tpot = max(t.tpot_ms for t in timings)
+            if k == 1 or (worst_ttft <= LIMIT_MARGIN * ttft_limit and worst_tpot <= LIMIT_MARGIN * tpot_limit):
+                break
+            k //= 2
+        sps = k / fast_quantile(seconds)
+        qps = SERVER_FRACTION * sps
+        extra.update(concurrency=k, burst_ttft_ms=worst_ttft, burst_tpot_ms=worst_tpot)
+    cal = Calibration("Server", "target_qps", qps, sps, SERVER_FRACTION, len(prompts), rounds,
+                      time.perf_counter() - start, k, extra)
+    if int(settings.min_query_count) < EARLY_STOPPING_QUERIES and qps * int(settings.min_duration_ms) / 1000.0 < \
+            EARLY_STOPPING_QUERIES:
+        cal.extra["min_query_count"] = EARLY_STOPPING_QUERIES
+    return cal
+
+
+def calibrate(scenario: str, settings: Any, predictors: list[GenerativePredictor], store: Any, loader: Any,
+              perf_count: int, warmup: int = 1, budget_s: float | None = None) -> Calibration:
+    """Load a few samples, warm up, measure, unload; set the expected performance in ``settings``."""
+    budget = budget_seconds(settings) if budget_s is None else budget_s
+    indices = list(range(max(1, min(perf_count, MIN_SAMPLES))))
+    progress, loader.on_progress = loader.on_progress, None
+    loader.load(indices)
+    try:
+        prompts = [(i, store.gather(np.asarray([i], dtype=np.int64))[0][0]) for i in indices]
+        for _ in range(max(1, warmup)):
+            _burst(predictors, prompts[:len(predictors)])
+        cal = measure(scenario, settings, predictors, prompts, budget)
+    finally:
+        loader.unload(indices)
+        loader.on_progress = progress
+    cal.value = float(fmt_value(cal.value))  # exactly what the written user.conf says
+    apply(cal, settings)
+    return cal
+
+
+def one_line(cal: Calibration) -> str:
+    if cal.key == "target_latency":
+        what = f"expected latency: {fmt_value(cal.value)} ms (a generation takes {cal.measured:.4g} ms"
+    elif cal.scenario == "Offline":
+        what = f"expected QPS: {fmt_value(cal.value)} ({cal.measured:,.4g} samples/s in bursts of {cal.batch}"
+    else:
+        e = cal.extra
+        what = (f"target QPS: {fmt_value(cal.value)} ({cal.headroom:g} x {cal.measured:,.4g} samples/s with "
+                f"{cal.batch} generation(s) at once; TTFT {e.get('burst_ttft_ms', e['alone_ttft_ms']):.4g} ms and "
+                f"TPOT {e.get('burst_tpot_ms', e['alone_tpot_ms']):.4g} ms against the limits "
+                f"{e['ttft_limit_ms']:g}/{e['tpot_limit_ms']:g} ms")
+        if "min_query_count" in e:
+            what += f"; min_query_count raised to {e['min_query_count']} for early stopping"
+    return f"calibrated {what}; --no-calibrate or a user.conf line turns this off)"
+
+
+def for_run(opts: Any, plan: lgs.SettingsPlan, settings: Any, predictors: list[GenerativePredictor], store: Any,
+            loader: Any, perf_count: int, warmup: int, outdir: Path) -> dict[str, Any]:
+    """The runner's step for a token-stream model: calibrate when the run needs it (performance runs, and the
+    accuracy runs of Server/Interactive), say so, write the effective user.conf beside the logs; returns what goes
+    into the run metadata under 'calibration'."""
+    if plan.mode != "performance" and plan.scenario != "Server":
+        return {"calibrated": False, "reason": "accuracy mode"}
+    if not getattr(opts, "calibrate", True):
+        return {"calibrated": False, "reason": "--no-calibrate"}
+    source = given_by(plan.scenario, plan.model, plan.overrides, opts.user_conf)
+    if source is not None:
+        return {"calibrated": False, "reason": f"expected performance given by {source}"}
+    cal = calibrate(plan.scenario, settings, predictors, store, loader, perf_count, warmup)
+    if plan.mode != "performance":
+        cal.extra.pop("min_query_count", None)  # an accuracy run issues every sample once whatever it says
+    if getattr(opts, "say", None):
+        opts.say(one_line(cal))
+    (outdir / "user.conf").write_text(effective_conf(plan.user_conf, plan.model, plan.scenario,
+                                                     plan.overrides.given(), cal))
+    return cal.as_dict()
+
+
+__all__ = ["SUT_SAMPLE_OVERHEAD_MS", "calibrate", "for_run", "measure", "one_line"]
