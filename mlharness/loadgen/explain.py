@@ -146,6 +146,9 @@ def fixes_for(scenario: str, model: str, failed: list[str], sec: dict[str, Any])
             fixes.append(Fix(f"--min-query-count {n}", f"{conf}.min_query_count = {n}"))
     if latency_failed:
         qps = _num(stats, "target_qps")
+        done = _num(stats, "Completed samples per second")
+        if qps and done:  # an overloaded system completes fewer than arrive: half of what it managed, not of the rate
+            qps = min(qps, done)
         if qps:
             v = f"{qps * SERVER_BACKOFF:.4g}"
             fixes.append(Fix(f"--target-qps {v}", f"{conf}.target_qps = {v}   "

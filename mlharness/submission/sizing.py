@@ -15,11 +15,13 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
 from mlharness.errors import MLHarnessError
 from mlharness.loadgen import settings as lgs
+from mlharness.loadgen.calibrate import EARLY_STOPPING_QUERIES
 from mlharness.loadgen.explain import Explanation, explain_run
 from mlharness.submission.layout import Tree
 
@@ -67,10 +69,24 @@ def keep(tree: Tree, ids: tuple[str, str, str], conf: Path) -> Path:
 def with_fixes(conf: Path, exp: Explanation, attempt: int) -> Path:
     """A copy of ``conf`` with the explanation's user.conf lines appended (later lines win in LoadGen)."""
     lines = [f.conf_line.split("   (")[0] for f in exp.fixes]
+    lines += early_stopping_floor(conf.read_text(), lines)
     out = conf.with_name(f"{conf.stem}.retry{attempt}.conf")
     out.write_text(conf.read_text() + f"\n# INVALID run, retry {attempt}: {', '.join(exp.failed)} not met\n"
                    + "\n".join(lines) + "\n")
     return out
+
+
+def early_stopping_floor(conf_text: str, lines: list[str]) -> list[str]:
+    """A Server rate lowered by a fix leaves fewer queries in ``min_duration``: the min_query_count line that keeps
+    enough of them for early stopping to accept the run (none when the conf already asks for as many)."""
+    models = [m.group(1) for line in lines if (m := re.match(r"^(\S+)\.Server\.target_qps\s*=", line))]
+    if not models:
+        return []
+    stated = [int(v) for v in re.findall(rf"^(?:{re.escape(models[0])}|\*)\.(?:Server|\*)\.min_query_count\s*=\s*"
+                                         r"(\d+)", conf_text + "\n" + "\n".join(lines), re.M)]
+    if stated and max(stated) >= EARLY_STOPPING_QUERIES:
+        return []
+    return [f"{models[0]}.Server.min_query_count = {EARLY_STOPPING_QUERIES}"]
 
 
 def invalid_message(ids: tuple[str, str, str], exp: Explanation, tries: int) -> str:
@@ -105,5 +121,5 @@ def set_user_conf(argv: list[str], conf: Path) -> list[str]:
     return out
 
 
-__all__ = ["PerformanceInvalid", "invalid_message", "keep", "set_user_conf", "used_conf", "verdict",
-           "with_fixes"]
+__all__ = ["PerformanceInvalid", "early_stopping_floor", "invalid_message", "keep", "set_user_conf", "used_conf",
+           "verdict", "with_fixes"]
