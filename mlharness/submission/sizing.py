@@ -91,9 +91,10 @@ def early_stopping_floor(conf_text: str, lines: list[str]) -> list[str]:
 
 def invalid_message(ids: tuple[str, str, str], exp: Explanation, tries: int) -> str:
     detail = "; ".join(exp.lines()) or "LoadGen gave no reason"
+    # `mlharness tune` searches LoadGen scenarios; Interactive has only the user.conf route
+    tune = "" if ids[2] == lgs.INTERACTIVE else f" or find the settings with `mlharness tune --scenario {ids[2]}`"
     return (f"{'/'.join(ids)}: the performance run is INVALID after {tries} attempt(s), so the compliance runs "
-            f"were not started. {detail}. Give the fix with --user-conf (a user.conf line) or find the settings "
-            f"with `mlharness tune --scenario {ids[2]}`.")
+            f"were not started. {detail}. Give the fix with --user-conf (a user.conf line){tune}.")
 
 
 # the development overrides of `mlharness run`; the effective user.conf holds them as lines
