@@ -12,11 +12,16 @@ thread of its own as the predictor's engine thread is.
   (``server_load``) of the rate one-at-a-time generation sustains; the differences are what the harness adds.
 
 Bare and harness runs alternate round by round, so a machine that speeds up or slows down during the benchmark
-affects both sides alike; medians over the rounds are reported.
+affects both sides alike; medians over the rounds are reported. Both sides generate from the same prompts, each
+cut to the length of the shortest (CNN/DailyMail prompts of a few hundred tokens differ twofold in prefill time, so
+the p50 time to first token of a few dozen prompts drawn at random by LoadGen would otherwise measure which
+prompts were drawn rather than the harness).
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 import statistics
 import tempfile
 import threading
@@ -112,13 +117,14 @@ def on_thread(fn: Callable[..., Any], *args: Any) -> Any:
 class BareEngine:
     """The transformers predictor's generation loop, called directly on pre-loaded prompts."""
 
-    def __init__(self, session: ModelSession, n: int):
+    def __init__(self, session: ModelSession, n: int, prompt_len: int | None = None):
         predictor = session.predictor
         if getattr(predictor, "name", None) != "transformers":
             raise ManifestError(f"bench generate needs a manifest whose framework is transformers; "
                                 f"{session.ref} runs {getattr(predictor, 'name', type(predictor).__name__)}")
         self.predictor = predictor
-        self.prompts = [session.batch(np.asarray([i], dtype=np.int64))[0][0] for i in range(n)]
+        prompts = [np.ravel(session.batch(np.asarray([i], dtype=np.int64))[0][0]) for i in range(n)]
+        self.prompts = [p[:prompt_len] if prompt_len else p for p in prompts]
         self.eos, self.min_new = predictor.eos, predictor.generation.min_new_tokens
 
     def _generate(self, prompts: list[np.ndarray], streamer: Any = None) -> list[int]:
@@ -157,6 +163,24 @@ class BareEngine:
                 "e2e_p50_ms": 1e3 * statistics.median(e2e)}
 
 
+def equal_length_dataset(folder: str | None, n: int, dest: Path) -> tuple[str | None, int | None]:
+    """A copy of a CNN/DailyMail folder whose first ``n`` prompts (``tok_input``) are cut to the shortest one's
+    length, and that length; the folder unchanged (and None) for other datasets."""
+    src = Path(folder) if folder else None
+    if src is None or not (src / "cnn_eval.json").is_file():
+        return folder, None
+    records = json.loads((src / "cnn_eval.json").read_text())[:n]
+    length = min(len(r["tok_input"]) for r in records)
+    dest.mkdir(parents=True, exist_ok=True)
+    for item in src.iterdir():
+        if item.name != "cnn_eval.json" and not (dest / item.name).exists():
+            (dest / item.name).symlink_to(item.resolve(), target_is_directory=item.is_dir())
+    for r in records:
+        r["tok_input"] = r["tok_input"][:length]
+    (dest / "cnn_eval.json").write_text(json.dumps(records))
+    return str(dest), length
+
+
 def _run(cfg: GenBenchConfig, scenario: str, out: Path, dataset_path: str | None, n: int,
          **overrides: Any) -> RunResult:
     return run(RunOptions(scenario=scenario, mode="performance", manifest=cfg.manifest, dataset_path=dataset_path,
@@ -179,11 +203,12 @@ def bench_generate(cfg: GenBenchConfig) -> dict[str, Any]:
     session = ModelSession(cfg.manifest, cfg.dataset_path, cfg.count, threads=cfg.threads)
     try:
         n = session.load(cfg.count)
-        dataset_path = session.ctx.get("dataset_path")
+        dataset_path, prompt_len = equal_length_dataset(session.ctx.get("dataset_path"), n, work / "prompts")
         batch = session.loaded.model.batching.for_scenario("Offline")
-        bare = BareEngine(session, n)
+        bare = BareEngine(session, n, prompt_len)
         g = session.predictor.generation
-        figures.update(count=n, offline_batch=batch, max_new_tokens=g.max_new_tokens, threads=cfg.threads)
+        figures.update(count=n, offline_batch=batch, max_new_tokens=g.max_new_tokens, threads=cfg.threads,
+                       prompt_tokens=prompt_len)
         rows: dict[str, list[float]] = {k: [] for k in (
             "offline_bare_tps", "offline_harness_tps", "bare_ttft", "bare_tpot", "bare_e2e", "server_qps",
             "harness_ttft", "harness_tpot", "server_harness_tps")}
@@ -211,6 +236,7 @@ def bench_generate(cfg: GenBenchConfig) -> dict[str, Any]:
             rows["server_harness_tps"].append(_field(res, "Completed tokens per second"))
     finally:
         session.close()
+        shutil.rmtree(work / "prompts", ignore_errors=True)
     med = {k: statistics.median(v) for k, v in rows.items()}
     figures.update(
         offline_bare_tokens_per_s=med["offline_bare_tps"],
