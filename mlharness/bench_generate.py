@@ -8,8 +8,9 @@ thread of its own as the predictor's engine thread is.
 - Offline: tokens/s of the bare engine on batches of the manifest's Offline batch size, then of an Offline
   ``mlharness run`` (LoadGen's ``Tokens per second``); the ratio mlharness / bare.
 - Server at a light load (one prompt at a time most of the time): the p50 time to first token and time per output
-  token of the bare engine generating one prompt at a time, then of a Server ``mlharness run`` at a fraction
-  (``server_load``) of the rate one-at-a-time generation sustains; the differences are what the harness adds.
+  token of the bare engine generating one prompt at a time, started at the pace of the Server run, then of a
+  Server ``mlharness run`` at a fraction (``server_load``) of the rate one-at-a-time generation sustains; the
+  differences are what the harness adds.
 
 Bare and harness runs alternate round by round, so a machine that speeds up or slows down during the benchmark
 affects both sides alike; medians over the rounds are reported. Both sides generate from the same prompts, each
@@ -144,12 +145,16 @@ class BareEngine:
         elapsed = time.perf_counter() - start
         return {"tokens_per_s": tokens / elapsed, "samples_per_s": samples / elapsed}
 
-    def one_at_a_time(self, count: int) -> dict[str, float]:
+    def one_at_a_time(self, count: int, qps: float | None = None) -> dict[str, float]:
         """p50 time to first token, time per output token and whole generation (ms) of ``count`` prompts, each
-        generated alone."""
+        generated alone: back to back, or started ``1 / qps`` apart (the pace of the Server run it is compared
+        with: an engine idle between requests starts each one from colder caches than one kept busy)."""
         self._generate(self.prompts[:1])  # untimed warm-up
         ttft, tpot, e2e = [], [], []
+        t0 = time.perf_counter()
         for i in range(count):
+            if qps:
+                time.sleep(max(0.0, t0 + i / qps - time.perf_counter()))
             clock = _FirstTokenClock()
             start = time.perf_counter()
             n = self._generate([self.prompts[i % len(self.prompts)]], clock)[0]
@@ -223,11 +228,12 @@ def bench_generate(cfg: GenBenchConfig) -> dict[str, Any]:
 
             cfg.say(f"round {r + 1}/{cfg.rounds}: one prompt at a time bare / mlharness Server at a light load")
             one = on_thread(bare.one_at_a_time, cfg.server_queries)
-            rows["bare_ttft"].append(one["ttft_p50_ms"])
-            rows["bare_tpot"].append(one["tpot_p50_ms"])
             rows["bare_e2e"].append(one["e2e_p50_ms"])
             qps = cfg.server_load * 1e3 / max(one["e2e_p50_ms"], 1e-3)
             rows["server_qps"].append(qps)
+            paced = on_thread(bare.one_at_a_time, cfg.server_queries, qps)  # at the Server run's pace
+            rows["bare_ttft"].append(paced["ttft_p50_ms"])
+            rows["bare_tpot"].append(paced["tpot_p50_ms"])
             res = _run(cfg, "Server", work / f"server_{r}", dataset_path, n, target_qps=qps,
                        min_query_count=cfg.server_queries, max_query_count=cfg.server_queries,
                        min_duration_ms=int(1000 * cfg.server_queries / qps * 0.5))
@@ -262,7 +268,7 @@ def format_generate_figures(f: dict[str, Any]) -> str:
         (f"{m} Offline bare engine (batch {f['offline_batch']})", f"{f['offline_bare_tokens_per_s']:,.1f} tokens/s"),
         (f"{m} Offline mlharness", f"{f['offline_harness_tokens_per_s']:,.1f} tokens/s"),
         ("  ratio mlharness / bare", f"{f['offline_ratio']:.3f}  (goal >= 0.95)"),
-        ("bare engine, one prompt at a time: TTFT p50", f"{f['bare_ttft_p50_ms']:.2f} ms"),
+        (f"bare engine, one prompt at a time at {f['server_qps']:.2f}/s: TTFT p50", f"{f['bare_ttft_p50_ms']:.2f} ms"),
         (f"mlharness Server at {f['server_qps']:.2f} QPS ({f['server_load']:.0%} load): TTFT p50",
          f"{f['harness_ttft_p50_ms']:.2f} ms"),
         ("  TTFT p50 added by the harness", f"{f['ttft_p50_added_ms']:+.2f} ms  (goal <= 2)"),
