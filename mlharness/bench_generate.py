@@ -8,15 +8,21 @@ thread of its own as the predictor's engine thread is.
 - Offline: tokens/s of the bare engine on batches of the manifest's Offline batch size, then of an Offline
   ``mlharness run`` (LoadGen's ``Tokens per second``); the ratio mlharness / bare.
 - Server at a light load (one prompt at a time most of the time): the p50 time to first token and time per output
-  token of the bare engine generating one prompt at a time, then of a Server ``mlharness run`` at a fraction
-  (``server_load``) of the rate one-at-a-time generation sustains; the differences are what the harness adds.
+  token of the bare engine generating one prompt at a time, started at the pace of the Server run, then of a
+  Server ``mlharness run`` at a fraction (``server_load``) of the rate one-at-a-time generation sustains; the
+  differences are what the harness adds.
 
 Bare and harness runs alternate round by round, so a machine that speeds up or slows down during the benchmark
-affects both sides alike; medians over the rounds are reported.
+affects both sides alike; medians over the rounds are reported. Both sides generate from the same prompts, each
+cut to the length of the shortest (CNN/DailyMail prompts of a few hundred tokens differ twofold in prefill time, so
+the p50 time to first token of a few dozen prompts drawn at random by LoadGen would otherwise measure which
+prompts were drawn rather than the harness).
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 import statistics
 import tempfile
 import threading
@@ -112,13 +118,14 @@ def on_thread(fn: Callable[..., Any], *args: Any) -> Any:
 class BareEngine:
     """The transformers predictor's generation loop, called directly on pre-loaded prompts."""
 
-    def __init__(self, session: ModelSession, n: int):
+    def __init__(self, session: ModelSession, n: int, prompt_len: int | None = None):
         predictor = session.predictor
         if getattr(predictor, "name", None) != "transformers":
             raise ManifestError(f"bench generate needs a manifest whose framework is transformers; "
                                 f"{session.ref} runs {getattr(predictor, 'name', type(predictor).__name__)}")
         self.predictor = predictor
-        self.prompts = [session.batch(np.asarray([i], dtype=np.int64))[0][0] for i in range(n)]
+        prompts = [np.ravel(session.batch(np.asarray([i], dtype=np.int64))[0][0]) for i in range(n)]
+        self.prompts = [p[:prompt_len] if prompt_len else p for p in prompts]
         self.eos, self.min_new = predictor.eos, predictor.generation.min_new_tokens
 
     def _generate(self, prompts: list[np.ndarray], streamer: Any = None) -> list[int]:
@@ -138,12 +145,16 @@ class BareEngine:
         elapsed = time.perf_counter() - start
         return {"tokens_per_s": tokens / elapsed, "samples_per_s": samples / elapsed}
 
-    def one_at_a_time(self, count: int) -> dict[str, float]:
+    def one_at_a_time(self, count: int, qps: float | None = None) -> dict[str, float]:
         """p50 time to first token, time per output token and whole generation (ms) of ``count`` prompts, each
-        generated alone."""
+        generated alone: back to back, or started ``1 / qps`` apart (the pace of the Server run it is compared
+        with: an engine idle between requests starts each one from colder caches than one kept busy)."""
         self._generate(self.prompts[:1])  # untimed warm-up
         ttft, tpot, e2e = [], [], []
+        t0 = time.perf_counter()
         for i in range(count):
+            if qps:
+                time.sleep(max(0.0, t0 + i / qps - time.perf_counter()))
             clock = _FirstTokenClock()
             start = time.perf_counter()
             n = self._generate([self.prompts[i % len(self.prompts)]], clock)[0]
@@ -155,6 +166,24 @@ class BareEngine:
                 tpot.append((end - first) / (n - 1))
         return {"ttft_p50_ms": 1e3 * statistics.median(ttft), "tpot_p50_ms": 1e3 * statistics.median(tpot or [0.0]),
                 "e2e_p50_ms": 1e3 * statistics.median(e2e)}
+
+
+def equal_length_dataset(folder: str | None, n: int, dest: Path) -> tuple[str | None, int | None]:
+    """A copy of a CNN/DailyMail folder whose first ``n`` prompts (``tok_input``) are cut to the shortest one's
+    length, and that length; the folder unchanged (and None) for other datasets."""
+    src = Path(folder) if folder else None
+    if src is None or not (src / "cnn_eval.json").is_file():
+        return folder, None
+    records = json.loads((src / "cnn_eval.json").read_text())[:n]
+    length = min(len(r["tok_input"]) for r in records)
+    dest.mkdir(parents=True, exist_ok=True)
+    for item in src.iterdir():
+        if item.name != "cnn_eval.json" and not (dest / item.name).exists():
+            (dest / item.name).symlink_to(item.resolve(), target_is_directory=item.is_dir())
+    for r in records:
+        r["tok_input"] = r["tok_input"][:length]
+    (dest / "cnn_eval.json").write_text(json.dumps(records))
+    return str(dest), length
 
 
 def _run(cfg: GenBenchConfig, scenario: str, out: Path, dataset_path: str | None, n: int,
@@ -179,11 +208,12 @@ def bench_generate(cfg: GenBenchConfig) -> dict[str, Any]:
     session = ModelSession(cfg.manifest, cfg.dataset_path, cfg.count, threads=cfg.threads)
     try:
         n = session.load(cfg.count)
-        dataset_path = session.ctx.get("dataset_path")
+        dataset_path, prompt_len = equal_length_dataset(session.ctx.get("dataset_path"), n, work / "prompts")
         batch = session.loaded.model.batching.for_scenario("Offline")
-        bare = BareEngine(session, n)
+        bare = BareEngine(session, n, prompt_len)
         g = session.predictor.generation
-        figures.update(count=n, offline_batch=batch, max_new_tokens=g.max_new_tokens, threads=cfg.threads)
+        figures.update(count=n, offline_batch=batch, max_new_tokens=g.max_new_tokens, threads=cfg.threads,
+                       prompt_tokens=prompt_len)
         rows: dict[str, list[float]] = {k: [] for k in (
             "offline_bare_tps", "offline_harness_tps", "bare_ttft", "bare_tpot", "bare_e2e", "server_qps",
             "harness_ttft", "harness_tpot", "server_harness_tps")}
@@ -198,11 +228,12 @@ def bench_generate(cfg: GenBenchConfig) -> dict[str, Any]:
 
             cfg.say(f"round {r + 1}/{cfg.rounds}: one prompt at a time bare / mlharness Server at a light load")
             one = on_thread(bare.one_at_a_time, cfg.server_queries)
-            rows["bare_ttft"].append(one["ttft_p50_ms"])
-            rows["bare_tpot"].append(one["tpot_p50_ms"])
             rows["bare_e2e"].append(one["e2e_p50_ms"])
             qps = cfg.server_load * 1e3 / max(one["e2e_p50_ms"], 1e-3)
             rows["server_qps"].append(qps)
+            paced = on_thread(bare.one_at_a_time, cfg.server_queries, qps)  # at the Server run's pace
+            rows["bare_ttft"].append(paced["ttft_p50_ms"])
+            rows["bare_tpot"].append(paced["tpot_p50_ms"])
             res = _run(cfg, "Server", work / f"server_{r}", dataset_path, n, target_qps=qps,
                        min_query_count=cfg.server_queries, max_query_count=cfg.server_queries,
                        min_duration_ms=int(1000 * cfg.server_queries / qps * 0.5))
@@ -211,6 +242,7 @@ def bench_generate(cfg: GenBenchConfig) -> dict[str, Any]:
             rows["server_harness_tps"].append(_field(res, "Completed tokens per second"))
     finally:
         session.close()
+        shutil.rmtree(work / "prompts", ignore_errors=True)
     med = {k: statistics.median(v) for k, v in rows.items()}
     figures.update(
         offline_bare_tokens_per_s=med["offline_bare_tps"],
@@ -236,7 +268,7 @@ def format_generate_figures(f: dict[str, Any]) -> str:
         (f"{m} Offline bare engine (batch {f['offline_batch']})", f"{f['offline_bare_tokens_per_s']:,.1f} tokens/s"),
         (f"{m} Offline mlharness", f"{f['offline_harness_tokens_per_s']:,.1f} tokens/s"),
         ("  ratio mlharness / bare", f"{f['offline_ratio']:.3f}  (goal >= 0.95)"),
-        ("bare engine, one prompt at a time: TTFT p50", f"{f['bare_ttft_p50_ms']:.2f} ms"),
+        (f"bare engine, one prompt at a time at {f['server_qps']:.2f}/s: TTFT p50", f"{f['bare_ttft_p50_ms']:.2f} ms"),
         (f"mlharness Server at {f['server_qps']:.2f} QPS ({f['server_load']:.0%} load): TTFT p50",
          f"{f['harness_ttft_p50_ms']:.2f} ms"),
         ("  TTFT p50 added by the harness", f"{f['ttft_p50_added_ms']:+.2f} ms  (goal <= 2)"),

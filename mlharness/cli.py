@@ -130,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     bo.add_argument("--seconds", type=float, default=5.0, help="duration of each timed run")
     bo.add_argument("--threads", type=int, default=None)
     bo.add_argument("--quick", action="store_true", help="one round of short runs (a few minutes)")
+    bo.add_argument("--server-bound-ms", type=float, default=None,
+                    help="Server latency bound of the trials (default: 6x the bare batch-1 p90)")
+    bo.add_argument("--server-queries", type=int, default=None, help="queries per Server trial (default: 1500)")
     bo.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     bg = bench.add_parser("generate", help="mlharness vs the bare transformers engine on a generative model")
     bg.add_argument("--manifest", default="llama3.1-8b-random")
@@ -300,7 +303,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     cfg = BenchConfig(manifest=args.manifest, dataset_path=dataset_path, count=args.count,
                       rounds=1 if args.quick else args.rounds, seconds=min(args.seconds, 3.0) if args.quick
                       else args.seconds, threads=args.threads, server_search_steps=1 if args.quick else 5,
-                      quick=args.quick, progress=lambda text: err.print(f"[dim]{escape(text)}[/]"))
+                      quick=args.quick, server_bound_ms=args.server_bound_ms, server_queries=args.server_queries,
+                      progress=lambda text: err.print(f"[dim]{escape(text)}[/]"))
     figures = bench_overhead(cfg)
     if args.json:
         print(json.dumps(figures, default=float))

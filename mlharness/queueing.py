@@ -12,7 +12,7 @@ CPU whose batches gain little over batch 1).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -36,9 +36,11 @@ def batch_time_fn(batch_ms: Mapping[int, float]):
 
 
 def simulate_server(qps: float, batch_ms: Mapping[int, float], max_batch: int = 1, instances: int = 1,
-                    queries: int = 50_000, seed: int = 0) -> np.ndarray:
+                    queries: int = 50_000, seed: int = 0,
+                    take: Callable[[int, int], int] | None = None) -> np.ndarray:
     """Latencies (ms) of ``queries`` Poisson arrivals at ``qps`` through ``instances`` servers with greedy
-    dynamic batching up to ``max_batch``; the harness costs nothing."""
+    dynamic batching up to ``max_batch`` (or, with ``take(waiting, free_instances)``, that many of the waiting
+    samples); the harness costs nothing."""
     if qps <= 0:
         raise ValueError("qps must be > 0")
     rng = np.random.default_rng(seed)
@@ -54,6 +56,9 @@ def simulate_server(qps: float, batch_ms: Mapping[int, float], max_batch: int = 
         # everything that has arrived by the time this instance starts, up to the batch size
         j = min(int(np.searchsorted(arrivals, start, side="right")), i + max_batch, queries)
         j = max(j, i + 1)
+        if take is not None:
+            waiting = max(1, int(np.searchsorted(arrivals, start, side="right")) - i)
+            j = i + max(1, min(take(waiting, sum(f <= start for f in free)), j - i))
         done = start + cost[j - i]
         lat[i:j] = done - arrivals[i:j]
         free[k] = done
@@ -80,7 +85,8 @@ def early_stopping_percentile(queries: int, percentile: float = 99.0, confidence
 
 
 def server_ceiling(batch_ms: Mapping[int, float], bound_ms: float, max_batch: int = 1, instances: int = 1,
-                   percentile: float = 99.0, queries: int = 50_000, steps: int = 24) -> float:
+                   percentile: float = 99.0, queries: int = 50_000, steps: int = 24,
+                   take: Callable[[int, int], int] | None = None) -> float:
     """The highest QPS whose simulated latency percentile is within ``bound_ms`` (bisection; 0 when even a
     trickle misses the bound, i.e. one batch alone takes longer)."""
     time_ms = batch_time_fn(batch_ms)
@@ -90,7 +96,8 @@ def server_ceiling(batch_ms: Mapping[int, float], bound_ms: float, max_batch: in
     lo, hi = 0.0, instances * 1000.0 * best_batch / time_ms(best_batch)  # the throughput limit itself
 
     def ok(qps: float) -> bool:
-        return float(np.percentile(simulate_server(qps, batch_ms, max_batch, instances, queries), percentile)) <= bound_ms
+        lat = simulate_server(qps, batch_ms, max_batch, instances, queries, take=take)
+        return float(np.percentile(lat, percentile)) <= bound_ms
 
     for _ in range(steps):
         mid = (lo + hi) / 2

@@ -67,6 +67,7 @@ def run_metadata(run: RunPlan, conf: LoadgenSettings, opts: RunOptions, predicto
         "settings": lgs.describe_settings(conf.settings),
         "batching": {"strategy": strategy.name, "max_batchsize": run.batch,
                      "coalesce_wait_s": strategy.coalesce_wait_s,
+                     "server": getattr(sut, "server_batching", None),
                      "workers": getattr(sut, "n_workers", None), "inline": getattr(sut, "inline", False),
                      "pinned_cores": [sorted(c) for c in sut.affinity] if getattr(sut, "affinity", None) else None},
         "samples": {"total": run.total, "performance_sample_count": conf.performance_count, "issued": sut.issued,

@@ -10,9 +10,10 @@
   most ``max_batchsize`` that never span queries, and each batch's inputs are gathered ahead while the runners
   infer (when the model computes off this CPU and a batch holds enough bytes to be worth it); at most a few
   gathered batches per runner wait, so a huge Offline query is not copied into memory at once.
-  Server: arrivals top up the open batch until it is full; it is taken when a runner is free and its first
-  sample has waited ``coalesce_wait_s`` (at once when LoadGen has flushed): greedy dynamic batching with no
-  batch sealed early.
+  Server: arrivals wait in a :class:`~mlharness.loadgen.server_queue.ServerQueue`; a free runner takes as many
+  of them as the model's measured batch times say (one sample on a CPU where a batch costs its size, the whole
+  queue where batches are nearly free), waiting up to ``coalesce_wait_s`` for arrivals only where a larger batch
+  would be taken.
 - A **runner** per instance (or more, ``workers``) takes the oldest batch, runs the model and passes the outputs
   on. Frameworks release the GIL while they compute, so the other stages run meanwhile.
 - The **completer** runs postprocess and the encoding of every finished batch and completes all of them with
@@ -36,6 +37,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from mlharness.loadgen.pipeline import Pipeline, Strategy
+from mlharness.loadgen.server_queue import ServerQueue
 
 STOP = object()
 GATHER_AHEAD_BYTES = 256 * 1024  # smaller batches are gathered by the runner itself
@@ -61,17 +63,15 @@ class ServedSut(Protocol):
 
 
 class Batch:
-    """Samples that run through the model together. ``parts`` grow while a Server batch is open."""
+    """Samples that run through the model together (a Server batch is cut from several queries' parts)."""
 
-    __slots__ = ("id_parts", "idx_parts", "n", "inputs", "born", "sealed", "first_ns")
+    __slots__ = ("id_parts", "idx_parts", "n", "inputs", "first_ns")
 
-    def __init__(self, ids: np.ndarray, idx: np.ndarray, sealed: bool, first_ns: int = 0):
+    def __init__(self, ids: np.ndarray, idx: np.ndarray, first_ns: int = 0):
         self.id_parts = [ids]
         self.idx_parts = [idx]
         self.n = len(ids)
         self.inputs: list[np.ndarray] | None = None
-        self.born = time.perf_counter()
-        self.sealed = sealed
         self.first_ns = first_ns  # issue time of the first sample, recorded only when tracing
 
     def add(self, ids: np.ndarray, idx: np.ndarray) -> None:
@@ -89,22 +89,21 @@ class Batch:
 
 
 class Handoff:
-    """The batches between the feeder and the runners, oldest first; only the newest may still be open.
+    """The batches between the feeder and the runners, oldest first (Offline, SingleStream, MultiStream; the
+    Server's queue is :class:`~mlharness.loadgen.server_queue.ServerQueue`).
 
     Back-pressure has hysteresis: a feeder that finds ``high`` batches waiting sleeps until only ``low`` are
     left, so it wakes once per several batches rather than once per batch (each thread wake-up costs tens of
     microseconds, which a tiny model notices)."""
 
-    def __init__(self, max_batchsize: int, coalesce_wait_s: float | None, runners: int):
+    def __init__(self, max_batchsize: int, runners: int):
         lock = threading.Lock()
         self.ready = threading.Condition(lock)  # runners wait here for a batch
         self.room = threading.Condition(lock)  # the feeder waits here for room
         self.batches: deque[Batch] = deque()
         self.mb = max_batchsize
-        self.wait = coalesce_wait_s
         self.high = 4 * max(1, runners)
         self.low = 2 * max(1, runners)
-        self.flushed = False
         self.stopped = False
 
     # -- feeder side -------------------------------------------------------------------------------------------
@@ -118,29 +117,8 @@ class Handoff:
             self.batches.append(batch)
             self.ready.notify()
 
-    def top_up(self, ids: np.ndarray, idx: np.ndarray, first_ns: int = 0) -> None:
-        """Server: add arrivals to the open batch, opening new ones as batches fill (no bound: a Server
-        backlog is only index arrays, inputs are gathered when a batch runs)."""
-        start, n = 0, len(ids)
-        with self.ready:
-            while start < n:
-                last = self.batches[-1] if self.batches else None
-                if last is None or last.sealed:
-                    take = min(self.mb, n - start)
-                    last = Batch(ids[start:start + take], idx[start:start + take], False, first_ns)
-                    self.batches.append(last)
-                else:
-                    take = min(self.mb - last.n, n - start)
-                    last.add(ids[start:start + take], idx[start:start + take])
-                start += take
-                if last.n >= self.mb:
-                    last.sealed = True
-            self.ready.notify_all()
-
     def flush(self) -> None:
-        with self.ready:
-            self.flushed = True
-            self.ready.notify_all()
+        """Nothing waits for more arrivals outside Server: a flush changes nothing."""
 
     def stop(self) -> None:
         with self.ready:
@@ -154,19 +132,12 @@ class Handoff:
         with self.ready:
             while True:
                 if self.batches:
-                    b = self.batches[0]
-                    if b.sealed or self.flushed or self.stopped or self.wait is None:
-                        break
-                    left = self.wait - (time.perf_counter() - b.born)
-                    if left <= 0:
-                        break
-                    self.ready.wait(left)
-                elif self.stopped:
+                    break
+                if self.stopped:
                     return None
                 else:
                     self.ready.wait()
-            self.batches.popleft()
-            b.sealed = True
+            b = self.batches.popleft()
             if len(self.batches) == self.low:
                 self.room.notify()
             return b
@@ -181,8 +152,10 @@ class StagedWorkers:
         self.n_runners = max(1, runners)
         self.affinity = affinity
         strat = sut.strategy
-        self.handoff = Handoff(strat.max_batchsize, strat.coalesce_wait_s, self.n_runners)
         self.server = strat.coalesce_wait_s is not None
+        self.handoff: Handoff | ServerQueue = (
+            ServerQueue(strat.max_batchsize, strat.coalesce_wait_s, self.n_runners, Batch) if self.server
+            else Handoff(strat.max_batchsize, self.n_runners))
         self.done: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.threads: list[threading.Thread] = []
 
@@ -231,7 +204,7 @@ class StagedWorkers:
                 if ahead is None:
                     ahead = self._gathers_ahead()
                 for start in range(0, len(ids), mb):
-                    batch = Batch(ids[start:start + mb], idx[start:start + mb], True, first_ns)
+                    batch = Batch(ids[start:start + mb], idx[start:start + mb], first_ns)
                     if ahead and not sut.halted:
                         t0 = tracer.now() if tracer is not None else 0
                         try:

@@ -27,6 +27,7 @@ from mlharness.errors import RunFailed
 from mlharness.loadgen.completion import Completions
 from mlharness.loadgen.pipeline import Pipeline, Strategy
 from mlharness.loadgen.qsl import SampleLoader
+from mlharness.loadgen.server_queue import ServerQueue, measure_batch_times
 from mlharness.loadgen.stages import StagedWorkers
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ class SystemUnderTest(Completions):
         self.inline = strategy.one_query_at_a_time and self.n_workers == 1
         self.queries: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._stages: StagedWorkers | None = None
+        self.server_batching: dict[str, Any] | None = None  # Server: the measured batch times and the policy
 
     # -- LoadGen callbacks ---------------------------------------------------------------------------------
     def issue(self, query_samples: Any) -> None:
@@ -140,14 +142,32 @@ class SystemUnderTest(Completions):
                 self.fail(e)
         self._complete_empty(ids.tolist())
 
+    def _measure_batches(self, indices: list[int]) -> None:
+        """Server with batches: time the model at each batch size on loaded samples (untimed by LoadGen), so
+        that free runners take as many waiting samples as pays (:mod:`mlharness.loadgen.server_queue`)."""
+        pipeline = self.pipeline
+        try:
+            times = measure_batch_times(lambda idx: pipeline.infer(pipeline.store.gather(idx)), indices,
+                                        self.strategy.max_batchsize)
+        except Exception as e:  # noqa: BLE001 - greedy batching still works; the run itself will report the model
+            log.warning("could not time the model's Server batch sizes (%s); batching greedily", e)
+            return
+        queue_ = self._stages.handoff if self._stages is not None else None
+        if isinstance(queue_, ServerQueue):
+            queue_.set_batch_times(times)
+            self.server_batching = queue_.policy.describe()
+
     # -- one LoadGen test ----------------------------------------------------------------------------------
     def run_test(self, loader: SampleLoader, total_count: int, performance_count: int, settings: Any,
                  log_settings: Any, audit_config: str, warmup: int = 0) -> None:
         def warm(indices: list[int]) -> None:
             # LoadGen loads samples before it starts the clock: warm the model up on real data here
             first = np.asarray(indices[: self.strategy.max_batchsize], dtype=np.int64)
-            for pipeline in self.pipelines:
-                pipeline.warmup(first, warmup)
+            if warmup > 0:
+                for pipeline in self.pipelines:
+                    pipeline.warmup(first, warmup)
+            if self._stages is not None and isinstance(self._stages.handoff, ServerQueue):
+                self._measure_batches(indices)
 
         # the fast SUT hands issue_cb lists of ids and indices instead of QuerySample objects
         if self.inline:
@@ -155,8 +175,9 @@ class SystemUnderTest(Completions):
         else:
             issue = self.issue_fast if self.tracer is None else self.issue_fast_traced
         self.start()
+        server = self.strategy.coalesce_wait_s is not None and self.strategy.max_batchsize > 1
         run_fast_sut(self, loader, total_count, performance_count, settings, log_settings, audit_config, issue,
-                     self.flush, warm if warmup > 0 else None, on_end=self.stop)
+                     self.flush, warm if warmup > 0 or server else None, on_end=self.stop)
         self._raise_if_failed()
 
 

@@ -1,9 +1,11 @@
 """The SUT of a generative model: each sample's response is a stream of token ids.
 
-``issue`` only enqueues. A dispatcher thread turns each queued sample into a
-:class:`~mlharness.predictors.generative.TokenRequest` (the prompt ids ``preprocess`` left in the sample store)
-and submits it at once to a generative predictor (round robin over the instances), whose engine batches it with
-the others. As soon as a sample's first token exists the stream reports it to LoadGen (``FirstTokenComplete``:
+Each issued sample becomes a :class:`~mlharness.predictors.generative.TokenRequest` (the prompt ids
+``preprocess`` left in the sample store) submitted to a generative predictor (round robin over the instances),
+whose engine batches it with the others; ``submit`` only enqueues for the engine. A small query (Server,
+Interactive, SingleStream: one sample) is submitted from ``issue`` itself, which saves a thread wake-up on the
+way to the first token; a large one (Offline) is handed to a dispatcher thread so that LoadGen's issue thread
+returns at once. As soon as a sample's first token exists the stream reports it to LoadGen (``FirstTokenComplete``:
 LoadGen's TTFT; every scenario but Offline needs it before the sample completes); when the sample is done it is
 completed with all its ids (int32) and ``n_tokens``.
 
@@ -31,6 +33,7 @@ from mlharness.predictors.generative import GenerativePredictor, TokenRequest
 
 log = logging.getLogger(__name__)
 _STOP = object()
+INLINE_SAMPLES = 8  # queries of at most this many samples are submitted from issue, larger ones by the dispatcher
 
 
 class GenerationFailed(RunFailed):
@@ -106,13 +109,17 @@ class TokenSUT(Completions):
         self.warmup = warmup
         self.queries: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._next = 0
+        self._next_lock = threading.Lock()  # issue and the dispatcher both submit
         self._thread: threading.Thread | None = None
         self._outstanding: set[SampleStream] = set()  # submitted, not yet completed
         self._outstanding_lock = threading.Lock()
 
     # -- LoadGen callbacks ---------------------------------------------------------------------------------------
     def issue(self, ids: list[int], indices: list[int]) -> None:
-        self.queries.put((ids, indices))
+        if len(ids) <= INLINE_SAMPLES:
+            self._submit(ids, indices)
+        else:
+            self.queries.put((ids, indices))
 
     def flush(self) -> None:
         pass
@@ -136,27 +143,31 @@ class TokenSUT(Completions):
     # -- the dispatcher --------------------------------------------------------------------------------------------
     def _dispatch(self) -> None:
         while (item := self.queries.get()) is not _STOP:
-            ids, indices = item
-            self._count_issued(len(ids))
-            streams = [SampleStream(self, int(i), int(x)) for i, x in zip(ids, indices, strict=True)]
-            if self.halted:
-                self._complete_empty([int(i) for i in ids])
-                for s in streams:
-                    s.finished = True
-                continue
-            try:
-                prompts = [self.store.gather(np.asarray([x], dtype=np.int64))[0][0] for x in indices]
-                requests = [TokenRequest(int(x), p) for x, p in zip(indices, prompts, strict=True)]
+            self._submit(*item)
+
+    def _submit(self, ids: list[int], indices: list[int]) -> None:
+        """One query's samples to the next instance (on LoadGen's issue thread or the dispatcher)."""
+        self._count_issued(len(ids))
+        streams = [SampleStream(self, int(i), int(x)) for i, x in zip(ids, indices, strict=True)]
+        if self.halted:
+            self._complete_empty([int(i) for i in ids])
+            for s in streams:
+                s.finished = True
+            return
+        try:
+            prompts = [self.store.gather(np.asarray([x], dtype=np.int64))[0][0] for x in indices]
+            requests = [TokenRequest(int(x), p) for x, p in zip(indices, prompts, strict=True)]
+            with self._next_lock:
                 predictor = self.predictors[self._next % len(self.predictors)]
                 self._next += 1
-                with self._outstanding_lock:
-                    self._outstanding.update(streams)
-                predictor.submit(requests, streams)
-                if self.halted:  # failed or interrupted while submitting: do not wait for these
-                    self._abandon_outstanding()
-            except BaseException as e:  # noqa: BLE001 - the samples must still complete
-                for s in streams:
-                    s.fail(e)
+            with self._outstanding_lock:
+                self._outstanding.update(streams)
+            predictor.submit(requests, streams)
+            if self.halted:  # failed or interrupted while submitting: do not wait for these
+                self._abandon_outstanding()
+        except BaseException as e:  # noqa: BLE001 - the samples must still complete
+            for s in streams:
+                s.fail(e)
 
     def report_first(self, sample_id: int, ids: np.ndarray) -> None:
         lg = self._lg
