@@ -21,7 +21,8 @@ to the predictor(s) directly on samples loaded for the purpose, after a warm-up:
 The timings of SingleStream and Server include the token SUT's own cost per sample (LoadGen's issue callback, the
 submission to the engine, the first token and the completion), estimated as :data:`SUT_SAMPLE_OVERHEAD_MS`; it
 only matters for test models that answer in microseconds (Offline issues one query: there it is negligible). The
-timed bursts last about as long as :func:`~mlharness.loadgen.calibrate.budget_seconds` says, but at least one burst (and one generation alone) is always timed, however long the model takes.
+timed bursts last about as long as :func:`~mlharness.loadgen.calibrate.budget_seconds` says, but at least one
+burst (and one generation alone) is always timed, however long the model takes.
 """
 
 from __future__ import annotations
