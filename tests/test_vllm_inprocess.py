@@ -150,7 +150,7 @@ def test_vllm_requests_join_the_running_batch_and_a_refused_one_fails_alone(shar
     refused = [e for e in result["events"] if e[1] == "c"]
     assert len(refused) == 1 and refused[0][0] == "fail" and "refused sample 2 (3000 prompt tokens)" in refused[0][2]
     stats = result["stats"]
-    assert stats["joined_running_batch"] == 1 and stats["refused"] == 1 and stats["peak_running"] == 2
+    assert stats["joined_running_batch"] == 1 and stats["refused"] == 1 and stats["peak_in_engine"] == 2
 
 
 def test_vllm_refused_prompt_ends_the_run_with_exit_3_naming_the_sample(shared_cache, tmp_path):

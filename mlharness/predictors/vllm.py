@@ -77,9 +77,11 @@ class VllmPredictor(QueuedGenerator):
         self.engine = vllm.LLMEngine.from_engine_args(engine_args(vllm, self.config.model_path, options))
         self.running: dict[str, tuple[OnceStream, list[int], tuple[str, ...]]] = {}
         self._next_id = 0
-        # evidence of continuous batching: requests whose first token came from an engine step that also ran a
-        # request which was already generating when they were added
-        self.stats = {"requests": 0, "refused": 0, "joined_running_batch": 0, "peak_running": 0}
+        # recorded in the run's metadata: joined_running_batch counts the requests whose first token came from an
+        # engine step that also ran a request which was already generating when they were added (continuous
+        # batching); peak_in_engine, the most requests vLLM held at once (running, or waiting for a free slot
+        # of max_num_seqs)
+        self.stats = {"requests": 0, "refused": 0, "joined_running_batch": 0, "peak_in_engine": 0}
 
     def render(self, ids: list[int]) -> Any:
         """The engine's input for a prompt of token ids (rendered as vLLM's own entry points do, where it can)."""
@@ -97,7 +99,7 @@ class VllmPredictor(QueuedGenerator):
             generating = tuple(self.running)  # requests already past at least one engine step
             for req, stream in waiting:  # join the running batch before the next step
                 self.add(req, stream, generating)
-            self.stats["peak_running"] = max(self.stats["peak_running"], len(self.running))
+            self.stats["peak_in_engine"] = max(self.stats["peak_in_engine"], len(self.running))
             if not self.running:
                 continue
             in_step = set(self.running)
