@@ -234,8 +234,10 @@ def bench_overhead(cfg: BenchConfig) -> dict[str, Any]:
         cfg.say(f"Server cost model: bare batch times for batch sizes {sizes} (batch 1: the SingleStream loops)")
         batch_ms = {1: float(np.median(np.concatenate(bare_lat))) / 1e6,
                     **bare_batch_ms(session, n, sizes, max(1.0, cfg.seconds / 3))}
-        figures.update(_server_search(cfg, work, dataset_path, offline_sps=h_sps, bound_ms=cfg.server_bound_ms or 6 * b_p90 / 1e6,
-                                      batch_ms=batch_ms, server_batch=server_batch))
+        jitter = np.concatenate(bare_lat) / float(np.median(np.concatenate(bare_lat)))
+        figures.update(_server_search(cfg, work, dataset_path, offline_sps=h_sps,
+                                      bound_ms=cfg.server_bound_ms or 6 * b_p90 / 1e6,
+                                      batch_ms=batch_ms, server_batch=server_batch, jitter=jitter))
     finally:
         session.close()
     return figures
@@ -259,8 +261,30 @@ def ideal_ceilings(batch_ms: dict[int, float], bound_ms: float, server_batch: in
     return out
 
 
+def trial_arrivals(run_dir: Path) -> np.ndarray:
+    """The arrival times (ms) of a traced Server run: its ``issue`` marks (one per query)."""
+    import json
+
+    trace = json.loads((run_dir / "mlharness_trace.json").read_text())
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    return np.sort([e["ts"] / 1e3 for e in events if e.get("ph") == "X" and e.get("name") == "issue"])
+
+
+def replayed_ceiling(arrivals: np.ndarray, batch_ms: dict[int, float], bound_ms: float, server_batch: int,
+                     jitter: np.ndarray) -> float:
+    """The ideal queue on the trial's own schedule (:func:`mlharness.queueing.replay_ceiling`) with the harness's
+    batching policy, each batch taking its measured time x the bare batch-1 jitter."""
+    from mlharness.loadgen.server_queue import BatchPolicy
+    from mlharness.queueing import early_stopping_late, replay_ceiling
+
+    policy = BatchPolicy(server_batch, 1, batch_ms)
+    return replay_ceiling(arrivals, batch_ms, bound_ms, early_stopping_late(len(arrivals)), server_batch,
+                          take=policy.take, factors=jitter)
+
+
 def _server_search(cfg: BenchConfig, work: Path, dataset_path: str | None, offline_sps: float,
-                   bound_ms: float, batch_ms: dict[int, float], server_batch: int) -> dict[str, Any]:
+                   bound_ms: float, batch_ms: dict[int, float], server_batch: int,
+                   jitter: np.ndarray | None = None) -> dict[str, Any]:
     """Highest VALID Server QPS with p99 <= bound, by bisection below the ideal ceiling.
 
     The ceiling is what a harness with no overhead could reach with the same batching on this machine (see
@@ -287,15 +311,17 @@ def _server_search(cfg: BenchConfig, work: Path, dataset_path: str | None, offli
                            "server_ideal_qps_at_trial_length": ceiling, "server_ideal_queues": ceilings,
                            "server_ideal_best_queue": best_queue}
     lo, hi = 0.3 * ceiling, ceiling
-    best = 0.0
+    best = replay = 0.0
     tried = []
     steps = cfg.server_search_steps if ceiling > 0 else 0
     for step in range(steps):
         qps = 0.5 * ceiling if steps == 1 else (lo + hi) / 2  # one trial: where a real queue usually passes
         cfg.say(f"Server search {step + 1}/{cfg.server_search_steps}: {qps:.1f} QPS "
                 f"({qps / ceiling:.2f} of the ceiling for such a run), p99 bound {bound_ms:.1f} ms")
-        res = _run(cfg, cfg.manifest, "Server", work / f"server_{step}", dataset_path,
+        res = _run(cfg, cfg.manifest, "Server", work / f"server_{step}", dataset_path, trace="model",
                    min_duration_ms=1000, target_qps=qps, target_latency_ms=bound_ms, min_query_count=queries)
+        if step == 0 and jitter is not None:  # every trial replays the same schedule, rescaled
+            replay = replayed_ceiling(trial_arrivals(res.output), batch_ms, bound_ms, server_batch, jitter)
         p99 = res.summary.fields.get("99.00 percentile latency (ns)")
         tried.append({"qps": qps, "valid": res.summary.valid, "p99_ms": float(p99) / 1e6 if p99 else None})
         if res.summary.valid:
@@ -305,6 +331,8 @@ def _server_search(cfg: BenchConfig, work: Path, dataset_path: str | None, offli
             hi = qps
     out.update(server_best_valid_qps=best, server_ratio=best / offline_sps if offline_sps else 0.0,
                server_of_ideal=best / ceiling if ceiling else 0.0, server_tried=tried)
+    if replay:
+        out.update(server_replay_ceiling_qps=replay, server_of_replay=best / replay)
     return out
 
 
@@ -336,6 +364,9 @@ def format_figures(f: dict[str, Any]) -> str:
              f"{f['server_ideal_qps_at_trial_length']:.2f} QPS; measured {f['server_of_ideal']:.3f} of it  "
              "(goal >= 0.9)"),
         ]
+        if f.get("server_replay_ceiling_qps"):
+            rows += [("  ... replayed on the trial's own LoadGen schedule, with the bare batch-1 jitter",
+                      f"{f['server_replay_ceiling_qps']:.2f} QPS; measured {f['server_of_replay']:.3f} of it")]
     width = max(len(r[0]) for r in rows)
     return "\n".join(f"{name.ljust(width)}  {value}" for name, value in rows)
 

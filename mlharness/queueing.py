@@ -44,12 +44,20 @@ def simulate_server(qps: float, batch_ms: Mapping[int, float], max_batch: int = 
     if qps <= 0:
         raise ValueError("qps must be > 0")
     rng = np.random.default_rng(seed)
-    arrivals = np.cumsum(rng.exponential(1000.0 / qps, queries))
+    return serve(np.cumsum(rng.exponential(1000.0 / qps, queries)), batch_ms, max_batch, instances, take)
+
+
+def serve(arrivals: np.ndarray, batch_ms: Mapping[int, float], max_batch: int = 1, instances: int = 1,
+          take: Callable[[int, int], int] | None = None, factors: np.ndarray | None = None) -> np.ndarray:
+    """Latencies (ms) of the given arrival times (ms, ascending) through the zero-overhead queue of
+    :func:`simulate_server`; batch ``b`` takes its batch time x ``factors[b % len(factors)]`` when given (measured
+    service times over their median: the model's own jitter, which no harness removes)."""
+    queries = len(arrivals)
     time_ms = batch_time_fn(batch_ms)
     cost = [0.0] + [time_ms(n) for n in range(1, max_batch + 1)]
     free = [0.0] * max(1, instances)
     lat = np.empty(queries)
-    i = 0
+    i = b = 0
     while i < queries:
         k = min(range(len(free)), key=free.__getitem__)
         start = max(free[k], arrivals[i])
@@ -59,11 +67,47 @@ def simulate_server(qps: float, batch_ms: Mapping[int, float], max_batch: int = 
         if take is not None:
             waiting = max(1, int(np.searchsorted(arrivals, start, side="right")) - i)
             j = i + max(1, min(take(waiting, sum(f <= start for f in free)), j - i))
-        done = start + cost[j - i]
+        done = start + cost[j - i] * (float(factors[b % len(factors)]) if factors is not None else 1.0)
         lat[i:j] = done - arrivals[i:j]
         free[k] = done
         i = j
+        b += 1
     return lat
+
+
+def replay_ceiling(arrivals_ms: np.ndarray, batch_ms: Mapping[int, float], bound_ms: float, max_late: int,
+                   max_batch: int = 1, take: Callable[[int, int], int] | None = None,
+                   factors: np.ndarray | None = None, steps: int = 20) -> float:
+    """The highest rate at which one LoadGen Server schedule, replayed through the zero-overhead queue, has at
+    most ``max_late`` samples over ``bound_ms``. LoadGen draws a run's arrival gaps from a fixed seed and scales
+    them by 1 / target_qps, so the schedule of the same trial at another rate is ``arrivals_ms`` rescaled: this
+    is the ideal queue judged on exactly the trial a harness ran, not on an average one."""
+    arrivals = np.asarray(arrivals_ms, dtype=float) - float(np.min(arrivals_ms))
+    span = float(arrivals[-1]) if len(arrivals) > 1 else 0.0
+    if span <= 0 or max_late < 0:
+        return 0.0
+    rate = 1000.0 * (len(arrivals) - 1) / span  # the rate the schedule was issued at
+
+    def ok(qps: float) -> bool:
+        lat = serve(arrivals * rate / qps, batch_ms, max_batch, 1, take, factors)
+        return int(np.count_nonzero(lat > bound_ms)) <= max_late
+
+    time_ms = batch_time_fn(batch_ms)
+    lo, hi = 0.0, 2000.0 * max(1, max_batch) / time_ms(max(1, max_batch))  # twice the throughput limit
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def early_stopping_late(queries: int, percentile: float = 99.0, confidence: float = 0.99) -> int:
+    """How many of ``queries`` samples may be over the bound for early stopping to accept ``percentile``
+    (-1: the run is too short to pass at all)."""
+    pct = early_stopping_percentile(queries, percentile, confidence)
+    return -1 if pct is None else round(queries * (1 - pct / 100.0))
 
 
 def early_stopping_percentile(queries: int, percentile: float = 99.0, confidence: float = 0.99) -> float | None:
@@ -108,4 +152,5 @@ def server_ceiling(batch_ms: Mapping[int, float], bound_ms: float, max_batch: in
     return lo
 
 
-__all__ = ["batch_time_fn", "early_stopping_percentile", "server_ceiling", "simulate_server"]
+__all__ = ["batch_time_fn", "early_stopping_late", "early_stopping_percentile", "replay_ceiling", "serve",
+           "server_ceiling", "simulate_server"]

@@ -77,7 +77,9 @@ class SystemUnderTest(Completions):
         self.queries.put(_Fresh(ids, indices))
 
     def issue_fast_traced(self, ids: list[int], indices: list[int]) -> None:
-        self.queries.put(_Fresh(ids, indices, time.perf_counter_ns()))
+        t_ns = time.perf_counter_ns()
+        self.tracer.span("issue", "model", t_ns, t_ns, {"samples": len(ids)})  # every arrival, for replays
+        self.queries.put(_Fresh(ids, indices, t_ns))
 
     def issue_inline(self, ids: list[int], indices: list[int]) -> None:
         """SingleStream/MultiStream with one worker: LoadGen issues the next query only after this one has
