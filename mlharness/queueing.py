@@ -93,7 +93,12 @@ def replay_ceiling(arrivals_ms: np.ndarray, batch_ms: Mapping[int, float], bound
         return int(np.count_nonzero(lat > bound_ms)) <= max_late
 
     time_ms = batch_time_fn(batch_ms)
-    lo, hi = 0.0, 2000.0 * max(1, max_batch) / time_ms(max(1, max_batch))  # twice the throughput limit
+    return highest_passing(ok, 2000.0 * max(1, max_batch) / time_ms(max(1, max_batch)), steps)  # 2x throughput
+
+
+def highest_passing(ok: Callable[[float], bool], hi: float, steps: int) -> float:
+    """The highest rate in (0, ``hi``) that ``ok`` accepts, by bisection (0 when none does)."""
+    lo = 0.0
     for _ in range(steps):
         mid = (lo + hi) / 2
         if ok(mid):
@@ -137,20 +142,12 @@ def server_ceiling(batch_ms: Mapping[int, float], bound_ms: float, max_batch: in
     if time_ms(1) > bound_ms:
         return 0.0
     best_batch = max(range(1, max_batch + 1), key=lambda n: n / time_ms(n))
-    lo, hi = 0.0, instances * 1000.0 * best_batch / time_ms(best_batch)  # the throughput limit itself
-
     def ok(qps: float) -> bool:
         lat = simulate_server(qps, batch_ms, max_batch, instances, queries, take=take)
         return float(np.percentile(lat, percentile)) <= bound_ms
 
-    for _ in range(steps):
-        mid = (lo + hi) / 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return highest_passing(ok, instances * 1000.0 * best_batch / time_ms(best_batch), steps)  # the throughput limit
 
 
-__all__ = ["batch_time_fn", "early_stopping_late", "early_stopping_percentile", "replay_ceiling", "serve",
-           "server_ceiling", "simulate_server"]
+__all__ = ["batch_time_fn", "early_stopping_late", "early_stopping_percentile", "highest_passing", "replay_ceiling",
+           "serve", "server_ceiling", "simulate_server"]

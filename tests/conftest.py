@@ -24,6 +24,15 @@ def cli_env(shared_cache: Path) -> dict[str, str]:
     return env
 
 
+@pytest.fixture(scope="module")
+def env(shared_cache: Path) -> dict[str, str]:
+    """The environment of a module's CLI runs: the session's cache, no demo folder override."""
+    e = dict(os.environ)
+    e["MLHARNESS_CACHE"] = str(shared_cache)
+    e.pop("MLHARNESS_DEMO_DIR", None)
+    return e
+
+
 @pytest.fixture
 def run_cli(cli_env: dict[str, str]):
     """Run ``mlharness ARGS`` in a subprocess; returns the CompletedProcess (text)."""

@@ -7,7 +7,6 @@ benchmark that ``mlharness submission check`` passes."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import pytest
 import yaml
 
 from mlharness.manifest.loader import find_builtin
+from tests.helpers.cli import cli
 
 pytestmark = pytest.mark.slow
 
@@ -26,19 +26,6 @@ MAP_100 = "mAP=100.000%"
 SHORT = ["--min-duration-ms", "200", "--min-query-count", "8"]
 OVERRIDES = {"status": "available", "system_type": "edge", "cooling": "air", "host_memory_configuration": "1x 24 GB",
              "host_networking_topology": "N/A", "host_storage_capacity": "256 GB", "host_storage_type": "SSD"}
-
-
-def cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mlharness.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
-
-
-@pytest.fixture(scope="module")
-def env(shared_cache: Path) -> dict[str, str]:
-    e = dict(os.environ)
-    e["MLHARNESS_CACHE"] = str(shared_cache)
-    e.pop("MLHARNESS_DEMO_DIR", None)
-    return e
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,7 @@ broken variants score lower; a small random 3D U-Net completes performance runs.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +17,7 @@ from mlharness.manifest.loader import find_builtin
 from mlharness.tasks.kits19 import dataset as kits19
 from mlharness.tasks.kits19 import models as kits19_models
 from mlharness.tasks.kits19.prepared import PreparedKits19
+from tests.helpers.cli import cli
 
 pytestmark = pytest.mark.slow
 
@@ -27,26 +25,14 @@ CASES = 4
 ACCURACY_RE = re.compile(r"^Accuracy: mean = (\d\.\d{5}), kidney = (\d\.\d{4}), tumor = (\d\.\d{4})\n$")
 
 
-def _cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mlharness.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
-
-
-@pytest.fixture(scope="module")
-def env(shared_cache: Path) -> dict[str, str]:
-    e = dict(os.environ)
-    e["MLHARNESS_CACHE"] = str(shared_cache)
-    return e
-
-
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> Path:
     """Synthetic raw cases, pre-processed with two worker processes, through the CLI."""
     root = tmp_path_factory.mktemp("kits19")
-    proc = _cli(env, "dataset", "synth", "kits19", "--out", str(root / "raw"), "--count", str(CASES))
+    proc = cli(env, "dataset", "synth", "kits19", "--out", str(root / "raw"), "--count", str(CASES))
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in (root / "raw").iterdir()) == [f"case_{i:05d}" for i in range(CASES)]
-    proc = _cli(env, "dataset", "prepare", "kits19", "--raw", str(root / "raw"), "--out", str(root / "prep"),
+    proc = cli(env, "dataset", "prepare", "kits19", "--raw", str(root / "raw"), "--out", str(root / "prep"),
                 "--workers", "2")
     assert proc.returncode == 0, proc.stderr
     assert f"pre-processed {CASES} cases" in proc.stdout
@@ -70,7 +56,7 @@ def _variant(tmp_path: Path, base: str, stem: str, **changes: object) -> Path:
 
 def _accuracy_run(env: dict[str, str], manifest: str, prepared: Path, out: Path, scenario: str = "Offline",
                   ) -> tuple[float, float, float]:
-    proc = _cli(env, "run", "--manifest", manifest, "--dataset-path", str(prepared), "--scenario", scenario,
+    proc = cli(env, "run", "--manifest", manifest, "--dataset-path", str(prepared), "--scenario", scenario,
                 "--mode", "accuracy", "--output", str(out), "--no-progress")
     assert proc.returncode == 0, proc.stderr
     m = ACCURACY_RE.match((out / "accuracy.txt").read_text())
@@ -133,7 +119,7 @@ def test_oracle_offline_accuracy_and_outputs(oracle_offline, prepared: Path, env
     assert meta["accuracy"]["name"] == "mean_dice" and meta["accuracy"]["official"] is True
 
     # the standalone command prints exactly what accuracy.txt holds
-    proc = _cli(env, "accuracy", "kits19", "--log", str(out / "mlperf_log_accuracy.json"), "--preprocessed-dir",
+    proc = cli(env, "accuracy", "kits19", "--log", str(out / "mlperf_log_accuracy.json"), "--preprocessed-dir",
                 str(prepared), "--output-dir", str(out.parent / "rescored"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == (out / "accuracy.txt").read_text()
@@ -144,7 +130,7 @@ def test_count_run_is_labelled_a_subset(prepared: Path, env: dict[str, str], tmp
     from mlharness.submission.rules import ACC_PATTERNS
 
     out = tmp_path / "sub"
-    proc = _cli(env, "run", "--manifest", "3d-unet-oracle", "--dataset-path", str(prepared), "--scenario", "Offline",
+    proc = cli(env, "run", "--manifest", "3d-unet-oracle", "--dataset-path", str(prepared), "--scenario", "Offline",
                 "--mode", "accuracy", "--count", "2", "--output", str(out), "--no-progress")
     assert proc.returncode == 0, proc.stderr
     text = (out / "accuracy.txt").read_text()
@@ -213,22 +199,22 @@ def test_accuracy_command_refuses_bad_logs(prepared: Path, env: dict[str, str], 
         log = tmp_path / "mlperf_log_accuracy.json"
         log.write_text(json.dumps(entries))
         count = ["--count", "2" if message == "no response for" else "1"]  # a --count run logs each case once
-        proc = _cli(env, "accuracy", "kits19", "--log", str(log), "--preprocessed-dir", str(prepared), *count,
+        proc = cli(env, "accuracy", "kits19", "--log", str(log), "--preprocessed-dir", str(prepared), *count,
                     "--no-save-predictions")
         assert proc.returncode == 2, (message, proc.stdout, proc.stderr)
         assert re.search(message, proc.stderr.replace("\n", " ")), (message, proc.stderr)
-    proc = _cli(env, "accuracy", "kits19", "--log", str(log), "--preprocessed-dir", str(tmp_path / "nothing"))
+    proc = cli(env, "accuracy", "kits19", "--log", str(log), "--preprocessed-dir", str(tmp_path / "nothing"))
     assert proc.returncode == 2 and "dataset prepare kits19" in proc.stderr
 
 
 def test_prepare_with_case_list_and_missing_case(prepared: Path, env: dict[str, str], tmp_path: Path):
     raw = prepared.parent / "raw"
     (tmp_path / "cases.json").write_text(json.dumps(["case_00003", "case_00000"]))
-    proc = _cli(env, "dataset", "prepare", "kits19", "--raw", str(raw), "--out", str(tmp_path / "sub"),
+    proc = cli(env, "dataset", "prepare", "kits19", "--raw", str(raw), "--out", str(tmp_path / "sub"),
                 "--cases", str(tmp_path / "cases.json"), "--workers", "1")
     assert proc.returncode == 0, proc.stderr
     assert PreparedKits19.open(tmp_path / "sub").cases == ["case_00003", "case_00000"]  # the list's order
-    proc = _cli(env, "dataset", "prepare", "kits19", "--raw", str(raw), "--out", str(tmp_path / "off"), "--official")
+    proc = cli(env, "dataset", "prepare", "kits19", "--raw", str(raw), "--out", str(tmp_path / "off"), "--official")
     assert proc.returncode == 2 and "case case_00005 is not in" in proc.stderr.replace("\n", " ")  # the 3rd official
 
 
@@ -239,7 +225,7 @@ def test_small_random_unet_performance(scenario: str, prepared: Path, env: dict[
                         graph_path="unet3d_random_w2_d2.onnx")
     short = {"SingleStream": ["--target-latency-ms", "500"], "Offline": ["--target-qps", "5"]}[scenario]
     out = tmp_path / "perf"
-    proc = _cli(env, "run", "--manifest", str(manifest), "--dataset-path", str(prepared), "--scenario", scenario,
+    proc = cli(env, "run", "--manifest", str(manifest), "--dataset-path", str(prepared), "--scenario", scenario,
                 "--mode", "performance", "--count", "1", "--min-duration-ms", "200", "--min-query-count", "2",
                 "--output", str(out), "--no-progress", *short)
     assert proc.returncode == 0, proc.stderr

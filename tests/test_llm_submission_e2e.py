@@ -10,16 +10,14 @@ packaged and checked.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from mlharness.loadgen.explain import summary_sections
+from tests.helpers.cli import cli
 
 pytest.importorskip("rouge_score")
 pytest.importorskip("punkt")
@@ -39,18 +37,6 @@ ROUGE = {"rouge1": r".*'rouge1':\s+'?([\d.]+)'?.*", "rouge2": r".*'rouge2':\s+'?
 GEN_LEN = r".*'gen_len':\s([\d.]+).*"
 # (LoadGen model of the conf lines, TTFT and TPOT limits in ms) of the token-latency scenarios
 LIMITS = {"Server": ("llama3_1-8b", 2000, 100), "Interactive": ("llama3_1-8b-interactive", 500, 30)}
-
-
-def cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mlharness.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
-
-
-@pytest.fixture(scope="module")
-def env(shared_cache: Path) -> dict[str, str]:
-    e = dict(os.environ)
-    e["MLHARNESS_CACHE"] = str(shared_cache)
-    return e
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ checker's words; package refuses runs of another round; an unknown round is a cl
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -114,14 +113,6 @@ def test_run_for_round_v60_logs_its_seeds_and_records_the_round(run_cli, tmp_pat
 
 
 # ------------------------------------------------------------------------------------------------ trees
-@pytest.fixture(scope="module")
-def env(shared_cache: Path) -> dict[str, str]:
-    e = dict(os.environ)
-    e["MLHARNESS_CACHE"] = str(shared_cache)
-    e.pop("MLHARNESS_DEMO_DIR", None)
-    return e
-
-
 @pytest.fixture(scope="module")
 def trees(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A demo Offline tree and its package per round: v6.0 asked for on `submission run` only (package takes the

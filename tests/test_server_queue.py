@@ -14,8 +14,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlharness.loadgen.server_queue import (BatchPolicy, ServerQueue, batch_sizes, best_batch, completion_sum,
-                                            cost_fn, measure_batch_times)
+from mlharness.loadgen.server_queue import (
+    BatchPolicy,
+    ServerQueue,
+    batch_sizes,
+    best_batch,
+    completion_sum,
+    cost_fn,
+    measure_batch_times,
+)
 from mlharness.loadgen.stages import Batch
 
 

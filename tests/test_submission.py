@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -79,14 +78,6 @@ def files_under(root: Path) -> set[str]:
 
 def verdict_line(path: Path) -> str:
     return [line for line in path.read_text().splitlines() if line.startswith("TEST ")][-1]
-
-
-@pytest.fixture(scope="module")
-def env(shared_cache: Path) -> dict[str, str]:
-    e = dict(os.environ)
-    e["MLHARNESS_CACHE"] = str(shared_cache)
-    e.pop("MLHARNESS_DEMO_DIR", None)
-    return e
 
 
 @pytest.fixture(scope="module")

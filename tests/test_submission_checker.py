@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -39,14 +38,6 @@ SCEN = Path("open/Acme/results") / SYSTEM / "demo" / "Offline"
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "mlharness.cli", *args], capture_output=True, text=True,
                           timeout=180, env=env)
-
-
-@pytest.fixture(scope="module")
-def env(shared_cache: Path) -> dict[str, str]:
-    e = dict(os.environ)
-    e["MLHARNESS_CACHE"] = str(shared_cache)
-    e.pop("MLHARNESS_DEMO_DIR", None)
-    return e
 
 
 @pytest.fixture(scope="module")
