@@ -58,6 +58,13 @@ def test_policy_is_greedy_until_batch_times_are_known():
     assert p.describe()["takes"]["8"] == 1 and p.describe()["batch_ms"]["4"] == 160.0
 
 
+def test_microsecond_models_batch_greedily_whatever_the_noise():
+    """For a model of microseconds the harness's own cost per batch dominates, and a noisy reading (here batch 8
+    slower than two batches of 4) must not split the queue into many small batches."""
+    p = BatchPolicy(8, 1, {1: 0.027, 2: 0.040, 4: 0.034, 8: 0.066})
+    assert [p.take(q, 1) for q in (1, 3, 8, 20)] == [1, 3, 8, 8]
+
+
 def test_batch_sizes_and_measurement():
     assert batch_sizes(1) == [1] and batch_sizes(4) == [1, 2, 4] and batch_sizes(12) == [1, 2, 4, 8, 12]
     seen: list[int] = []
