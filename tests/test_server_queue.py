@@ -103,6 +103,10 @@ def test_no_coalescing_wait_where_batches_do_not_pay():
     q = queue_with({1: 40.0, 2: 80.0, 4: 160.0}, wait_s=10.0, n=1)
     t0 = time.perf_counter()
     assert q.take().n == 1 and time.perf_counter() - t0 < 1.0
+    # batches pay only from three waiting samples on: a lone sample would not be joined by the next arrival
+    q = queue_with({1: 40.0, 2: 62.0, 4: 110.0}, wait_s=10.0, n=1)
+    t0 = time.perf_counter()
+    assert q.policy.take(3, 1) == 2 and q.take().n == 1 and time.perf_counter() - t0 < 1.0
     q = queue_with({1: 40.0, 2: 41.0, 4: 42.0}, wait_s=10.0, n=1)
     threading.Timer(0.3, q.flush).start()
     t0 = time.perf_counter()

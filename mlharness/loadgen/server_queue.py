@@ -12,7 +12,7 @@ the completion times of the samples waiting now, served in batches of that size 
 (:func:`best_batch`; ties go to the smaller batch), each batch costing its measured time plus the harness's own
 cost per batch. Where batches are nearly free this is the whole queue; where they cost their size it is one sample;
 in between it grows with the queue. A runner waits for more arrivals (the manifest's ``server_max_wait_ms``) only
-when the measured times say a larger batch would be chosen.
+when the measured times say one more waiting sample would join the batch.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ class BatchPolicy:
 
     @property
     def batches(self) -> bool:
-        """Whether some queue would be served in batches of more than one sample (waiting for arrivals helps)."""
+        """Whether some queue would be served in batches of more than one sample."""
         if self.table is None:
             return self.max_batch > 1
         return any(k > 1 for row in self.table for k in row)
@@ -183,7 +183,7 @@ class ServerQueue:
                     if self.waiting:
                         k = self.policy.take(self.waiting, self.idle)
                         if (k >= self.waiting and self.waiting < self.mb and self.wait > 0 and not self.flushed
-                                and not self.stopped and self.policy.batches):
+                                and not self.stopped and self.policy.take(self.waiting + 1, self.idle) > k):
                             left = self.wait - (time.perf_counter() - self.parts[0][3])
                             if left > 0:  # a larger batch would be taken: give arrivals a moment
                                 self.ready.wait(left)
