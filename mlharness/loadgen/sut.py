@@ -154,10 +154,9 @@ class SystemUnderTest(Completions):
         except Exception as e:  # noqa: BLE001 - greedy batching still works; the run itself will report the model
             log.warning("could not time the model's Server batch sizes (%s); batching greedily", e)
             return
-        queue_ = self._stages.handoff if self._stages is not None else None
-        if isinstance(queue_, ServerQueue):
-            queue_.set_batch_times(times)
-            self.server_batching = queue_.policy.describe()
+        server_queue = self._stages.handoff  # a ServerQueue: warm() checked it
+        server_queue.set_batch_times(times)
+        self.server_batching = server_queue.policy.describe()
 
     # -- one LoadGen test ----------------------------------------------------------------------------------
     def run_test(self, loader: SampleLoader, total_count: int, performance_count: int, settings: Any,

@@ -57,7 +57,7 @@ class OnnxRuntimePredictor(Predictor):
                     "log_severity_level", "optimized_model_filepath"):
             if key in opts:
                 setattr(so, key, opts[key])
-        self.spinning = _allow_spinning(opts)
+        self.spinning = allow_spinning(opts)
         for key in ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning"):
             so.add_session_config_entry(key, "1" if self.spinning else "0")
         if "graph_optimization_level" in opts:
@@ -197,7 +197,7 @@ class OnnxRuntimePredictor(Predictor):
         return d
 
 
-def _allow_spinning(opts: dict[str, Any]) -> bool:
+def allow_spinning(opts: dict[str, Any]) -> bool:
     """Whether ONNX Runtime's pool threads spin between parallel sections: the ``allow_spinning`` option, else
     only when they leave a core free. Spinning threads on every core take the CPU from LoadGen's issue thread and
     the SUT's own threads, and from each other when one of them is preempted: on a 2-core machine a spinning
