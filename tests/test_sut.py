@@ -87,6 +87,7 @@ class Recorder:
     def __init__(self):
         self.lock = threading.Lock()
         self.batches: list[list[int]] = []
+        self.threads: list[str] = []  # the thread that completed each batch
         self.data: dict[int, list[bytes]] = {}
 
     def response(self, id_: int, ptr: int, size: int):
@@ -96,6 +97,7 @@ class Recorder:
         got = [(i, ctypes.string_at(p, s) if s else b"") for i, p, s in responses]
         with self.lock:
             self.batches.append([i for i, _ in got])
+            self.threads.append(threading.current_thread().name)
             for i, d in got:
                 self.data.setdefault(i, []).append(d)
 
@@ -281,7 +283,17 @@ def test_server_strategy_two_workers_while_queries_arrive(recorder):
     assert sut.issued == sut.completed == n
 
 
-def test_server_bursts_are_batched_and_completed_once(recorder):
+def arrive(sut: SystemUnderTest, via: str, i: int) -> None:
+    """One Server arrival through the feeder (``issue``, LoadGen's plain callback) or straight into the runners'
+    queue (``issue_server``, what a Server run uses)."""
+    if via == "issue":
+        sut.issue([FakeSample(sample_id(i), i)])
+    else:
+        sut.issue_server([sample_id(i)], [i])
+
+
+@pytest.mark.parametrize("via", ["issue", "issue_server"])
+def test_server_bursts_are_batched_and_completed_once(recorder, via):
     """Bursts of arrivals while both runners are busy: each burst tops up open batches, none is lost."""
     mb, bursts, per_burst = 8, 12, 13
     n = bursts * per_burst
@@ -291,7 +303,7 @@ def test_server_bursts_are_batched_and_completed_once(recorder):
     try:
         for b in range(bursts):
             for i in range(b * per_burst, (b + 1) * per_burst):
-                sut.issue([FakeSample(sample_id(i), i)])
+                arrive(sut, via, i)
             time.sleep(0.003)
         wait_for(lambda: len(recorder.completed_ids()) == n)
     finally:
@@ -299,6 +311,27 @@ def test_server_bursts_are_batched_and_completed_once(recorder):
     check_exactly_once(recorder, list(range(n)), mb, predictor)
     assert predictor.batch_sizes.count(mb) >= bursts // 2, predictor.batch_sizes
     assert sut.issued == sut.completed == n and sut.batches == len(predictor.batch_sizes)
+
+
+def test_server_runner_completes_when_nothing_waits(recorder):
+    """An arrival at an idle Server is completed by the runner that ran it (no hand-off to the completer to
+    wait for); while samples wait, the completer takes the finished batches so the runner starts the next."""
+    predictor = EchoPredictor(sleep_s=0.005)  # well above the 1 ms under which every batch completes inline
+    sut = SystemUnderTest(make_pipeline(8, predictor), Strategy.for_scenario("Server", 1, 0.0), workers=1)
+    sut.start()
+    try:
+        arrive(sut, "issue_server", 0)
+        wait_for(lambda: len(recorder.completed_ids()) == 1)
+        assert recorder.threads == ["mlharness-runner-0"]
+        for i in range(1, 8):  # a burst: all but the last batch leave samples waiting behind them
+            arrive(sut, "issue_server", i)
+        wait_for(lambda: len(recorder.completed_ids()) == 8)
+    finally:
+        sut.stop()
+    check_exactly_once(recorder, list(range(8)), 1, predictor)
+    by_sample = {i: t for b, t in zip(recorder.batches, recorder.threads, strict=True) for i in b}
+    assert "mlharness-completer" in recorder.threads and by_sample[sample_id(7)] == "mlharness-runner-0"
+    assert sut.issued == sut.completed == 8 and sut.error is None
 
 
 def test_server_flush_releases_an_open_batch_at_once(recorder):

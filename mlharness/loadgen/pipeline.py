@@ -29,6 +29,11 @@ class Strategy:
     coalesce_wait_s: float | None = None
     one_query_at_a_time: bool = False  # SingleStream/MultiStream: LoadGen waits for each query to complete
 
+    @property
+    def server(self) -> bool:
+        """Batches span queries (the Server): arrivals wait in a queue that runners take from."""
+        return self.coalesce_wait_s is not None
+
     @classmethod
     def for_scenario(cls, scenario: str, max_batchsize: int, server_max_wait_ms: float = 0.0) -> Strategy:
         if scenario == "Server":

@@ -5,20 +5,23 @@
     LoadGen issue thread ─▶ queue ─▶ feeder ─▶ hand-off ─▶ runner × R ─▶ queue ─▶ completer ─▶ QuerySamplesComplete
                                      (batches,               (predict on          (postprocess, encode,
                                       gathers ahead)          its instance)        completes in bulk)
+    Server:  LoadGen issue thread ─────────────▶ ServerQueue ─▶ runner × R ─▶ ...
 
 - The **feeder** turns queries into batches. Offline/SingleStream/MultiStream: a query is cut into batches of at
   most ``max_batchsize`` that never span queries, and each batch's inputs are gathered ahead while the runners
   infer (when the model computes off this CPU and a batch holds enough bytes to be worth it); at most a few
   gathered batches per runner wait, so a huge Offline query is not copied into memory at once.
-  Server: arrivals wait in a :class:`~mlharness.loadgen.server_queue.ServerQueue`; a free runner takes as many
-  of them as the model's measured batch times say (one sample on a CPU where a batch costs its size, the whole
-  queue where batches are nearly free), waiting up to ``coalesce_wait_s`` for arrivals only where a larger batch
-  would be taken.
+  Server: LoadGen's issue thread puts arrivals straight into a
+  :class:`~mlharness.loadgen.server_queue.ServerQueue` (no feeder: one thread wake-up less); a free runner takes
+  as many of them as the model's measured batch times say (one sample on a CPU where a batch costs its size, the
+  whole queue where batches are nearly free), waiting up to ``coalesce_wait_s`` for arrivals only where a larger
+  batch would be taken.
 - A **runner** per instance (or more, ``workers``) takes the oldest batch, runs the model and passes the outputs
   on. Frameworks release the GIL while they compute, so the other stages run meanwhile.
 - The **completer** runs postprocess and the encoding of every finished batch and completes all of them with
   one ``QuerySamplesComplete`` while their buffers are alive. A batch whose predict took under a millisecond
-  is completed by its runner instead: for such a model the hand-off would cost more than it hides.
+  is completed by its runner instead: for such a model the hand-off would cost more than it hides. So is a
+  Server batch when no sample waits: the hand-off would hide nothing and only delay the completion.
 
 Every sample reaches the completer exactly once; after the first error, or once a signal drained the SUT, no
 model runs and every batch is completed with empty responses, so LoadGen always reaches its end (an Offline
@@ -152,7 +155,7 @@ class StagedWorkers:
         self.n_runners = max(1, runners)
         self.affinity = affinity
         strat = sut.strategy
-        self.server = strat.coalesce_wait_s is not None
+        self.server = strat.server
         self.handoff: Handoff | ServerQueue = (
             ServerQueue(strat.max_batchsize, strat.coalesce_wait_s, self.n_runners, Batch) if self.server
             else Handoff(strat.max_batchsize, self.n_runners))
@@ -255,10 +258,17 @@ class StagedWorkers:
                 sut.fail(e)
                 done((batch, None, None))
                 continue
-            if clock() - t0 >= HANDOFF_MIN_S:
+            if clock() - t0 >= HANDOFF_MIN_S and not self._nothing_waits():
                 done((batch, pipeline, outputs))
             else:
                 sut.complete_parts([self._part(batch, pipeline, outputs)])
+
+    def _nothing_waits(self) -> bool:
+        """Server with an empty queue: the runner completes its batch itself, since no waiting sample would
+        start sooner for the hand-off to the completer, and the hand-off's thread wake-up would add to the
+        latency of every sample that arrives at an idle SUT (read without the lock: a stale answer only picks
+        the other, equally correct, path)."""
+        return self.server and not self.handoff.waiting
 
     def _run_traced(self, pipeline: Pipeline, batch: Batch) -> None:
         """The runner's work on one batch with spans: queue_wait, gather (unless gathered ahead), predict, and
@@ -285,7 +295,7 @@ class StagedWorkers:
             self.done.put((batch, None, None))
             outputs, t2 = None, tracer.now()
         else:
-            if (t2 - t1) / 1e9 >= HANDOFF_MIN_S:
+            if (t2 - t1) / 1e9 >= HANDOFF_MIN_S and not self._nothing_waits():
                 self.done.put((batch, pipeline, outputs))
             else:
                 self._complete_traced([self._part(batch, pipeline, outputs)])

@@ -27,7 +27,7 @@ from mlharness.errors import RunFailed
 from mlharness.loadgen.completion import Completions
 from mlharness.loadgen.pipeline import Pipeline, Strategy
 from mlharness.loadgen.qsl import SampleLoader
-from mlharness.loadgen.server_queue import ServerQueue, measure_batch_times
+from mlharness.loadgen.server_queue import measure_batch_times
 from mlharness.loadgen.stages import StagedWorkers
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,24 @@ class SystemUnderTest(Completions):
         t_ns = time.perf_counter_ns()
         self.tracer.span("issue", "model", t_ns, t_ns, {"samples": len(ids)})  # every arrival, for replays
         self.queries.put(_Fresh(ids, indices, t_ns))
+
+    def issue_server(self, ids: list[int], indices: list[int]) -> None:
+        """Server: an arrival goes from LoadGen's issue thread straight into the runners' queue, so an idle
+        runner starts it after one thread wake-up rather than two (through the feeder)."""
+        self._arrive(ids, indices, 0)
+
+    def issue_server_traced(self, ids: list[int], indices: list[int]) -> None:
+        t_ns = time.perf_counter_ns()
+        self.tracer.span("issue", "model", t_ns, t_ns, {"samples": len(ids)})  # every arrival, for replays
+        self._arrive(ids, indices, t_ns)
+
+    def _arrive(self, ids: list[int], indices: list[int], t_ns: int) -> None:
+        self._count_issued(len(ids))
+        try:
+            self._stages.handoff.top_up(np.asarray(ids, dtype=np.uint64), np.asarray(indices, dtype=np.int64), t_ns)
+        except BaseException as e:  # noqa: BLE001 - LoadGen cannot see Python exceptions; the samples must end
+            self.fail(e)
+            self._complete_empty([int(i) for i in ids])
 
     def issue_inline(self, ids: list[int], indices: list[int]) -> None:
         """SingleStream/MultiStream with one worker: LoadGen issues the next query only after this one has
@@ -154,7 +172,7 @@ class SystemUnderTest(Completions):
         except Exception as e:  # noqa: BLE001 - greedy batching still works; the run itself will report the model
             log.warning("could not time the model's Server batch sizes (%s); batching greedily", e)
             return
-        server_queue = self._stages.handoff  # a ServerQueue: warm() checked it
+        server_queue = self._stages.handoff  # a ServerQueue: the strategy is the Server's
         server_queue.set_batch_times(times)
         self.server_batching = server_queue.policy.describe()
 
@@ -167,18 +185,21 @@ class SystemUnderTest(Completions):
             if warmup > 0:
                 for pipeline in self.pipelines:
                     pipeline.warmup(first, warmup)
-            if self._stages is not None and isinstance(self._stages.handoff, ServerQueue):
+            if self.strategy.server and self.strategy.max_batchsize > 1:
                 self._measure_batches(indices)
 
         # the fast SUT hands issue_cb lists of ids and indices instead of QuerySample objects
+        traced = self.tracer is not None
         if self.inline:
             issue = self.issue_inline
+        elif self.strategy.server:
+            issue = self.issue_server_traced if traced else self.issue_server
         else:
-            issue = self.issue_fast if self.tracer is None else self.issue_fast_traced
+            issue = self.issue_fast_traced if traced else self.issue_fast
         self.start()
-        server = self.strategy.coalesce_wait_s is not None and self.strategy.max_batchsize > 1
+        batches = self.strategy.server and self.strategy.max_batchsize > 1  # batch times decide the Server batches
         run_fast_sut(self, loader, total_count, performance_count, settings, log_settings, audit_config, issue,
-                     self.flush, warm if warmup > 0 or server else None, on_end=self.stop)
+                     self.flush, warm if warmup > 0 or batches else None, on_end=self.stop)
         self._raise_if_failed()
 
 
