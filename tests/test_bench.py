@@ -8,6 +8,8 @@ import math
 
 import pytest
 
+from mlharness.bench import format_figures
+
 pytestmark = pytest.mark.slow
 
 KEYS = ("offline_ratio", "singlestream_p90_overhead_ms", "singlestream_bare_p90_ms", "null_overhead_us",
@@ -29,9 +31,14 @@ def test_bench_overhead_quick_reports_every_figure(run_cli):
     assert 0 < f["server_ideal_qps_at_trial_length"] <= f["server_ideal_qps"]
     assert f["server_best_valid_qps"] <= f["server_ideal_qps"]
     assert set(f["server_batch_ms"]) == {"1", "2", "4", "8"}  # the demo's Server batch is 8
-    # the same figures, readable: every goal is stated next to its figure
-    proc = run_cli("bench", "overhead", "--manifest", "demo", "--quick", "--seconds", "0.3", timeout=240)
-    assert proc.returncode == 0, proc.stderr
+    # the trial also went through the ideal queue with its own arrivals and predict times, and the bare model
+    # was timed just before it
+    (trial,) = f["server_tried"]
+    assert trial["bare_ms"] > 0 and trial["ideal_p99_ms"] > 0 and trial["late_allowed"] >= 0
+    assert trial["harness_p99_cost_ms"] == pytest.approx(trial["p99_ms"] - trial["ideal_p99_ms"])
+    assert 0 <= f["server_cost_as_ceiling_ratio"] <= 1 and f["server_verdicts_as_ideal"] in (0, 1)
+    # the same figures as the command prints them without --json: every goal is stated next to its figure
+    text = format_figures(f)
     for goal in ("(goal <= 30)", "(goal >= 100,000)", "(goal >= 0.97)", "within 2% or 1 ms", "(goal >= 0.75)",
-                 "ideal-queue ceiling at p99"):
-        assert goal in proc.stdout, goal
+                 "ideal-queue ceiling at p99", "harness p99 cost over it", "trial at"):
+        assert goal in text, goal
