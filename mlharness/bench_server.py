@@ -31,24 +31,16 @@ def ideal_ceilings(batch_ms: dict[int, float], bound_ms: float, server_batch: in
     return out
 
 
-def trial_arrivals(run_dir: Path) -> np.ndarray:
-    """The arrival times (ms) of a traced Server run: its ``issue`` marks (one per query)."""
-    import json
+def read_trial(run_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What a traced Server run's trace says about it, read once: the arrival times (ms) of its queries (the
+    ``issue`` marks, sorted), and its ``predict`` spans in the order they started (samples per batch, ms)."""
+    from mlharness.telemetry.breakdown import load_events
 
-    trace = json.loads((run_dir / "mlharness_trace.json").read_text())
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    return np.sort([e["ts"] / 1e3 for e in events if e.get("ph") == "X" and e.get("name") == "issue"])
-
-
-def trial_services(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
-    """A traced Server run's ``predict`` spans in the order they started: (samples per batch, milliseconds)."""
-    import json
-
-    trace = json.loads((run_dir / "mlharness_trace.json").read_text())
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    spans = sorted((e for e in events if e.get("ph") == "X" and e.get("name") == "predict"), key=lambda e: e["ts"])
-    return (np.array([e.get("args", {}).get("samples", 1) for e in spans], dtype=np.int64),
-            np.array([e["dur"] / 1e3 for e in spans], dtype=np.float64))
+    spans = [e for e in load_events(run_dir / "mlharness_trace.json") if e.get("ph") == "X"]
+    arrivals = np.sort([e["ts"] / 1e3 for e in spans if e.get("name") == "issue"])
+    predicts = sorted((e for e in spans if e.get("name") == "predict"), key=lambda e: e["ts"])
+    return (arrivals, np.array([e.get("args", {}).get("samples", 1) for e in predicts], dtype=np.int64),
+            np.array([e["dur"] / 1e3 for e in predicts], dtype=np.float64))
 
 
 def same_trial_ideal(arrivals: np.ndarray, sizes: np.ndarray, predict_ms: np.ndarray, batch_ms: dict[int, float],
@@ -128,12 +120,11 @@ def server_search(cfg: Any, run_trial: Callable[[int, float, float, int], Any], 
                 f"run), p99 bound {bound_ms:.1f} ms; bare batch 1 just before: {bare_ms:.2f} ms")
         res = run_trial(step, qps, bound_ms, queries)  # a traced Server run (``--trace model``)
         p99 = float(res.summary.fields.get("99.00 percentile latency (ns)") or 0) / 1e6
-        sizes, predict_ms = trial_services(res.output)
+        arrivals, sizes, predict_ms = read_trial(res.output)
         trial = {"qps": qps, "valid": res.summary.valid, "p99_ms": p99, "bare_ms": bare_ms,
                  "predict_ms": float(np.median(predict_ms[sizes == 1])) if np.any(sizes == 1) else None}
         if len(sizes) and p99:
-            trial.update(same_trial_ideal(trial_arrivals(res.output), sizes, predict_ms, batch_ms, bound_ms,
-                                          server_batch, p99))
+            trial.update(same_trial_ideal(arrivals, sizes, predict_ms, batch_ms, bound_ms, server_batch, p99))
             trial["ideal_valid"] = trial["ideal_late"] <= trial["late_allowed"]
         tried.append(trial)
         if res.summary.valid:
@@ -151,4 +142,4 @@ def server_search(cfg: Any, run_trial: Callable[[int, float, float, int], Any], 
     return out
 
 
-__all__ = ["ideal_ceilings", "same_trial_ideal", "server_search", "trial_arrivals", "trial_services"]
+__all__ = ["ideal_ceilings", "read_trial", "same_trial_ideal", "server_search"]

@@ -60,3 +60,31 @@ def test_early_stopping_percentile():
     got = [early_stopping_percentile(n) for n in (1000, 1500, 5000, 270_336)]
     assert got == sorted(got, reverse=True) and 99.0 < got[-1] < 99.1  # a long run approaches p99 itself
     assert got[1] == pytest.approx(99.6)  # 6 late samples of 1,500 are allowed
+
+
+def test_same_trial_ideal_replays_a_trial_with_its_own_predict_times():
+    """The bench's same-trial ideal: the trial's arrivals through the zero-overhead queue, each batch taking the
+    predict time it took in the trial; LoadGen's p99 is the sorted latency at index n x 0.99."""
+    from mlharness.bench_server import same_trial_ideal
+
+    arrivals = np.array([0.0, 0.0, 0.0, 1000.0])  # three at once, then one alone
+    sizes = np.ones(4, dtype=np.int64)
+    predict = np.array([100.0, 100.0, 100.0, 40.0])
+    r = same_trial_ideal(arrivals, sizes, predict, {1: 50.0, 2: 100.0}, 250.0, 1, harness_p99_ms=305.0)
+    # latencies 100, 200, 300 (the burst, served one after another) and 40
+    assert r["ideal_p99_ms"] == pytest.approx(300.0) and r["ideal_late"] == 1
+    assert r["harness_p99_cost_ms"] == pytest.approx(5.0)
+
+
+def test_same_trial_ideal_turns_the_harness_cost_into_a_ceiling_ratio():
+    from mlharness.bench_server import same_trial_ideal
+
+    arrivals = np.cumsum(np.random.default_rng(0).exponential(100.0, 1000))  # 10 QPS
+    sizes, predict = np.ones(1000, dtype=np.int64), np.full(1000, 40.0)
+    free = same_trial_ideal(arrivals, sizes, predict, {1: 40.0}, 250.0, 1, harness_p99_ms=0.0)
+    assert free["harness_p99_cost_ms"] < 0 and free["cost_as_ceiling_ratio"] == 1.0  # no cost, the whole ceiling
+    at = free["ideal_p99_ms"]
+    small = same_trial_ideal(arrivals, sizes, predict, {1: 40.0}, 250.0, 1, harness_p99_ms=at + 2.0)
+    large = same_trial_ideal(arrivals, sizes, predict, {1: 40.0}, 250.0, 1, harness_p99_ms=at + 100.0)
+    assert small["harness_p99_cost_ms"] == pytest.approx(2.0)
+    assert 0.95 < small["cost_as_ceiling_ratio"] < 1.0 and large["cost_as_ceiling_ratio"] < 0.8

@@ -544,3 +544,29 @@ def test_latency_scenarios_run_inline_only_with_one_worker():
                                       ("SingleStream", 2, False), ("Offline", 1, False), ("Server", 1, False)]:
         sut = SystemUnderTest(p, Strategy.for_scenario(scenario, 4), workers=workers)
         assert sut.inline is inline, (scenario, workers)
+
+
+@pytest.mark.parametrize("scenario", ["Server", "Offline"])
+def test_run_test_hands_server_arrivals_straight_to_the_runners(recorder, monkeypatch, scenario):
+    """A Server run gives LoadGen the callback that puts arrivals into the runners' queue (the feeder never sees
+    them); the other scenarios keep the queue through the feeder."""
+    n = 6
+    sut = SystemUnderTest(make_pipeline(n, EchoPredictor()), Strategy.for_scenario(scenario, 1))
+    fed = []
+    unpack = sut.unpack
+    monkeypatch.setattr(sut, "unpack", lambda item: fed.append(item) or unpack(item))
+    handed = {}
+
+    def fake_start(sut_handle, qsl_handle, settings, log_settings, audit):
+        for i in range(n):
+            handed["issue"]([sample_id(i)], [i])
+        wait_for(lambda: len(recorder.completed_ids()) == n)
+
+    monkeypatch.setattr(mlperf_loadgen, "ConstructQSL", lambda *a: "qsl")
+    monkeypatch.setattr(mlperf_loadgen, "ConstructFastSUT", lambda issue, flush: handed.update(issue=issue) or "sut")
+    monkeypatch.setattr(mlperf_loadgen, "DestroyQSL", lambda h: None)
+    monkeypatch.setattr(mlperf_loadgen, "DestroyFastSUT", lambda h: None)
+    monkeypatch.setattr(mlperf_loadgen, "StartTestWithLogSettings", fake_start)
+    sut.run_test(loader=None, total_count=n, performance_count=n, settings=None, log_settings=None, audit_config="")
+    assert sut.issued == sut.completed == n
+    assert (len(fed) == 0) == (scenario == "Server"), fed

@@ -34,6 +34,11 @@ class Strategy:
         """Batches span queries (the Server): arrivals wait in a queue that runners take from."""
         return self.coalesce_wait_s is not None
 
+    @property
+    def server_batches(self) -> bool:
+        """A Server batch may hold several samples: the model's batch times decide how many a runner takes."""
+        return self.server and self.max_batchsize > 1
+
     @classmethod
     def for_scenario(cls, scenario: str, max_batchsize: int, server_max_wait_ms: float = 0.0) -> Strategy:
         if scenario == "Server":

@@ -77,9 +77,13 @@ class SystemUnderTest(Completions):
         self.queries.put(_Fresh(ids, indices))
 
     def issue_fast_traced(self, ids: list[int], indices: list[int]) -> None:
+        self.queries.put(_Fresh(ids, indices, self._issue_mark(len(ids))))
+
+    def _issue_mark(self, n: int) -> int:
+        """A zero-length ``issue`` span for every arrival (a trace's schedule, for replays); its time in ns."""
         t_ns = time.perf_counter_ns()
-        self.tracer.span("issue", "model", t_ns, t_ns, {"samples": len(ids)})  # every arrival, for replays
-        self.queries.put(_Fresh(ids, indices, t_ns))
+        self.tracer.span("issue", "model", t_ns, t_ns, {"samples": n})
+        return t_ns
 
     def issue_server(self, ids: list[int], indices: list[int]) -> None:
         """Server: an arrival goes from LoadGen's issue thread straight into the runners' queue, so an idle
@@ -87,9 +91,7 @@ class SystemUnderTest(Completions):
         self._arrive(ids, indices, 0)
 
     def issue_server_traced(self, ids: list[int], indices: list[int]) -> None:
-        t_ns = time.perf_counter_ns()
-        self.tracer.span("issue", "model", t_ns, t_ns, {"samples": len(ids)})  # every arrival, for replays
-        self._arrive(ids, indices, t_ns)
+        self._arrive(ids, indices, self._issue_mark(len(ids)))
 
     def _arrive(self, ids: list[int], indices: list[int], t_ns: int) -> None:
         self._count_issued(len(ids))
@@ -185,7 +187,7 @@ class SystemUnderTest(Completions):
             if warmup > 0:
                 for pipeline in self.pipelines:
                     pipeline.warmup(first, warmup)
-            if self.strategy.server and self.strategy.max_batchsize > 1:
+            if self.strategy.server_batches:
                 self._measure_batches(indices)
 
         # the fast SUT hands issue_cb lists of ids and indices instead of QuerySample objects
@@ -197,9 +199,8 @@ class SystemUnderTest(Completions):
         else:
             issue = self.issue_fast_traced if traced else self.issue_fast
         self.start()
-        batches = self.strategy.server and self.strategy.max_batchsize > 1  # batch times decide the Server batches
         run_fast_sut(self, loader, total_count, performance_count, settings, log_settings, audit_config, issue,
-                     self.flush, warm if warmup > 0 or batches else None, on_end=self.stop)
+                     self.flush, warm if warmup > 0 or self.strategy.server_batches else None, on_end=self.stop)
         self._raise_if_failed()
 
 
