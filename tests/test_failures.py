@@ -210,16 +210,20 @@ def test_failed_runs_never_replace_an_earlier_result(tmp_path):
     assert {"mlperf_log_detail.txt", "mlperf_log_accuracy.json"} <= {p.name for p in first.iterdir()}
     assert not (first / "accuracy.txt").exists()
 
+    # another benchmark, scenario or mode never replaces it: refused before anything runs
+    r, _ = cli(tmp_path, "--manifest", str(failing), "--scenario", "Server", *LONG, "--output", str(out))
+    assert r.returncode == 2 and "holds a Offline accuracy run of demo" in r.stderr, r.stderr
+    assert _snapshot(out) == before and failed_siblings(out) == [first]
+
     # a failure the CLI has to stop (Server, 10-minute min_duration): same guarantees
-    r, wall = cli(tmp_path, "--manifest", str(failing), "--scenario", "Server", *LONG, "--output", str(out))
+    server = out.parent / "S"
+    r, wall = cli(tmp_path, "--manifest", str(failing), "--scenario", "Server", *LONG, "--output", str(server))
     assert_clean_failure(r, wall, "hook 'postprocess'", "LoadGen was still issuing queries")
-    assert _snapshot(out) == before
-    failed = failed_siblings(out)
-    assert len(failed) == 2, failed
-    second = next(p for p in failed if p != first)
+    assert _snapshot(out) == before and not server.exists()
+    (second,) = failed_siblings(server)
     assert (second / "mlperf_log_detail.txt").is_file()
     assert str(second) in r.stderr
-    assert list(out.parent.glob(".D.*")) == []  # no staging folder left behind
+    assert list(out.parent.glob(".*")) == []  # no staging folder or lock left behind
     assert sorted(p.name for p in out.parent.iterdir()) == sorted(["D", first.name, second.name])
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from mlharness.loadgen.destination import MARKER
 from mlharness.loadgen.rundir import ResultsWriteError, StagedDir
 from tests.test_failures import echo_manifest, failed_siblings
 
@@ -108,8 +109,13 @@ def earlier_result(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def place_earlier(earlier: Path, out: Path) -> dict[str, bytes]:
+def place_earlier(earlier: Path, out: Path, benchmark: str, scenario: str, mode: str) -> dict[str, bytes]:
+    """A copy of the earlier result, marked as a run of the same identity as the one about to write there
+    (a run never replaces a result of another benchmark, scenario or mode)."""
     shutil.copytree(earlier, out)
+    marker = out / MARKER
+    marker.write_text(json.dumps({**json.loads(marker.read_text()), "benchmark": benchmark, "scenario": scenario,
+                                  "mode": mode}))
     return snapshot(out)
 
 
@@ -148,7 +154,7 @@ def assert_interrupted(rc: int, wall: float, stderr: str, sig: int, out: Path, b
 def test_signal_stops_the_run_and_keeps_its_logs(tmp_path, earlier_result, scenario, mode, sig):
     manifest = slow_manifest(tmp_path)
     out = tmp_path / "results" / "out"
-    before = place_earlier(earlier_result, out)
+    before = place_earlier(earlier_result, out, "slow", scenario, mode)
     args = LONG if mode == "performance" else ["--mode", "accuracy"]
     if scenario in ("Offline", "Server"):
         args = [*args, "--target-qps", "100" if mode == "performance" else "20"]
@@ -170,7 +176,7 @@ def test_second_ctrl_c_exits_at_once(tmp_path, earlier_result):
     """Server runs its schedule whatever the SUT does; a second Ctrl-C does not wait for the grace period."""
     manifest = slow_manifest(tmp_path)
     out = tmp_path / "results" / "out"
-    before = place_earlier(earlier_result, out)
+    before = place_earlier(earlier_result, out, "slow", "Server", "performance")
     proc = start(tmp_path, "run", "--manifest", str(manifest), "--no-progress", "--scenario", "Server", *LONG,
                  "--target-qps", "100", "--output", str(out))
     wait_for((manifest.parent / "started").exists, proc, tmp_path)
@@ -211,7 +217,7 @@ def test_file_size_limit_fails_the_run_naming_the_file(tmp_path, earlier_result)
     cut short, names it, exits 3 and keeps the earlier result."""
     manifest = echo_manifest(tmp_path, "echo", count=64)
     out = tmp_path / "results" / "out"
-    before = place_earlier(earlier_result, out)
+    before = place_earlier(earlier_result, out, "echo", "Offline", "performance")
     r = subprocess.run([sys.executable, "-m", "mlharness.cli", "run", "--manifest", str(manifest), "--scenario",
                         "Offline", "--mode", "performance", "--min-duration-ms", "100", "--output", str(out),
                         "--no-progress", "--no-calibrate"], capture_output=True, text=True, timeout=120,
@@ -232,7 +238,7 @@ def test_disk_full_writing_metadata_names_the_file(tmp_path, earlier_result, mon
 
     manifest = echo_manifest(tmp_path, "echo", count=16)
     out = tmp_path / "results" / "out"
-    before = place_earlier(earlier_result, out)
+    before = place_earlier(earlier_result, out, "echo", "Offline", "accuracy")
     real = Path.write_text
 
     def full_disk(self: Path, text: str, *args: object, **kwargs: object) -> int:
@@ -253,25 +259,27 @@ def test_disk_full_writing_metadata_names_the_file(tmp_path, earlier_result, mon
 
 
 def test_failed_final_move_puts_the_earlier_result_back(tmp_path, monkeypatch):
-    import mlharness.loadgen.rundir as rundir
+    import mlharness.loadgen.destination as destination
 
+    ident = destination.identity("demo", "Offline", "accuracy")
     final = tmp_path / "D"
     final.mkdir()
     (final / "log").write_text("earlier")
-    staged = StagedDir(final)
+    destination.write_marker(final, ident)
+    staged = StagedDir(final, ident)
     (staged.path / "log").write_text("new")
-    real = os.replace
+    real = destination.rename_noreplace
 
-    def failing(src: object, dst: object) -> None:
+    def failing(src: Path, dst: Path) -> None:
         if Path(src) == staged.path:
             raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), str(src))
         real(src, dst)
 
-    monkeypatch.setattr(rundir.os, "replace", failing)
+    monkeypatch.setattr(destination, "rename_noreplace", failing)
     with pytest.raises(ResultsWriteError, match=rf"cannot move the finished run .* to {final}") as info:
         staged.commit()
     assert info.value.exit_code == 3
-    assert (final / "log").read_text() == "earlier"
+    assert (final / "log").read_text() == "earlier" and (final / MARKER).is_file()
     (failed,) = failed_siblings(final)
     assert (failed / "log").read_text() == "new"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
@@ -390,7 +398,7 @@ def test_a_signal_during_calibration_ends_the_run_before_loadgen_starts(tmp_path
     once, keeps what there is and leaves the earlier result alone."""
     manifest = slow_manifest(tmp_path)
     out = tmp_path / "results" / "out"
-    before = place_earlier(earlier_result, out)
+    before = place_earlier(earlier_result, out, "slow", "SingleStream", "performance")
     rc, wall, stderr = run_and_signal(tmp_path, manifest, signal.SIGINT, "--scenario", "SingleStream", "--mode",
                                       "performance", "--min-duration-ms", "600000", "--output", str(out))
     assert rc == 130, (rc, stderr)

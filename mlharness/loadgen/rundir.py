@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import MLHarnessError, RunFailed
+from mlharness.loadgen.destination import DestinationError, absolute, commit, lock_path, write_marker
 from mlharness.loadgen.interrupt import GUARD, Interrupted
 
 log = logging.getLogger(__name__)
@@ -94,11 +95,23 @@ def results_error(e: OSError, folder: Path) -> MLHarnessError | None:
     return ResultsWriteError(path, e) if inside else None
 
 
+def make_parent(final: Path) -> None:
+    """Create the folder a run folder will be committed into (the lock file and the staging folder go there)."""
+    parent = absolute(final).parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as e:
+        raise ResultsWriteError(parent, "it exists and is not a folder", "cannot create the folder") from e
+    except OSError as e:
+        raise ResultsWriteError(e.filename or parent, e, "cannot create the folder") from e
+
+
 class StagedDir:
     """A folder beside the final one; ``commit()`` swaps it in, ``abandon()`` keeps it as ``*.failed-<time>``."""
 
-    def __init__(self, final: Path):
-        self.final = final.resolve()
+    def __init__(self, final: Path, ident: dict[str, str] | None = None):
+        self.final = absolute(final)  # never resolved: a symlink at the destination is refused, not followed
+        self.ident = ident
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.path = self.final.parent / f".{self.final.name}.partial-{stamp}-{os.getpid()}"
         try:
@@ -114,29 +127,26 @@ class StagedDir:
         GUARD.add_keeper(self.abandon)
 
     def commit(self) -> Path:
-        """Swap the staged folder in. When a move fails, the earlier result is put back and the staged folder
-        kept as ``*.failed-<time>``; the error names the path."""
+        """Move the staged folder in (:func:`mlharness.loadgen.destination.commit`: only an earlier run of the
+        same identity is replaced). When a move fails, the earlier result stays and the staged folder is kept as
+        ``*.failed-<time>``; the error names the path."""
         with GUARD.deferred():  # a signal between the two moves would leave neither result in place
             return self._commit()
 
     def _commit(self) -> Path:
-        old = None
         try:
-            if self.final.exists():
-                old = self.final.parent / f".{self.final.name}.old-{os.getpid()}"
-                os.replace(self.final, old)
-            os.replace(self.path, self.final)
+            if self.ident is not None:
+                write_marker(self.path, self.ident)
+            kept = commit(self.path, self.final, self.ident or {})
+        except DestinationError:
+            self.fail(RuntimeError("the destination changed during the run"))
+            raise
         except OSError as e:
-            if old is not None and not self.final.exists():
-                try:
-                    os.replace(old, self.final)
-                except OSError as back:
-                    log.error("the earlier result could not be put back; it is in %s: %s", old, back)
             failed = self.fail(e)
             raise ResultsWriteError(self.final, e, f"cannot move the finished run (kept in {failed}) to") from e
         GUARD.remove_keeper(self.abandon)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        if kept is not None:
+            log.warning("files that were not the earlier run's own are kept in %s", kept)
         return self.final
 
     def fail(self, error: BaseException) -> Path:
@@ -180,6 +190,9 @@ class StagedDir:
         with self._lock:
             if self._failed is not None:
                 return self._failed
+            # this run commits nothing now, and the process may be about to end without unwinding (a stuck
+            # LoadGen, a second Ctrl-C): its lock file goes too, so nothing of it is left beside the results
+            lock_path(self.final).unlink(missing_ok=True)
             base = f"{self.final.name}.failed-{time.strftime('%Y%m%d-%H%M%S')}"
             for n in itertools.count():
                 failed = self.final.parent / (base if n == 0 else f"{base}-{n}")

@@ -13,10 +13,11 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from mlharness.errors import MLHarnessError, SettingsError
+from mlharness.errors import HookError, MLHarnessError, RunFailed, SettingsError
 from mlharness.loadgen import calibrate, calibrate_tokens
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.context import resolve_load_workers
+from mlharness.loadgen.destination import absolute, check_destination, exclusive, identity, lock_path
 from mlharness.loadgen.factory import make_instances, resolve_model_file
 from mlharness.loadgen.metadata import run_metadata
 from mlharness.loadgen.options import (
@@ -41,6 +42,7 @@ from mlharness.loadgen.rundir import (
     check_loadgen_logs,
     default_output,
     detail_values,
+    make_parent,
     parse_summary,
     write_result,
 )
@@ -61,13 +63,23 @@ def run(opts: RunOptions) -> RunResult:
     """The whole run. Raises an MLHarnessError subclass on any failure; a failed run leaves earlier results."""
     check_options(opts)
     plan = plan_run(load_manifest(opts.manifest, opts.dataset, opts.framework), opts)
+    final = Path(opts.output or default_output(opts.results_root, opts.system, plan.benchmark, opts.scenario,
+                                               opts.mode))
+    ident = identity(plan.benchmark, opts.scenario, opts.mode)
+    check_destination(final, ident, opts.results_root)  # refused before anything loads or is written
+    make_parent(final)
+    with exclusive(lock_path(final), f"output {absolute(final)}"):
+        check_destination(final, ident, opts.results_root)  # what the lock's holder may have left there
+        return _run_locked(plan, opts, final, ident)
+
+
+def _run_locked(plan: RunPlan, opts: RunOptions, final: Path, ident: dict[str, str]) -> RunResult:
     predictors = make_instances(plan.loaded, opts, resolve_model_file(plan.loaded), plan.batch, plan.affinity)
     try:
         if "before_postprocess" in plan.hooks:
             plan.hooks.call("before_postprocess", plan.ctx)
         conf = loadgen_settings(plan, opts)
-        staged = StagedDir(Path(opts.output or default_output(opts.results_root, opts.system, plan.benchmark,
-                                                               opts.scenario, opts.mode)))
+        staged = StagedDir(final, ident)
         if opts.on_stuck_failure is not None:
             # the callback may end the process (the CLI's does): first move the partial output to where every
             # failed run's goes, so it is not left behind as a hidden staging folder
@@ -80,8 +92,17 @@ def run(opts: RunOptions) -> RunResult:
             write_result(staged.path / METADATA_FILE, json.dumps(metadata, indent=2, default=str) + "\n")
         return RunResult(staged.commit(), measured.summary, accuracy, metadata)
     finally:
-        for p in predictors:
+        close_all(predictors)
+
+
+def close_all(predictors: list[Predictor]) -> None:
+    """Release every instance. A failure is reported, never raised: it would hide the run's own error, or come
+    after a result that is complete and already in place."""
+    for p in predictors:
+        try:
             p.close()
+        except Exception as e:  # noqa: BLE001 - reported; the others are still closed
+            log.error("closing the %s predictor failed: %s: %s", type(p).__name__, type(e).__name__, e)
 
 
 def loadgen_test(plan: RunPlan, conf: LoadgenSettings, opts: RunOptions, predictors: list[Predictor],
@@ -153,7 +174,10 @@ def loadgen_test(plan: RunPlan, conf: LoadgenSettings, opts: RunOptions, predict
     observers.write(outdir)
     for name in ("after_preprocess", "after_postprocess"):
         if name in hooks:
-            hooks.call(name, ctx)
+            try:
+                hooks.call(name, ctx)
+            except HookError as e:  # after the LoadGen test, like a sample's hook: the run failed, logs kept
+                raise RunFailed(f"the run failed: {e}") from e
 
     if tracer is not None:
         tracer.write(outdir / TRACE_FILE, {"scenario": opts.scenario, "mode": opts.mode,

@@ -21,6 +21,7 @@ from typing import Any
 from mlharness import __version__
 from mlharness.errors import SettingsError
 from mlharness.loadgen import settings as lgs
+from mlharness.loadgen.destination import exclusive
 from mlharness.manifest.loader import load_manifest
 from mlharness.paths import AUDIT_DIR
 from mlharness.rounds import DEFAULT_ROUND, get_round
@@ -79,7 +80,19 @@ def audit_config(test: str, mlperf_model: str | None) -> Path:
 
 
 def run_submission(req: SubmissionRequest, console: Any) -> Outcome:
+    """Every LoadGen test of the request, with the tree locked: a second ``submission run`` on the same tree
+    fails at once instead of moving folders under the first one."""
     check_system_name(req.system)
+    tree = Tree(req.results)
+    try:
+        tree.archive.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SettingsError(f"cannot create the results tree {tree.root}: {e.strerror}") from e
+    with exclusive(tree.archive / "lock", f"results tree {tree.root}"):
+        return _run_submission(req, console)
+
+
+def _run_submission(req: SubmissionRequest, console: Any) -> Outcome:
     get_round(req.round)
     for scenario in req.scenarios:
         lgs.check_scenario(scenario, interactive=True)
