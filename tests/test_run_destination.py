@@ -213,3 +213,18 @@ def test_the_lock_is_taken_again_after_release_and_names_its_holder(tmp_path):
     assert not path.exists()
     with dest.exclusive(path, "x"):
         pass
+
+
+def test_a_symlink_loop_in_a_results_tree_is_named_not_followed(here, capsys):
+    tree = here / "tree"
+    (tree / "default").mkdir(parents=True)
+    (tree / "default" / "self").symlink_to(Path("..") / "default")
+    (tree / "default" / "loopy").symlink_to("loopy")
+    (tree / ".mlharness").mkdir()
+    (tree / ".mlharness" / "submission.json").write_text(json.dumps({"division": "open", "submitter": "me"}))
+    before = snapshot(here)
+    rc = cli.main(["submission", "package", "--results", str(tree), "--out", str(here / "pkg")])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "is a symlink" in err and str(tree / "default") in err and "Traceback" not in err, err
+    assert snapshot(here) == before

@@ -67,11 +67,23 @@ class Tree:
     def scenario_dirs(self) -> list[tuple[str, str, str, Path]]:
         """(system, benchmark, scenario, path) of every scenario directory, sorted."""
         out = []
-        for system in sorted(p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-            for bench in sorted(p for p in system.iterdir() if p.is_dir() and not p.name.startswith(".")):
-                for scen in sorted(p for p in bench.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for system in _folders(self.root):
+            for bench in _folders(system):
+                for scen in _folders(bench):
                     out.append((system.name, bench.name, scen.name, scen))
         return out
+
+    def check_no_symlinks(self) -> None:
+        """A results tree holds no symlinks: copying one would package what it points at (or loop forever)."""
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            if Path(dirpath) == self.root and ARCHIVE in dirnames:
+                dirnames.remove(ARCHIVE)
+            for name in dirnames + filenames:
+                path = Path(dirpath) / name
+                if path.is_symlink():
+                    raise SettingsError(f"{path} in the results tree {self.root} is a symlink (to "
+                                        f"{os.readlink(path)}); a submission holds real files only: replace it "
+                                        f"with what it points at, or remove it")
 
     # ------------------------------------------------------------------------------------------- state
     def read_state(self) -> dict[str, Any]:
@@ -108,6 +120,20 @@ class Tree:
                     shutil.move(str(here / name), str(target))
                     moved.append(target)
         return moved
+
+
+def _folders(path: Path) -> list[Path]:
+    """The visible sub-folders of ``path``; a symlink among them is refused (:meth:`Tree.check_no_symlinks`)."""
+    out = []
+    for p in sorted(path.iterdir()):
+        if p.name.startswith("."):
+            continue
+        if p.is_symlink():
+            raise SettingsError(f"{p} in the results tree is a symlink (to {os.readlink(p)}); a submission holds "
+                                f"real files only: replace it with what it points at, or remove it")
+        if p.is_dir():
+            out.append(p)
+    return out
 
 
 def unique(path: Path) -> Path:

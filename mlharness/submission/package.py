@@ -125,6 +125,7 @@ def package(results: Path, out: Path, archive: Path | None = None, system_overri
     report = PackageReport(sub_dir, archive, round_name)
     for moved in tree.sweep_leftovers():
         report.notes.append(f"moved a failed run's folder out of the results tree: {moved}")
+    tree.check_no_symlinks()
     scenarios = tree.scenario_dirs()
     if not scenarios:
         raise SettingsError(f"{tree.root} holds no results")
