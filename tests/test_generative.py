@@ -136,7 +136,8 @@ def test_failure_mid_stream_ends_the_run_and_keeps_the_earlier_result(run_cli, t
     assert good.returncode == 0, good.stderr
     before = (out / "mlperf_log_accuracy.json").read_text()
     t0 = time.monotonic()
-    bad = run(run_cli, toy(tmp_path, fail_after=3, token_ms=5), "Server", out, *SERVER_PERF, timeout=60)
+    bad = run(run_cli, toy(tmp_path, fail_after=3, token_ms=5), "Server", out, "--mode", "accuracy", "--count", "8",
+              timeout=60)
     assert time.monotonic() - t0 < 60
     assert bad.returncode == 3, bad.stderr
     assert "generating sample" in bad.stderr and "failing after 3 tokens" in bad.stderr

@@ -110,10 +110,11 @@ def _burst(predictors: list[GenerativePredictor], prompts: list[tuple[int, np.nd
                             " state the expected performance (--target-qps, --target-latency-ms, a user.conf line) "
                             "or turn calibration off with --no-calibrate")
     seconds = time.perf_counter() - start
-    failed = [t.error for t in timings if t.error is not None]
+    failed = [(index, t.error) for (index, _), t in zip(prompts, timings, strict=True) if t.error is not None]
     if failed:
-        raise RunFailed(f"calibration: a generation failed before the LoadGen test: {type(failed[0]).__name__}: "
-                        f"{failed[0]}") from failed[0]
+        index, error = failed[0]
+        raise RunFailed(f"calibration: generating sample {index} (qsl_idx) failed before the LoadGen test: "
+                        f"{type(error).__name__}: {error}") from error
     return seconds + (len(prompts) * SUT_SAMPLE_OVERHEAD_MS / 1000.0 if overhead else 0.0), timings
 
 

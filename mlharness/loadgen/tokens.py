@@ -13,6 +13,20 @@ Every sample completes exactly once. A response of fewer than two tokens (LoadGe
 a generation that fails is recorded as the run's error naming the sample; from then on every sample is completed
 at once without generating, so LoadGen reaches its end and the runner fails the run (the failure watchdog and
 signal handling are those of :mod:`mlharness.loadgen.completion`).
+
+What LoadGen is handed, whatever the predictor does (its calls may come from any thread, late, twice, or never):
+
+- Outside Offline, a sample's ``FirstTokenComplete`` always precedes its completion. In accuracy mode LoadGen's
+  log thread writes each completed sample's first-token record (``AsyncLog::LogAccuracy``); a sample completed
+  without one makes it read a record that does not exist and the process dies of SIGSEGV. So a sample that ends
+  without a first token (it failed, was abandoned, or was issued after the run had failed) gets an empty one just
+  before its completion, and a real first token is reported only while the sample is not finished: both happen
+  under the sample's lock, so neither can overtake the other.
+- A first token carries at least one id (an empty ``first`` from an engine is not a first token). A completion
+  carries the sample's ids with ``n_tokens`` of at least 2, or, for a failed sample, no data and ``n_tokens``
+  0 (LoadGen logs it; the run fails anyway).
+- No LoadGen call is made once ``StartTest`` has returned: every call goes through :meth:`TokenSUT._loadgen`,
+  which drops it, under a lock, after the test has ended (a late result of an engine thread).
 """
 
 from __future__ import annotations
@@ -41,7 +55,8 @@ class GenerationFailed(RunFailed):
 
 
 class SampleStream:
-    """The :class:`~mlharness.predictors.generative.TokenStream` of one issued sample."""
+    """The :class:`~mlharness.predictors.generative.TokenStream` of one issued sample. Its first token and its
+    completion reach LoadGen under the sample's lock, in that order, each at most once (see the module doc)."""
 
     __slots__ = ("sut", "id", "index", "first_sent", "finished", "_lock")
 
@@ -52,34 +67,40 @@ class SampleStream:
         self._lock = threading.Lock()
 
     def first(self, ids: np.ndarray) -> None:
+        first = np.ascontiguousarray(np.asarray(ids).ravel(), dtype=np.int32)
+        if not len(first):
+            return  # no token yet: the completion reports the first token if none comes
         with self._lock:
             if self.first_sent or self.finished:
                 return
             self.first_sent = True
-        if self.sut.needs_first and not self.sut.halted:
-            self.sut.report_first(self.id, np.ascontiguousarray(ids, dtype=np.int32))
+            if self.sut.needs_first:
+                self.sut.report_first(self.id, first)
 
     def done(self, ids: np.ndarray) -> None:
-        if not self._finish():
+        if not self._claim():
             return
         tokens = np.ascontiguousarray(np.asarray(ids).ravel(), dtype=np.int32)
         if len(tokens) < 2:
             self.sut.fail(GenerationFailed(
                 f"sample {self.index} (qsl_idx) got a response of {len(tokens)} token(s); LoadGen needs at least 2 "
                 "per response: keep generation.min_new_tokens at 2 or more, or fix the model's stop condition"))
-        if self.sut.halted:
-            self.sut.complete_tokens(self, None)
-        else:
-            self.sut.complete_tokens(self, tokens)
+        self._complete(None if self.sut.halted else tokens)
 
     def fail(self, error: BaseException) -> None:
-        if not self._finish():
+        if not self._claim():
             return
         self.sut.fail(GenerationFailed(f"generating sample {self.index} (qsl_idx) failed: "
                                        f"{type(error).__name__}: {error}"))
-        self.sut.complete_tokens(self, None)
+        self._complete(None)
 
-    def _finish(self) -> bool:
+    def abandon(self) -> None:
+        """The run failed or was interrupted: complete the sample empty now, whatever the engine still does."""
+        if self._claim():
+            self._complete(None)
+
+    def _claim(self) -> bool:
+        """Mark the sample finished (a later first token is dropped); False if it was already."""
         with self._lock:
             if self.finished:
                 if not self.sut.halted:  # after a failure or a signal the SUT completed it already
@@ -89,10 +110,14 @@ class SampleStream:
             self.finished = True
             return True
 
-    def abandon(self) -> None:
-        """The run failed or was interrupted: complete the sample empty now, whatever the engine still does."""
-        if self._finish():
-            self.sut.complete_tokens(self, None)
+    def _complete(self, tokens: np.ndarray | None) -> None:
+        """Complete the claimed sample (empty when ``tokens`` is None), its first token reported before if the
+        scenario needs one and none was."""
+        with self._lock:
+            if self.sut.needs_first and not self.first_sent:
+                self.sut.report_first(self.id, tokens[:1] if tokens is not None else None)
+            self.first_sent = True
+            self.sut.complete_tokens(self, tokens)
 
 
 class TokenSUT(Completions):
@@ -113,6 +138,8 @@ class TokenSUT(Completions):
         self._thread: threading.Thread | None = None
         self._outstanding: set[SampleStream] = set()  # submitted, not yet completed
         self._outstanding_lock = threading.Lock()
+        self._ended = False  # StartTest returned: LoadGen's sample objects are gone
+        self._end_lock = threading.Lock()
 
     # -- LoadGen callbacks ---------------------------------------------------------------------------------------
     def issue(self, ids: list[int], indices: list[int]) -> None:
@@ -149,10 +176,9 @@ class TokenSUT(Completions):
         """One query's samples to the next instance (on LoadGen's issue thread or the dispatcher)."""
         self._count_issued(len(ids))
         streams = [SampleStream(self, int(i), int(x)) for i, x in zip(ids, indices, strict=True)]
-        if self.halted:
-            self._complete_empty([int(i) for i in ids])
+        if self.halted:  # not generated: completed empty through the stream (first token, then completion)
             for s in streams:
-                s.finished = True
+                s.abandon()
             return
         try:
             prompts = [self.store.gather(np.asarray([x], dtype=np.int64))[0][0] for x in indices]
@@ -169,24 +195,38 @@ class TokenSUT(Completions):
             for s in streams:
                 s.fail(e)
 
-    def report_first(self, sample_id: int, ids: np.ndarray) -> None:
-        lg = self._lg
-        lg.FirstTokenComplete([lg.QuerySampleResponse(sample_id, ids.ctypes.data, ids.nbytes)])
+    def report_first(self, sample_id: int, ids: np.ndarray | None) -> None:
+        """LoadGen's TTFT of one sample: its first id(s) (alive until the call returns), or an empty response."""
+        def call(lg: Any) -> None:
+            if ids is None:
+                lg.FirstTokenComplete([lg.QuerySampleResponse(sample_id, 0, 0)])
+            else:
+                lg.FirstTokenComplete([lg.QuerySampleResponse(sample_id, ids.ctypes.data, ids.nbytes)])
+
+        self._loadgen(call)
 
     def complete_tokens(self, stream: SampleStream, tokens: np.ndarray | None) -> None:
         """Complete one sample with its token ids (alive until the call returns), or empty after a failure."""
-        lg = self._lg
-        if tokens is None:
-            if self.needs_first and not stream.first_sent:
-                stream.first_sent = True  # LoadGen would log "sample latency before its first token" otherwise
-                lg.FirstTokenComplete([lg.QuerySampleResponse(stream.id, 0, 0)])
-            response = lg.QuerySampleResponse(stream.id, 0, 0, 0)
-        else:
-            response = lg.QuerySampleResponse(stream.id, tokens.ctypes.data, tokens.nbytes, len(tokens))
-        lg.QuerySamplesComplete([response])
-        self._count(1)
+        def call(lg: Any) -> None:
+            if tokens is None:
+                response = lg.QuerySampleResponse(stream.id, 0, 0, 0)
+            else:
+                response = lg.QuerySampleResponse(stream.id, tokens.ctypes.data, tokens.nbytes, len(tokens))
+            lg.QuerySamplesComplete([response])
+
+        if self._loadgen(call):
+            self._count(1)
         with self._outstanding_lock:
             self._outstanding.discard(stream)
+
+    def _loadgen(self, call: Callable[[Any], None]) -> bool:
+        """Make one LoadGen call unless the test has ended (then LoadGen's objects are gone): False if dropped."""
+        with self._end_lock:
+            if self._ended:
+                log.warning("a token stream reported after the LoadGen test had ended; ignored")
+                return False
+            call(self._lg)
+            return True
 
     def warm_up(self, indices: list[int]) -> None:
         """Untimed, before LoadGen starts its clock: generate the first loaded sample ``warmup`` times."""
@@ -199,9 +239,14 @@ class TokenSUT(Completions):
                 predictor.submit([TokenRequest(int(indices[0]), prompt)], [sink])
                 predictor.drain(timeout_s=600)
                 if sink.error is not None:
-                    raise sink.error
+                    raise GenerationFailed(f"warming up on sample {indices[0]} (qsl_idx) failed: "
+                                           f"{type(sink.error).__name__}: {sink.error}") from sink.error
 
     # -- one LoadGen test ----------------------------------------------------------------------------------------
+    def _end(self) -> None:
+        with self._end_lock:  # waits for a LoadGen call in flight
+            self._ended = True
+
     def run_test(self, loader: SampleLoader, total_count: int, performance_count: int, settings: Any,
                  log_settings: Any, audit_config: str, warmup: int = 0) -> None:
         import mlperf_loadgen as lg
@@ -211,7 +256,7 @@ class TokenSUT(Completions):
         self._thread.start()
         try:
             run_fast_sut(self, loader, total_count, performance_count, settings, log_settings, audit_config,
-                         self.issue, self.flush, self.warm_up)
+                         self.issue, self.flush, self.warm_up, on_end=self._end)
         finally:
             self.queries.put(_STOP)
             self._thread.join(timeout=30)

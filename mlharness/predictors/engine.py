@@ -36,6 +36,8 @@ class OnceStream:
         self.tokens = 0
 
     def first(self, ids: np.ndarray) -> None:
+        if not len(ids):
+            return  # not a first token: the real one may still come
         if not self.first_sent and not self.finished:
             self.first_sent = True
             self.tokens = max(self.tokens, len(ids))

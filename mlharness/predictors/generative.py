@@ -10,6 +10,8 @@ The contract between the SUT and a generative predictor (``transformers``, ``vll
   exists, then exactly one of ``stream.done(ids)`` (every new token id of the sample, in order, the first ones
   included) or ``stream.fail(error)``. The calls may come from any thread. The SUT reports the first token to
   LoadGen (``FirstTokenComplete``) and completes the sample with all its ids and ``n_tokens`` on ``done``.
+  ``first`` with no id is not a first token (ignored); a call after ``done``/``fail`` is ignored; a sample that
+  ends without a first token gets one from the SUT just before its completion (LoadGen needs one outside Offline).
 - Token ids are int32 (what the accuracy scripts decode). A sample's response must have at least
   ``GenerationConfig.min_new_tokens`` (default 2) tokens: LoadGen refuses ``n_tokens == 1``.
 - :meth:`GenerativePredictor.drain` returns when every submitted request has finished (done or failed);

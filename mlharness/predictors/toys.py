@@ -49,7 +49,8 @@ class TokenToyPredictor(QueuedGenerator):
     prompt's length, capped by ``generation.max_new_tokens``). Options: ``first_token_ms`` (sleep before the
     first token of a batch), ``token_ms`` (sleep before each later token), ``fail_after`` (raise once k tokens of
     a batch were streamed; with ``fail_sample``, only that sample fails and the others go on),
-    ``one_token_sample`` (that sample index answers with a single token). Each batch
+    ``short_sample`` (that sample index answers with ``short_tokens`` tokens, default 1; 0 is an empty answer
+    with no first token; ``one_token_sample`` is ``short_sample`` with one token). Each batch
     runs on a thread of its own, as if the engine batched continuously without slowing down: a request never
     waits for another, so its measured latencies are exactly the configured sleeps plus the harness's share."""
 
@@ -62,7 +63,9 @@ class TokenToyPredictor(QueuedGenerator):
         self.n_tokens = int(o["n_tokens"]) if "n_tokens" in o else None
         self.fail_after = int(o["fail_after"]) if "fail_after" in o else None
         self.fail_sample = int(o["fail_sample"]) if "fail_sample" in o else None
-        self.one_token = int(o["one_token_sample"]) if "one_token_sample" in o else None
+        short = o.get("short_sample", o.get("one_token_sample"))
+        self.short_sample = None if short is None else int(short)
+        self.short_tokens = int(o.get("short_tokens", 1))
 
     def run_engine(self) -> None:
         while (batch := self.take(max(1, int(self.config.max_batchsize)))) is not None:
@@ -74,9 +77,9 @@ class TokenToyPredictor(QueuedGenerator):
         answers = []
         for req, _ in batch:
             prompt = np.asarray(req.prompt, dtype=np.int64).ravel()
-            n = 1 if req.index == self.one_token else min(cap, self.n_tokens or len(prompt))
+            n = self.short_tokens if req.index == self.short_sample else min(cap, self.n_tokens or len(prompt))
             answers.append(np.resize(prompt, n).astype(np.int32))
-        for step in range(max(len(a) for a in answers)):
+        for step in range(max(1, *(len(a) for a in answers))):
             time.sleep(self.first_s if step == 0 else self.token_s)
             if self.fail_after is not None and step >= self.fail_after:
                 error = PredictorError(f"token-toy: failing after {step} tokens as configured")
@@ -86,7 +89,7 @@ class TokenToyPredictor(QueuedGenerator):
                     if req.index == self.fail_sample:
                         stream.fail(error)
             for (_, stream), ids in zip(batch, answers, strict=True):
-                if step == 0:
+                if step == 0 and len(ids):
                     stream.first(ids[:1])
-                if step == len(ids) - 1:
+                if step == max(len(ids), 1) - 1:
                     stream.done(ids)
