@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import DatasetError, SettingsError
+from mlharness.fileguard import check_file_or_folder
 from mlharness.loadgen.options import RunOptions
 from mlharness.loadgen.qsl import check_sample_count
 from mlharness.manifest.hooks import HookSet
@@ -18,6 +19,8 @@ from mlharness.manifest.loader import LoadedManifest
 def build_context(loaded: LoadedManifest, opts: RunOptions, batch_size: int) -> dict[str, Any]:
     m = loaded.model
     ds_path = opts.dataset_path
+    if ds_path is not None:  # a mistyped path is an error here, before any hook could generate data into it
+        check_file_or_folder(Path(ds_path), "--dataset-path", error=DatasetError)
     if ds_path is None and loaded.dataset is not None and loaded.dataset.path:
         ds_path = loaded.dataset_directory / Path(loaded.dataset.path).expanduser()
     return {

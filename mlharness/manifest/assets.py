@@ -14,16 +14,16 @@ import http.client
 import logging
 import os
 import shutil
-import tarfile
 import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
-import zipfile
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from mlharness.errors import AssetError
+from mlharness.fileguard import check_regular_file, hash_file
+from mlharness.manifest.archives import ArchiveLimits, extract_into
 
 log = logging.getLogger(__name__)
 
@@ -65,13 +65,10 @@ def parse_checksum(checksum: str) -> tuple[str, str]:
     return algorithm, digest
 
 
-def file_digest(path: Path, algorithm: str) -> str:
-    """Hex digest of a file, read in 1 MiB chunks so large graphs are never loaded whole."""
-    h = hashlib.new(algorithm)
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+def file_digest(path: Path, algorithm: str, what: str = "file") -> str:
+    """Hex digest of a regular file, read in 1 MiB chunks so large graphs are never loaded whole. A FIFO or a
+    device is refused before it is opened: hashing one would wait or read forever."""
+    return hash_file(path, what, algorithm, error=AssetError)
 
 
 def verify_checksum(path: Path, checksum: str | None) -> None:
@@ -87,7 +84,7 @@ def _verify(path: Path, checksum: str | None, what: str | None = None, advice: s
     what = what or str(path)
     if path.is_dir():
         raise AssetError(f"{what}: a checksum was given but {path} is a directory, not a file")
-    actual = file_digest(path, algorithm)
+    actual = file_digest(path, algorithm, what if what != str(path) else "file")
     if actual != expected:
         raise AssetError(
             f"{what}: {algorithm} checksum mismatch: expected {expected}, got {actual}" + advice
@@ -101,11 +98,16 @@ def resolve_asset(
     is_archive: bool = False,
     manifest_dir: Path | None = None,
     progress: bool = False,
+    archive_limits: dict[str, float] | None = None,
 ) -> Path:
-    """Turn a manifest's asset reference into a verified absolute local path (a folder if `is_archive`)."""
+    """Turn a manifest's asset reference into a verified absolute local path (a folder if `is_archive`, unpacked
+    within `archive_limits`: max_bytes, max_files, max_ratio over the defaults and environment)."""
     url = _remote_url(graph_path, base_url)
     path = _fetch(url, checksum, progress) if url is not None else _local(graph_path, checksum, manifest_dir)
-    return _extract(path) if is_archive else path
+    if is_archive:
+        check_regular_file(path, f"archive '{graph_path}' ({path})", error=AssetError)
+        return _extract(path, ArchiveLimits.from_env(archive_limits))
+    return path
 
 
 def _remote_url(graph_path: str, base_url: str | None) -> str | None:
@@ -128,8 +130,15 @@ def _local(graph_path: str, checksum: str | None, manifest_dir: Path | None) -> 
         raise AssetError(f"asset '{graph_path}' cannot be resolved (looked for {path}): {_reason(e)}") from None
     if not path.exists():
         raise AssetError(f"asset '{graph_path}' does not exist (looked for {path})")
+    if not path.is_dir():  # a folder is a model too (a SavedModel, a checkpoint): anything else must be a file
+        check_regular_file(path, f"asset '{graph_path}' ({path})", error=_kind_error)
     _verify(path, checksum)
     return path
+
+
+def _kind_error(message: str) -> AssetError:
+    return AssetError(message.replace("; give the path of a regular file", "; a model asset must be a regular "
+                                      "file or a folder"))
 
 
 def _reason(e: BaseException) -> str:
@@ -188,36 +197,15 @@ def _download(url: str, out: BinaryIO, progress: bool) -> None:
             raise http.client.IncompleteRead(b"", total - done)
 
 
-def _extract(archive: Path) -> Path:
-    """Unpack `archive` into `<archive>.extracted/` (once; reused afterwards) and return that folder."""
+def _extract(archive: Path, limits: ArchiveLimits | None = None) -> Path:
+    """Unpack `archive` into `<archive>.extracted/` (once; reused afterwards) within `limits` (size, entries,
+    compression ratio) and return that folder."""
     dest = archive.with_name(archive.name + ".extracted")
     if dest.is_dir():
         return dest
     tmp = Path(tempfile.mkdtemp(prefix=".partial-", dir=archive.parent))
     try:
-        try:
-            if zipfile.is_zipfile(archive):
-                with zipfile.ZipFile(archive) as zf:
-                    for name in zf.namelist():
-                        _check_member(archive, name)
-                    zf.extractall(tmp)
-            elif tarfile.is_tarfile(archive):
-                with tarfile.open(archive) as tf:
-                    members = tf.getmembers()
-                    for m in members:
-                        _check_member(archive, m.name)
-                        if m.issym() or m.islnk():
-                            _check_member(archive, m.linkname)
-                        if m.isdev():
-                            raise AssetError(f"{archive}: refusing to extract device member '{m.name}'")
-                    if hasattr(tarfile, "data_filter"):  # 3.10.12+/3.11.4+: stdlib's own safety filter too
-                        tf.extractall(tmp, members=members, filter="data")
-                    else:
-                        tf.extractall(tmp, members=members)
-            else:
-                raise AssetError(f"{archive} is not a .tar, .tar.gz, .tgz or .zip archive")
-        except (tarfile.TarError, zipfile.BadZipFile, OSError) as e:
-            raise AssetError(f"cannot extract {archive}: {type(e).__name__}: {e}") from e
+        extract_into(archive, tmp, limits)
         try:
             os.rename(tmp, dest)
         except OSError:
@@ -229,9 +217,3 @@ def _extract(archive: Path) -> Path:
     return dest
 
 
-def _check_member(archive: Path, name: str) -> None:
-    """Refuse archive members that would escape the extraction folder."""
-    posix = name.replace("\\", "/")
-    parts = PurePosixPath(posix).parts
-    if posix.startswith("/") or ".." in parts or (parts and len(parts[0]) == 2 and parts[0][1] == ":"):
-        raise AssetError(f"{archive}: refusing to extract member '{name}': absolute path or '..' component")

@@ -16,6 +16,7 @@ import yaml
 from pydantic import ValidationError
 
 from mlharness.errors import ManifestError, suggest
+from mlharness.fileguard import check_regular_file
 from mlharness.manifest import historical, imports, overrides, safeyaml
 from mlharness.manifest.problems import format_validation
 from mlharness.manifest.schema import DATASET_ALL_HOOK_KEYS, MODEL_HOOK_KEYS, DatasetManifest, ModelManifest
@@ -154,7 +155,14 @@ def resolve_manifest_path(
     for c in candidates:
         if c.is_file():
             return c.resolve()
-    if ref_path.suffix not in (".yaml", ".yml") and len(ref_path.parts) == 1:
+    bare = ref_path.suffix not in (".yaml", ".yml") and len(ref_path.parts) == 1  # may name a built-in
+    for c in candidates:  # there, but a FIFO, a device, a folder or a broken link: say so, not "does not exist"
+        if (c.exists() or c.is_symlink()) and not (bare and (c.is_dir() or not c.exists())):
+            if owner is not None:
+                check_regular_file(c, f"{kind} manifest file", error=lambda m: ManifestError(owner, field, m))
+            check_regular_file(c, f"the {kind} manifest", error=lambda m, c=c: ManifestError(c, None, m),
+                               name_path=False)
+    if bare:
         found = find_builtin(str(ref), kind)
         if found:
             return found.resolve()

@@ -16,6 +16,8 @@ import yaml
 from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from mlharness.fileguard import open_regular
+
 MAX_BYTES = 8 * 1024 * 1024
 """Largest YAML file read (a manifest is a few kilobytes, hooks included)."""
 MAX_DEPTH = 64
@@ -130,8 +132,10 @@ def decode(data: bytes) -> str:
 
 
 def read_bytes(path: Path, limit: int = MAX_BYTES) -> bytes:
-    """At most ``limit`` bytes of ``path``; ValueError when the file is larger (also a FIFO or a device)."""
-    with open(path, "rb") as f:
+    """At most ``limit`` bytes of ``path``; ValueError when the file is larger, or is not a regular file (a FIFO
+    would block the read forever, a device never end it), or cannot be read. The message leaves the path out:
+    the caller's error names it."""
+    with open_regular(path, "the file", error=ValueError, name_path=False) as f:
         data = f.read(limit + 1)
     if len(data) > limit:
         raise ValueError(f"the file is larger than {limit // (1024 * 1024)} MiB; a manifest is a few kilobytes")

@@ -10,6 +10,7 @@ import numpy as np
 from mlharness.errors import PredictorError
 from mlharness.predictors.base import Predictor, PredictorConfig
 from mlharness.predictors.checks import ORT_TYPES, ModelTensor, check_inputs
+from mlharness.predictors.options import int_option, option_error, unknown_options, written_file_option
 from mlharness.telemetry.framework_profile import ClockAlign
 
 log = logging.getLogger(__name__)
@@ -44,44 +45,58 @@ class OnnxRuntimePredictor(Predictor):
         import onnxruntime as ort
 
         opts = dict(self.config.options)
-        unknown = set(opts) - _SESSION_KEYS
-        if unknown:
-            raise PredictorError(
-                f"unknown onnxruntime option(s) {sorted(unknown)} in framework.options; "
-                f"known: {', '.join(sorted(_SESSION_KEYS))}"
-            )
+        unknown_options(self.config, "onnxruntime", _SESSION_KEYS)
+        for key in ("intra_op_num_threads", "inter_op_num_threads"):
+            if key in opts:
+                int_option(self.config, key)
+        if "log_severity_level" in opts:
+            int_option(self.config, "log_severity_level", 0, 4)
+        if "optimized_model_filepath" in opts:  # ONNX Runtime writes the optimized graph there
+            opts["optimized_model_filepath"] = written_file_option(self.config, "optimized_model_filepath")
         so = ort.SessionOptions()
         if self.config.threads:
             opts["intra_op_num_threads"] = self.config.threads
         for key in ("intra_op_num_threads", "inter_op_num_threads", "enable_mem_pattern", "enable_cpu_mem_arena",
                     "log_severity_level", "optimized_model_filepath"):
             if key in opts:
-                setattr(so, key, opts[key])
+                try:
+                    setattr(so, key, opts[key])
+                except (TypeError, ValueError) as e:  # pybind11 refuses a value of the wrong type
+                    raise option_error(self.config, key, f"{opts[key]!r} is not accepted: {e}") from None
         self.spinning = allow_spinning(opts)
         for key in ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning"):
             so.add_session_config_entry(key, "1" if self.spinning else "0")
         if "graph_optimization_level" in opts:
             level = str(opts["graph_optimization_level"]).lower()
             if level not in _GRAPH_LEVELS:
-                raise PredictorError(f"graph_optimization_level '{level}': expected one of {', '.join(_GRAPH_LEVELS)}")
+                raise option_error(self.config, "graph_optimization_level",
+                                   f"'{level}': expected one of {', '.join(_GRAPH_LEVELS)}")
             so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _GRAPH_LEVELS[level])
         if "execution_mode" in opts:
             mode = str(opts["execution_mode"]).lower()
             if mode not in ("sequential", "parallel"):
-                raise PredictorError(f"execution_mode '{mode}': expected sequential or parallel")
+                raise option_error(self.config, "execution_mode", f"'{mode}': expected sequential or parallel")
             so.execution_mode = getattr(ort.ExecutionMode, f"ORT_{mode.upper()}")
         providers = opts.get("providers")
+        if providers is not None and not (isinstance(providers, list) and all(
+                isinstance(p, str) or (isinstance(p, list | tuple) and p and isinstance(p[0], str)) for p in providers)):
+            raise option_error(self.config, "providers", f"expected a list of provider names, got {providers!r}")
         if providers is None:
             providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if self.config.device.startswith(
                 "cuda") else ["CPUExecutionProvider"]
         available = ort.get_available_providers()
         missing = [p for p in providers if (p if isinstance(p, str) else p[0]) not in available]
         if missing:
-            raise PredictorError(
-                f"onnxruntime provider(s) {missing} are not available in this install; available: {available}"
-            )
+            raise option_error(self.config, "providers", f"onnxruntime provider(s) {missing} are not available in "
+                                                         f"this install; available: {available}")
         if "provider_options" in opts:
-            providers = list(zip(providers, opts["provider_options"], strict=True))
+            given = opts["provider_options"]
+            if not isinstance(given, list) or len(given) != len(providers) or not all(
+                    isinstance(o, dict) for o in given):
+                raise option_error(self.config, "provider_options",
+                                   f"expected a list of {len(providers)} mapping(s), one per provider in "
+                                   f"{providers}, got {given!r}")
+            providers = list(zip(providers, given, strict=True))
         return so, providers
 
     def load(self) -> None:

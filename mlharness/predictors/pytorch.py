@@ -16,6 +16,7 @@ import numpy as np
 from mlharness.errors import PredictorError
 from mlharness.predictors.base import Predictor, PredictorConfig
 from mlharness.predictors.checks import check_inputs, exported_inputs
+from mlharness.predictors.options import option_error, unknown_options
 from mlharness.telemetry.framework_profile import SharedProfiler
 
 log = logging.getLogger(__name__)
@@ -47,12 +48,14 @@ class PyTorchPredictor(Predictor):
         import torch
 
         opts = dict(self.config.options)
-        unknown = set(opts) - _OPTIONS
-        if unknown:
-            raise PredictorError(f"unknown pytorch option(s) {sorted(unknown)}; known: {', '.join(sorted(_OPTIONS))}")
+        unknown_options(self.config, "pytorch", _OPTIONS)
         dtype_name = str(opts.get("dtype", "float32"))
         if dtype_name not in _DTYPES:
-            raise PredictorError(f"pytorch dtype '{dtype_name}': expected one of {', '.join(_DTYPES)}")
+            raise option_error(self.config, "dtype", f"pytorch dtype '{dtype_name}': expected one of "
+                                                     f"{', '.join(_DTYPES)}")
+        if not isinstance(opts.get("factory_args", {}), dict):
+            raise option_error(self.config, "factory_args", f"expected a mapping of keyword arguments, got "
+                                                            f"{opts['factory_args']!r}")
         self.dtype = getattr(torch, dtype_name)
         device = self.config.device
         if device.startswith("cuda") and not torch.cuda.is_available():

@@ -13,6 +13,7 @@ import numpy as np
 from mlharness.errors import MLHarnessError, PredictorError
 from mlharness.predictors.base import Predictor, PredictorConfig
 from mlharness.predictors.checks import check_inputs, tf_tensor
+from mlharness.predictors.options import int_option, option_error, unknown_options
 from mlharness.telemetry.framework_profile import SharedProfiler
 
 log = logging.getLogger(__name__)
@@ -44,9 +45,11 @@ class TensorFlowPredictor(Predictor):
         import tensorflow as tf
 
         opts = dict(self.config.options)
-        unknown = set(opts) - _OPTIONS
-        if unknown:
-            raise PredictorError(f"unknown tensorflow option(s) {sorted(unknown)}; known: {', '.join(sorted(_OPTIONS))}")
+        unknown_options(self.config, "tensorflow", _OPTIONS)
+        if "inter_op_threads" in opts:
+            int_option(self.config, "inter_op_threads")
+        if not isinstance(opts.get("signature", ""), str):
+            raise option_error(self.config, "signature", f"expected a signature name, got {opts['signature']!r}")
         try:
             if self.config.threads:
                 tf.config.threading.set_intra_op_parallelism_threads(self.config.threads)

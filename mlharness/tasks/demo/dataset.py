@@ -161,6 +161,40 @@ def ensure_demo_dataset(root: Path, count: int = 64) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def existing_demo_dataset(root: Path | str) -> Path:
+    """``root`` when it holds a demo dataset (``val_map.txt`` and every image it lists); a DatasetError naming
+    the path otherwise. A path the user gives is read, never generated into: a mistyped one must not become a
+    fresh synthetic dataset that scores 100%."""
+    from mlharness.fileguard import check_regular_file
+    from mlharness.tasks.imagenet.dataset import read_val_map
+
+    root = Path(root)
+    fix = f"write one there with `mlharness dataset synth demo --out {root}`, or leave --dataset-path out"
+    if not root.is_dir():
+        what = "does not exist" if not root.exists() and not root.is_symlink() else "is not a folder"
+        raise DatasetError(f"demo dataset: --dataset-path {root} {what}; {fix}")
+    check_regular_file(root / VAL_MAP, "demo dataset: val map",
+                       error=lambda m: DatasetError(f"{m}; {root} holds no demo dataset ({fix})"))
+    names, _ = read_val_map(root / VAL_MAP)
+    missing = [n for n in names if not (root / n).is_file()]
+    if not names or missing:
+        detail = f"{len(missing)} image(s) it lists are missing, e.g. {missing[0]}" if missing else "it lists none"
+        raise DatasetError(f"demo dataset: {root / VAL_MAP}: {detail}; {fix}")
+    return root
+
+
+def demo_dataset_for_run(given: Path | str | None, count: int) -> Path:
+    """The demo dataset a run reads: ``given`` (--dataset-path) when it holds one, else the demo's own images in
+    the cache (:func:`demo_root`), generated there on first use and said so on stderr."""
+    if given:
+        return existing_demo_dataset(given)
+    root = demo_root() / "images"
+    if not _dataset_complete(root, count):
+        log.warning("no --dataset-path given: generating %d synthetic demo images into %s (the demo's own "
+                    "data; give --dataset-path to read another dataset)", count, root)
+    return ensure_demo_dataset(root, count)
+
+
 def preprocess_demo(path: Path | str, layout: str = "NCHW") -> np.ndarray:
     """The demo's reference pre-processing: RGB, float32 in [0, 1], minus 0.5; CHW (NCHW) or HWC (NHWC)."""
     from PIL import Image

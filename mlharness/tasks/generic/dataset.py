@@ -19,6 +19,7 @@ import csv
 from pathlib import Path
 
 from mlharness.errors import DatasetError
+from mlharness.fileguard import DATA_FILE_LIMIT, read_text_bounded
 
 LABEL_FILES = ("labels.txt", "labels.csv", "val_map.txt", "synset.txt", "targets.txt", "annotations.json")
 
@@ -39,8 +40,8 @@ def list_files(root: Path | str) -> list[Path]:
 
 def _rows(path: Path, whole_lines: bool) -> list[tuple[str | None, str]]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
+        text = read_text_bounded(path, "labels file", DATA_FILE_LIMIT, error=DatasetError)
+    except OSError as e:
         raise DatasetError(f"cannot read labels file {path}: {e}") from e
     if path.suffix.lower() == ".csv":
         rows = [r for r in csv.reader(text.splitlines()) if r]
@@ -81,8 +82,8 @@ def read_labels(path: Path, files: list[str] | None = None, whole_lines: bool = 
 def read_features(path: Path) -> dict[str, int]:
     """MLModelScope's synset: class name (the line's first word, and the whole line) -> class index."""
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
+        lines = read_text_bounded(Path(path), "features file", DATA_FILE_LIMIT, error=DatasetError).splitlines()
+    except OSError as e:
         raise DatasetError(f"cannot read features file {path}: {e}") from e
     index: dict[str, int] = {}
     for k, line in enumerate(x for x in lines if x.strip()):

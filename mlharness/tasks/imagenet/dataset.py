@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from mlharness.errors import DatasetError
+from mlharness.fileguard import DATA_FILE_LIMIT, read_text_bounded
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +23,7 @@ def read_val_map(path: Path | str) -> tuple[list[str], np.ndarray]:
     """
     path = Path(path)
     try:
-        text = path.read_text()
+        text = read_text_bounded(path, "val map", DATA_FILE_LIMIT, error=DatasetError)
     except OSError as e:
         raise DatasetError(f"cannot read val map {path}: {e}") from e
     lines = text.splitlines()

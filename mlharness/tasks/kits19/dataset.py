@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError
+from mlharness.fileguard import DATA_FILE_LIMIT, read_text_bounded
 from mlharness.tasks.files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ def find_cases(raw: Path) -> list[str]:
 def read_case_list(path: Path) -> list[str]:
     """Case ids from a JSON list (the reference's ``meta/inference_cases.json``) or one id per line."""
     try:
-        text = Path(path).read_text()
+        text = read_text_bounded(Path(path), "case list", DATA_FILE_LIMIT, error=DatasetError)
     except OSError as e:
         raise DatasetError(f"cannot read case list {path}: {e}") from e
     try:

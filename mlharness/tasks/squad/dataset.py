@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import io
 import json
 import logging
 from dataclasses import dataclass, fields
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError
+from mlharness.fileguard import DATA_FILE_LIMIT, hash_file, read_bytes_bounded, read_text_bounded
 from mlharness.tasks.files import atomic_write
 
 log = logging.getLogger(__name__)
@@ -50,7 +52,7 @@ def _is_squad_whitespace(c: str) -> bool:
 def read_squad_examples(path: Path | str) -> tuple[list[SquadExample], list[dict[str, Any]]]:
     """(one example per question, the json's ``data``): contexts split on whitespace as the reference does."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))["data"]
+        data = json.loads(read_text_bounded(Path(path), "SQuAD file", DATA_FILE_LIMIT, error=DatasetError))["data"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise DatasetError(f"cannot read SQuAD file {path}: {e}") from e
     examples = []
@@ -106,9 +108,10 @@ def read_vocab(vocab: Path | str) -> list[str]:
     """id -> token, one token per line exactly as transformers' ``load_vocab`` reads it (readlines, so a
     token may hold characters that ``str.splitlines`` would break on)."""
     try:
-        with open(vocab, encoding="utf-8") as f:
+        data = read_bytes_bounded(Path(vocab), "vocabulary", DATA_FILE_LIMIT, error=DatasetError)
+        with io.TextIOWrapper(io.BytesIO(data), encoding="utf-8") as f:  # the newline handling of open()
             return [line.rstrip("\n") for line in f.readlines()]
-    except OSError as e:
+    except (OSError, UnicodeDecodeError) as e:
         raise DatasetError(f"cannot read vocabulary {vocab}: {e}") from e
 
 
@@ -248,11 +251,7 @@ def convert_examples_to_features(examples: list[SquadExample], tokenizer: Any,
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return hash_file(path, "SQuAD input file", error=DatasetError)  # a FIFO or a device is refused, not read
 
 
 def features_cache_key(val_data: Path, vocab: Path, tokenizer: str = "slow", max_seq_length: int = MAX_SEQ_LENGTH,

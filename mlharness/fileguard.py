@@ -1,0 +1,187 @@
+"""Files read from paths a user names: refused unless they are regular files, and read within a size bound.
+
+A FIFO given as a model file or user.conf blocks forever on ``open``; a character device such as ``/dev/zero``
+never ends; a folder or socket fails deep inside a framework with a message that does not say why. Every
+reader of a user-named file goes through these functions, so such a path is an error naming what it really
+is before anything opens it, and no read costs more than its bound.
+
+The file is opened non-blocking and checked with ``fstat`` on the open descriptor: a path swapped for a FIFO
+between the check and the read is still refused, never waited on.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+from mlharness.errors import MLHarnessError
+
+ErrorFactory = Callable[[str], Exception]
+"""Builds the exception from a one-line message, e.g. ``SettingsError`` or ``lambda m: ManifestError(p, f, m)``."""
+
+_CHUNK = 1024 * 1024
+DATA_FILE_LIMIT = 1 << 30
+"""Most bytes read whole from a dataset's index file (a val map, a labels file, a JSON of samples): the largest
+real ones are tens of MiB; a device or a wrong path could otherwise fill the memory."""
+
+
+class UnusableFile(MLHarnessError):
+    """A path where a regular file is expected is missing, or is something else (a FIFO, a device, a folder);
+    exit 2 (bad input)."""
+
+
+class FileTooLarge(UnusableFile):
+    """A file is larger than the bound for what it holds; exit 2 (bad input)."""
+
+
+def describe_kind(mode: int) -> str:
+    """'a FIFO', 'a character device', ... for a non-regular ``st_mode``."""
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    return "not a regular file"
+
+
+def _human(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n} bytes"
+
+
+def _subject(path: Path, what: str, name_path: bool) -> str:
+    return f"{what} {path}" if name_path else what
+
+
+def _missing_or_odd(path: Path, what: str, e: OSError, name_path: bool = True) -> str:
+    """The message for a path ``stat`` could not follow."""
+    what = _subject(path, what, name_path)
+    if e.errno == errno.ENOENT:
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                return f"{what} is a broken symbolic link (to {os.readlink(path)}); it points at nothing"
+        except OSError:
+            pass
+        return f"{what} does not exist"
+    if e.errno == errno.ENOTDIR:
+        return f"{what} does not exist (a part of the path is a file, not a folder)"
+    if e.errno == errno.ELOOP:
+        return f"{what} is a symbolic link loop; it never reaches a file"
+    if e.errno == errno.EACCES:
+        return f"{what} cannot be read: permission denied"
+    return f"{what} cannot be read: {e.strerror or e}"
+
+
+def _not_regular(path: Path, what: str, mode: int, name_path: bool = True) -> str:
+    return (f"{_subject(path, what, name_path)} is {describe_kind(mode)}, not a regular file; "
+            "give the path of a regular file")
+
+
+def check_regular_file(path: Path, what: str, *, error: ErrorFactory = UnusableFile,
+                       name_path: bool = True) -> Path:
+    """``path`` when it is a regular file (symbolic links followed); otherwise raise ``error`` with a message
+    that says whether it does not exist or what it is instead ("model file m.onnx is a FIFO, not a regular
+    file"). ``name_path=False`` leaves the path out, for a caller whose error names it already."""
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise error(_missing_or_odd(path, what, e, name_path)) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise error(_not_regular(path, what, st.st_mode, name_path))
+    return path
+
+
+def check_file_or_folder(path: Path, what: str, *, error: ErrorFactory = UnusableFile) -> Path:
+    """``path`` when it is a regular file or a folder (a dataset may be either); otherwise raise ``error`` saying
+    that it does not exist or what it is instead."""
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise error(_missing_or_odd(path, what, e)) from None
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        raise error(f"{what} {path} is {describe_kind(st.st_mode)}, not a file or a folder")
+    return path
+
+
+def open_regular(path: Path, what: str, *, error: ErrorFactory = UnusableFile, name_path: bool = True):
+    """A binary file object for ``path``, opened without blocking and checked to be a regular file on the
+    open descriptor."""
+    path = Path(path)
+    # checked before opening too: opening a device can have effects of its own (a tape rewinds)
+    check_regular_file(path, what, error=error, name_path=name_path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as e:
+        raise error(_missing_or_odd(path, what, e, name_path)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(_not_regular(path, what, st.st_mode, name_path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_bytes_bounded(path: Path, what: str, limit: int, *, error: ErrorFactory = UnusableFile,
+                       name_path: bool = True) -> bytes:
+    """The content of the regular file ``path``; an error naming ``what`` and the bound when it holds more
+    than ``limit`` bytes (only ``limit + 1`` bytes are ever read)."""
+    path = Path(path)
+    with open_regular(path, what, error=error, name_path=name_path) as f:
+        # the size on disk says it at once (a sparse file of terabytes is never read); the bounded read still
+        # holds for a file that grows, or one whose size reads 0 (such as those under /proc)
+        big = os.fstat(f.fileno()).st_size > limit
+        data = b"" if big else f.read(limit + 1)
+    if big or len(data) > limit:
+        too_large = error if error is not UnusableFile else FileTooLarge
+        raise too_large(f"{_subject(path, what, name_path)} is larger than {_human(limit)}, the most read for "
+                        "it; check that it is the right file")
+    return data
+
+
+def read_text_bounded(path: Path, what: str, limit: int, *, error: ErrorFactory = UnusableFile) -> str:
+    """The UTF-8 text of the regular file ``path`` (at most ``limit`` bytes); a file that is not UTF-8 is an
+    error naming the line and column of the first bad byte."""
+    data = read_bytes_bounded(path, what, limit, error=error)
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise error(f"{what} {path} is not UTF-8 text: byte 0x{data[e.start]:02x} at line {line}, "
+                    f"column {column}") from None
+
+
+def hash_file(path: Path, what: str, algorithm: str = "sha256", *, error: ErrorFactory = UnusableFile) -> str:
+    """Hex digest of the regular file ``path``. Reads no more than the size the file had when opened, so a
+    file that keeps growing cannot hold the hash forever."""
+    path = Path(path)
+    h = hashlib.new(algorithm)
+    with open_regular(path, what, error=error) as f:
+        left = os.fstat(f.fileno()).st_size
+        while left > 0:
+            chunk = f.read(min(_CHUNK, left))
+            if not chunk:
+                break
+            h.update(chunk)
+            left -= len(chunk)
+    return h.hexdigest()
