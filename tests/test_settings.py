@@ -166,7 +166,7 @@ def test_good_user_conf_lines_pass(tmp_path):
         "# comment only",
         "resnet50.Offline.target_qps = 1234   # exact model",
         "*.Server.target_qps = 0x10",
-        "*.*.min_query_count = 1e2",
+        "*.*.min_query_count = 100",
         "resnet50.*.max_query_count = 7",
     )
     assert [k for _, _, _, k, _ in lgs.validate_user_conf(path, "resnet50")] == [
@@ -278,9 +278,9 @@ KEY_PROBES: dict[str, list[tuple[str, tuple[str, ...], str, str, object]]] = {
     "target_latency": [("SingleStream", (), "3", "single_stream_expected_latency_ns", 3_000_000),
                        ("MultiStream", (), "3", "multi_stream_expected_latency_ns", 3_000_000),
                        ("Server", (), "3", "server_target_latency_ns", 3_000_000)],
-    "target_latency_percentile": [("SingleStream", (), "30", "single_stream_target_latency_percentile", 0.3),
-                                  ("MultiStream", (), "30", "multi_stream_target_latency_percentile", 0.3),
-                                  ("Server", (), "30", "server_target_latency_percentile", 0.3)],
+    "target_latency_percentile": [("SingleStream", (), "95", "single_stream_target_latency_percentile", 0.95),
+                                  ("MultiStream", (), "95", "multi_stream_target_latency_percentile", 0.95),
+                                  ("Server", (), "95", "server_target_latency_percentile", 0.95)],
     "samples_per_query": [("MultiStream", (), "3", "multi_stream_samples_per_query", 3)],
     "max_async_queries": [("Server", (), "3", "server_max_async_queries", 3)],
     "coalesce_queries": [("Server", (), "1", "server_coalesce_queries", True)],

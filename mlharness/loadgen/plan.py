@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlharness.errors import SettingsError, suggest
+from mlharness.loadgen import bounds
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.context import build_context, sample_count
 from mlharness.loadgen.factory import check_framework_version
@@ -27,6 +28,12 @@ def check_options(opts: RunOptions) -> None:
         raise SettingsError(f"unknown trace level '{opts.trace}'.{suggest(opts.trace, LEVELS)}")
     if opts.mode not in ("accuracy", "performance"):
         raise SettingsError(f"unknown mode '{opts.mode}'; expected accuracy or performance")
+    bounds.check_run_options(opts)
+    # the files' lines and values now, before the model loads (the model name is checked once it is known)
+    if opts.user_conf is not None:
+        lgs.validate_user_conf(opts.user_conf, None)
+    if opts.audit_config is not None:
+        lgs.check_audit_config(opts.audit_config)
 
 
 @dataclass
@@ -47,6 +54,7 @@ class RunPlan:
 def plan_run(loaded: LoadedManifest, opts: RunOptions) -> RunPlan:
     """Compile the hooks, ask the dataset for its size, and check the framework the model needs."""
     m = loaded.model
+    bounds.check_manifest_numbers(loaded)
     official = m.mlperf.model is not None
     tokens = streams_tokens(m)
     if opts.scenario == lgs.INTERACTIVE and not tokens:

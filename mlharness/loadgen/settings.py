@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import SettingsError, suggest
+from mlharness.fileguard import read_text_bounded
+from mlharness.loadgen.bounds import conf_value_problem
 from mlharness.manifest.schema import SCENARIOS
 from mlharness.paths import USER_CONF_DIR
 from mlharness.rounds import DEFAULT_ROUND, MIN_DURATION_MS, get_round
@@ -45,6 +47,7 @@ SEED_KEYS = frozenset(
 )  # fmt: skip
 # Model names may contain dots (wan-2.2-t2v-a14b): scenario and key are the last two dotted parts.
 _CONF_LINE = re.compile(r"^\s*([^\s=#]+)\.([^.\s=#]+)\.([^.\s=#]+)\s*=\s*(\S+)\s*$")
+CONF_LIMIT = 1 << 20  # a user.conf or audit config is a few lines; a larger file is the wrong file
 
 
 @functools.lru_cache(maxsize=1)
@@ -119,18 +122,42 @@ def check_model_name(model: str) -> None:
         )
 
 
-def validate_user_conf(path: Path, model: str) -> list[tuple[int, str, str, str, str]]:
-    """Refuse what LoadGen would silently ignore: foreign model names, unknown scenarios and keys, seeds."""
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise SettingsError(f"cannot read user.conf {path}: {e.strerror or e}") from e
-    lines = parse_conf(text, str(path))
+def read_conf(path: Path, what: str = "user.conf") -> str:
+    """The text of a user.conf or audit config: a regular UTF-8 file of at most CONF_LIMIT bytes (a FIFO or a
+    device is refused by name, never waited on or read without end)."""
+    prefix = f"{what} {path} "
+
+    def error(message: str) -> SettingsError:
+        return SettingsError(f"cannot read {what} {path}: {message.removeprefix(prefix)}")
+
+    return read_text_bounded(Path(path), what, CONF_LIMIT, error=error)
+
+
+def check_conf_values(path: Path, lines: list[tuple[int, str, str, str, str]]) -> None:
+    """Each value is a number LoadGen parses, of the type and in the range its key needs."""
     for no, m, s, k, v in lines:
         where = f"{path}, line {no}"
         if not _is_number(v):  # LoadGen would reject the whole file (rc=-EINVAL) without naming the line
             raise SettingsError(f"{where}: the value '{v}' of '{k}' is not a number")
-        if m not in (model, "*"):
+        problem = conf_value_problem(k, s, v)
+        if problem:
+            raise SettingsError(f"{where}: '{m}.{s}.{k} = {v}': {k} {problem}")
+
+
+def check_audit_config(path: Path) -> None:
+    """An audit config is read by LoadGen only: its lines and values, checked as a user.conf's are."""
+    check_conf_values(path, parse_conf(read_conf(path, "audit config"), str(path)))
+
+
+def validate_user_conf(path: Path, model: str | None) -> list[tuple[int, str, str, str, str]]:
+    """Refuse what LoadGen would silently ignore or misread: foreign model names (not checked when ``model`` is
+    None: before the manifest is loaded), unknown scenarios and keys, seeds, values out of range."""
+    lines = parse_conf(read_conf(path), str(path))
+    for no, m, s, k, v in lines:
+        where = f"{path}, line {no}"
+        if not _is_number(v):  # LoadGen would reject the whole file (rc=-EINVAL) without naming the line
+            raise SettingsError(f"{where}: the value '{v}' of '{k}' is not a number")
+        if model is not None and m not in (model, "*"):
             raise SettingsError(
                 f"{where}: model '{m}' is neither this run's model '{model}' nor '*'; LoadGen would ignore the line"
             )
@@ -142,6 +169,7 @@ def validate_user_conf(path: Path, model: str) -> list[tuple[int, str, str, str,
             raise SettingsError(f"{where}: '{k}' is fixed by the embedded mlperf.conf and cannot be set in user.conf")
         if k == "mode":  # build_test_settings sets the mode from the run's --mode, so this line would be lost
             raise SettingsError(f"{where}: 'mode' is chosen with --mode (accuracy or performance), not in user.conf")
+    check_conf_values(path, lines)
     return lines
 
 
@@ -269,7 +297,7 @@ def _audit_requests_test05(plan: SettingsPlan) -> bool:
     """True when the audit config (TEST05's) has a '*.<scenario>.test05 = 1' line for this run."""
     if plan.audit_config is None or not Path(plan.audit_config).is_file():
         return False
-    lines = parse_conf(Path(plan.audit_config).read_text(), str(plan.audit_config))
+    lines = parse_conf(read_conf(Path(plan.audit_config), "audit config"), str(plan.audit_config))
     return any(k == "test05" and m in ("*", plan.model) and s in ("*", plan.scenario) and float(v) != 0
                for _, m, s, k, v in lines)
 

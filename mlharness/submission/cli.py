@@ -135,12 +135,19 @@ def _abs(value: Any) -> str:
 
 def cmd_run(args: argparse.Namespace, console: Any) -> int:
     from mlharness.errors import AuditFailed
+    from mlharness.loadgen.bounds import check_args
+    from mlharness.loadgen.settings import validate_user_conf
     from mlharness.manifest.loader import split_reference
     from mlharness.manifest.names import check_path_component
+    from mlharness.rounds import get_round
     from mlharness.submission.orchestrate import SubmissionRequest, run_submission
 
     check_path_component(args.submitter, "--submitter")  # both are folder names of the submission tree
     check_path_component(args.system_name, "--system-name")
+    get_round(args.round)  # an unknown round is refused before the results tree is made
+    check_args(args)  # every run's settings in range before the first one starts
+    if args.user_conf is not None:
+        validate_user_conf(args.user_conf, None)
     manifest, fw = split_reference(args.manifest)
     execution: list[str] = []
     for flag, _ in EXECUTION_FLAGS:

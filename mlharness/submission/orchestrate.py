@@ -83,7 +83,10 @@ def run_submission(req: SubmissionRequest, console: Any) -> Outcome:
     """Every LoadGen test of the request, with the tree locked: a second ``submission run`` on the same tree
     fails at once instead of moving folders under the first one."""
     check_system_name(req.system)
-    tree = Tree(req.results)
+    get_round(req.round)
+    for scenario in req.scenarios:
+        lgs.check_scenario(scenario, interactive=True)
+    tree = Tree(req.results)  # made only once the request's own values are known good
     try:
         tree.archive.mkdir(parents=True, exist_ok=True)
     except OSError as e:
