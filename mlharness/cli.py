@@ -14,7 +14,9 @@ from rich.table import Table
 
 from mlharness import __version__
 from mlharness.errors import MLHarnessError
-from mlharness.loadgen.interrupt import handle_signals
+from mlharness.loadgen.interrupt import GUARD, Interrupted, handle_signals
+from mlharness.manifest import hookguard
+from mlharness.manifest.hookguard import hard_exit
 from mlharness.manifest.schema import SCENARIOS
 
 # Piped output (logs, CI) gets wide lines instead of rich's 80-column wrapping of tables. Emoji codes are off:
@@ -104,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     v = man.add_parser("validate", help="schema, hook compilation, model and dataset paths (runs no hook)")
     v.add_argument("path")
     v.add_argument("--dataset-path", default=None)
+    v.add_argument("--trust", action="store_true", help="also import model.generator / model.factory modules "
+                   "that live beside the manifest (importing runs their code)")
     i = man.add_parser("init", help="write a commented manifest skeleton")
     i.add_argument("name")
     i.add_argument("--output", type=Path, default=None)
@@ -226,7 +230,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                   f"mlharness stopped it. Partial output: {escape(str(outdir))}", highlight=False, soft_wrap=True)
         sys.stderr.flush()
         sys.stdout.flush()
-        os._exit(3)
+        hard_exit(3)  # the real os._exit: hooks run with a refusing one
 
     opts = RunOptions(
         scenario=args.scenario, mode=args.mode, manifest=args.manifest or DEFAULT_MANIFEST, dataset=args.dataset,
@@ -278,7 +282,7 @@ def cmd_manifest(args: argparse.Namespace) -> int:
     if args.action == "list":
         return commands.list_manifests(out, args.paths)
     if args.action == "validate":
-        return commands.validate(out, args.path, args.dataset_path)
+        return commands.validate(out, args.path, args.dataset_path, trust=args.trust)
     return commands.init(out, args.name, args.output)
 
 
@@ -314,8 +318,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    from mlharness.loadgen.bounds import check_args
     from mlharness.tune import TuneConfig, tune
 
+    check_args(args)  # counts, batch sizes, instances and durations in range before any trial
     cfg = TuneConfig(manifest=args.manifest, scenario=args.scenario, dataset_path=args.dataset_path,
                      count=args.count, seconds=args.seconds, batch_sizes=args.batch_sizes,
                      instances=args.instances, target_latency_ms=args.target_latency_ms, steps=args.steps,
@@ -346,6 +352,17 @@ def cmd_sysinfo(args: argparse.Namespace) -> int:
     return sysinfo_command(args, out)
 
 
+def hook_overran(e: BaseException) -> None:
+    """The hook watchdog's action: a hook past its deadline cannot be stopped (no thread can interrupt another),
+    so the run's partial output is kept as *.failed-<time> and the process ends with exit status 3."""
+    kept = GUARD.keep_all()
+    err.print(f"[bold red]error:[/] {escape(str(e))}" + (f"\nPartial output: {escape(', '.join(kept))}" if kept
+                                                         else ""), highlight=False, soft_wrap=True)
+    sys.stderr.flush()
+    sys.stdout.flush()
+    hard_exit(3)
+
+
 # commands whose SIGINT/SIGTERM stop LoadGen tests cleanly (exit 130/143, partial output kept)
 SIGNAL_COMMANDS = ("run", "tune", "submission")
 
@@ -356,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
 
     quiet_grpc(args.verbose)  # before anything imports grpc
     logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
+    hookguard.on_overrun(hook_overran)
     handlers = {"run": cmd_run, "manifest": cmd_manifest, "sysinfo": cmd_sysinfo, "parity": cmd_parity,
                 "bench": cmd_bench, "tune": cmd_tune}
     try:
@@ -369,6 +387,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:  # also mlharness.loadgen.interrupt.Interrupted (SIGINT, SIGTERM)
         err.print(f"[bold red]error:[/] {escape(str(e) or 'interrupted')}", highlight=False, soft_wrap=True)
         return getattr(e, "exit_code", 130)
+    except Exception as e:  # a bug, shown with its traceback, unless a signal surfaced as it (inside an import)
+        if GUARD.signum is None:
+            raise
+        err.print(f"[bold red]error:[/] {escape(str(Interrupted(GUARD.signum)))} ({type(e).__name__}: "
+                  f"{escape(str(e))})", highlight=False, soft_wrap=True)
+        return Interrupted(GUARD.signum).exit_code
 
 
 if __name__ == "__main__":

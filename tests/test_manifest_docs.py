@@ -30,6 +30,7 @@ DOCUMENTED_MODELS: dict[str, type[BaseModel]] = {
     "GenerationSpec": schema.GenerationSpec,
     "AccuracySpec": schema.AccuracySpec,
     "BatchingSpec": schema.BatchingSpec,
+    "HooksSpec": schema.HooksSpec,
     "DatasetManifest": schema.DatasetManifest,
     "HookRef": schema.HookRef,
 }

@@ -407,3 +407,33 @@ def test_a_signal_during_calibration_ends_the_run_before_loadgen_starts(tmp_path
     assert "interrupted" in stderr.lower(), stderr
     assert snapshot(out) == before
     assert list(out.parent.glob(f".{out.name}.*")) == [], "a hidden staging folder was left behind"
+
+
+def test_a_signal_that_surfaces_as_another_exception_is_reported_as_the_signal(monkeypatch, capsys):
+    """A framework's import that catches KeyboardInterrupt and raises ImportError (as onnxruntime's does when a
+    Ctrl-C lands in it): the run ends as interrupted (130), not with a traceback and exit 1."""
+    from mlharness import cli
+
+    def importing_framework(args: object) -> int:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except KeyboardInterrupt as e:
+            raise ImportError("DLL load failed while importing the framework") from e
+        return 0
+
+    monkeypatch.setattr(cli, "cmd_run", importing_framework)
+    assert cli.main(["run", "--scenario", "Offline"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted by SIGINT" in err and "ImportError: DLL load failed" in err and "Traceback" not in err
+
+
+def test_an_ordinary_bug_still_shows_its_traceback(monkeypatch):
+    from mlharness import cli
+
+    def buggy(args: object) -> int:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(cli, "cmd_run", buggy)
+    with pytest.raises(ZeroDivisionError):
+        cli.main(["run", "--scenario", "Offline"])

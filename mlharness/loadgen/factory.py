@@ -10,12 +10,14 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from mlharness.errors import ManifestError, PredictorError
+from mlharness.errors import AssetError, ManifestError, PredictorError
+from mlharness.fileguard import check_regular_file
 from mlharness.loadgen.options import RunOptions
 from mlharness.loadgen.pinning import pinned
 from mlharness.manifest.assets import cache_dir, resolve_asset
 from mlharness.manifest.loader import LoadedManifest, is_bare_version
 from mlharness.manifest.schema import streams_tokens
+from mlharness.manifest.targets import run_generator
 from mlharness.predictors import FRAMEWORK_PACKAGES, PREDICTORS
 from mlharness.predictors.base import Predictor, PredictorConfig
 from mlharness.predictors.generative import generation_config
@@ -29,22 +31,22 @@ def resolve_model_file(loaded: LoadedManifest) -> Path | None:
     if asset is None or asset.graph_path is None:
         return None
     if asset.generator:
-        module, _, fn = asset.generator.partition(":")
-        try:
-            generate = getattr(importlib.import_module(module), fn)
-        except (ImportError, AttributeError) as e:
-            raise ManifestError(loaded.path, "model.generator", f"cannot import '{asset.generator}': {e}") from e
         target = cache_dir() / "generated" / loaded.model.name / Path(asset.graph_path).name
         target.parent.mkdir(parents=True, exist_ok=True)
-        return Path(generate(target))
-    path = resolve_asset(asset.graph_path, asset.base_url, asset.graph_checksum, asset.is_archive,
-                         manifest_dir=loaded.directory, progress=True)
+        return run_generator(loaded, target)  # bounded in time, unable to end the process
+    try:
+        path = resolve_asset(asset.graph_path, asset.base_url, asset.graph_checksum, asset.is_archive,
+                             manifest_dir=loaded.directory, progress=True)
+    except AssetError as e:  # where it was named, so the user knows which line to fix
+        raise ManifestError(loaded.path, "model.graph_path", str(e)) from None
     if asset.is_archive:
         if not asset.model_file:
             raise ManifestError(loaded.path, "model.model_file", "an archive needs the model's path inside it")
         path = path / asset.model_file
         if not path.exists():
             raise ManifestError(loaded.path, "model.model_file", f"{asset.model_file} is not in the archive")
+        if not path.is_dir():
+            check_regular_file(path, "model file", error=lambda m: ManifestError(loaded.path, "model.model_file", m))
     return path
 
 
@@ -52,8 +54,11 @@ def resolve_weights_file(loaded: LoadedManifest) -> Path | None:
     asset = loaded.model.model
     if asset is None or asset.weights_path is None or asset.factory is None:
         return None
-    return resolve_asset(asset.weights_path, asset.base_url, asset.weights_checksum,
-                         manifest_dir=loaded.directory, progress=True)
+    try:
+        return resolve_asset(asset.weights_path, asset.base_url, asset.weights_checksum,
+                             manifest_dir=loaded.directory, progress=True)
+    except AssetError as e:
+        raise ManifestError(loaded.path, "model.weights_path", str(e)) from None
 
 
 def check_framework_version(loaded: LoadedManifest, ignore: bool) -> str:

@@ -33,6 +33,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from mlharness.manifest.hookguard import hard_exit
+
 GRACE_S = 3.0  # after a signal, how long LoadGen may take to end its test before the process exits anyway
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -242,8 +244,9 @@ class Guard:
         self.exit_now(signum, f"interrupted by {signal.Signals(signum).name}: LoadGen was still running its "
                               f"schedule {self.grace_s:g} s later, so mlharness stopped it")
 
-    def exit_now(self, signum: int, reason: str) -> None:
-        """Keep every staging folder as ``*.failed-<time>``, say where it went, and end the process."""
+    def keep_all(self) -> list[str]:
+        """Move every registered staging folder to ``*.failed-<time>`` (before the process ends at once); where
+        each went, or why it could not be moved."""
         with self._lock:
             keepers = list(self._keepers)
         kept = []
@@ -252,13 +255,18 @@ class Guard:
                 kept.append(str(keep()))
             except BaseException as e:  # noqa: BLE001 - exiting anyway; say what could not be kept
                 kept.append(f"(could not be moved: {e})")
+        return kept
+
+    def exit_now(self, signum: int, reason: str) -> None:
+        """Keep every staging folder as ``*.failed-<time>``, say where it went, and end the process."""
+        kept = self.keep_all()
         _say(f"error: {reason}." + (f" Partial output: {', '.join(kept)}" if kept else ""))
         try:
             sys.stdout.flush()
             sys.stderr.flush()
         except BaseException:  # noqa: BLE001, S110 - a flush must not stop the exit
             pass
-        os._exit(128 + signum)
+        hard_exit(128 + signum)  # the real os._exit, even on a thread that is running a hook
 
     # -- a LoadGen test ----------------------------------------------------------------------------------------
     def run_test(self, start_test: Callable[[], None], drain: Callable[[Interrupted], None]) -> None:

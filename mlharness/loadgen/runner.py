@@ -66,33 +66,34 @@ def run(opts: RunOptions) -> RunResult:
     final = Path(opts.output or default_output(opts.results_root, opts.system, plan.benchmark, opts.scenario,
                                                opts.mode))
     ident = identity(plan.benchmark, opts.scenario, opts.mode)
-    check_destination(final, ident, opts.results_root)  # refused before anything loads or is written
-    make_parent(final)
-    with exclusive(lock_path(final), f"output {absolute(final)}"):
-        check_destination(final, ident, opts.results_root)  # what the lock's holder may have left there
-        return _run_locked(plan, opts, final, ident)
-
-
-def _run_locked(plan: RunPlan, opts: RunOptions, final: Path, ident: dict[str, str]) -> RunResult:
+    check_destination(final, ident, opts.results_root)  # refused before the model loads or anything is written
+    conf = loadgen_settings(plan, opts)
     predictors = make_instances(plan.loaded, opts, resolve_model_file(plan.loaded), plan.batch, plan.affinity)
     try:
-        if "before_postprocess" in plan.hooks:
-            plan.hooks.call("before_postprocess", plan.ctx)
-        conf = loadgen_settings(plan, opts)
-        staged = StagedDir(final, ident)
-        if opts.on_stuck_failure is not None:
-            # the callback may end the process (the CLI's does): first move the partial output to where every
-            # failed run's goes, so it is not left behind as a hidden staging folder
-            stuck = opts.on_stuck_failure
-            opts = replace(opts, on_stuck_failure=lambda err, _outdir: stuck(err, staged.abandon()))
-        with staged.guarded():  # a failure keeps the partial output as *.failed-<time>
-            measured = loadgen_test(plan, conf, opts, predictors, staged.path)
-            accuracy = score_accuracy(plan, opts, staged.path)
-            metadata = run_metadata(plan, conf, opts, predictors, measured, accuracy)
-            write_result(staged.path / METADATA_FILE, json.dumps(metadata, indent=2, default=str) + "\n")
-        return RunResult(staged.commit(), measured.summary, accuracy, metadata)
+        make_parent(final)  # only now: a model that fails to load leaves no folder behind
+        with exclusive(lock_path(final), f"output {absolute(final)}"):
+            check_destination(final, ident, opts.results_root)  # what the lock's holder may have left there
+            return _run_locked(plan, conf, opts, predictors, final, ident)
     finally:
         close_all(predictors)
+
+
+def _run_locked(plan: RunPlan, conf: LoadgenSettings, opts: RunOptions, predictors: list[Predictor], final: Path,
+                ident: dict[str, str]) -> RunResult:
+    if "before_postprocess" in plan.hooks:
+        plan.hooks.call("before_postprocess", plan.ctx)
+    staged = StagedDir(final, ident)
+    if opts.on_stuck_failure is not None:
+        # the callback may end the process (the CLI's does): first move the partial output to where every
+        # failed run's goes, so it is not left behind as a hidden staging folder
+        stuck = opts.on_stuck_failure
+        opts = replace(opts, on_stuck_failure=lambda err, _outdir: stuck(err, staged.abandon()))
+    with staged.guarded():  # a failure keeps the partial output as *.failed-<time>
+        measured = loadgen_test(plan, conf, opts, predictors, staged.path)
+        accuracy = score_accuracy(plan, opts, staged.path)
+        metadata = run_metadata(plan, conf, opts, predictors, measured, accuracy)
+        write_result(staged.path / METADATA_FILE, json.dumps(metadata, indent=2, default=str) + "\n")
+    return RunResult(staged.commit(), measured.summary, accuracy, metadata)
 
 
 def close_all(predictors: list[Predictor]) -> None:

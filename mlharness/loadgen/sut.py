@@ -335,8 +335,9 @@ def run_fast_sut(target: Completions, loader: SampleLoader, total_count: int, pe
     def unload(indices: list[int]) -> None:
         try:
             loader.unload(indices)
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:  # noqa: BLE001 - a failing unload hook fails the run (exit 3), never silently
             loader.error = loader.error or e
+            target.fail(e)
 
     qsl = lg.ConstructQSL(total_count, performance_count, load, unload)
     sut = lg.ConstructFastSUT(issue, flush)

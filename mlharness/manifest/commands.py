@@ -1,4 +1,6 @@
-"""``mlharness manifest list|validate|init``: none of them runs a hook."""
+"""``mlharness manifest list|validate|init``: none of them runs a hook. ``validate`` imports the modules of
+``model.generator`` / ``model.factory`` (which runs their module-level code, never the function) when they are
+installed, and when they live beside the manifest only with ``--trust``."""
 
 from __future__ import annotations
 
@@ -11,9 +13,10 @@ from rich.table import Table
 from mlharness.errors import ManifestError, MLHarnessError
 from mlharness.manifest import modelcheck, safeyaml
 from mlharness.manifest.hooks import check_hooks
-from mlharness.manifest.imports import check_target, missing_imports
+from mlharness.manifest.imports import missing_imports
 from mlharness.manifest.loader import LoadedManifest, load_manifest, manifest_dirs
 from mlharness.manifest.schema import DATASET_ALL_HOOK_KEYS, MODEL_HOOK_KEYS, HookRef
+from mlharness.manifest.targets import beside_manifest, check_importable
 
 SKELETON = '''\
 # Model manifest (spec v1) -- see docs/manifest.md for every field.
@@ -98,7 +101,8 @@ def list_manifests(out: Console, extra: list[Path]) -> int:
     return 0
 
 
-def validate(out: Console, ref: str, dataset_path: str | None) -> int:
+def validate(out: Console, ref: str, dataset_path: str | None, trust: bool = False) -> int:
+    from mlharness.fileguard import check_regular_file
     from mlharness.manifest.assets import verify_checksum
 
     loaded = load_manifest(ref)
@@ -106,7 +110,7 @@ def validate(out: Console, ref: str, dataset_path: str | None) -> int:
     asset = loaded.model.model
     notes = list(loaded.notes)
     model_file = None
-    check_imports(loaded)
+    notes += check_imports(loaded, trust)
     notes.append(modelcheck.check_version(loaded))
     if asset is None:
         notes.append("no model file (the predictor needs none)")
@@ -138,6 +142,8 @@ def validate(out: Console, ref: str, dataset_path: str | None) -> int:
                 raise ManifestError(loaded.path, "model.graph_path", f"{path} is a symbolic link that leads nowhere "
                                     "(a loop of links or a missing target)")
             raise MLHarnessError(f"{loaded.path}: field 'model.graph_path': {path} does not exist")
+        if not path.is_dir():  # a FIFO or a device would hang the framework's load below
+            check_regular_file(path, "model file", error=lambda m: ManifestError(loaded.path, "model.graph_path", m))
         verify_checksum(path, asset.graph_checksum)
         notes.append(f"model file {path} present" + (", checksum ok" if asset.graph_checksum else ""))
         model_file = path
@@ -158,14 +164,22 @@ def validate(out: Console, ref: str, dataset_path: str | None) -> int:
     return 0
 
 
-def check_imports(loaded: LoadedManifest) -> None:
-    """The factory's and generator's modules import, and every module a hook imports at its top level can be
-    found (beside the manifest or installed); no hook runs and no model is built."""
+def check_imports(loaded: LoadedManifest, trust: bool = False) -> list[str]:
+    """The factory's and generator's modules import (one beside the manifest only with ``trust``: importing runs
+    its code), and every module a hook imports at its top level can be found (beside the manifest or installed);
+    no hook runs and no model is built. Returns what was left unchecked."""
     asset = loaded.model.model
+    notes = []
     for field in ("factory", "generator"):
         target = getattr(asset, field, None) if asset is not None else None
-        if target:
-            check_target(target, loaded.path, f"model.{field}")
+        if not target:
+            continue
+        local = beside_manifest(target, loaded.directory)
+        if local is not None and not trust:
+            notes.append(f"field 'model.{field}': module {local} beside the manifest was NOT imported, since "
+                         f"importing runs its code; 'mlharness manifest validate --trust' imports it")
+            continue
+        check_importable(loaded, f"model.{field}")
     sections = [(loaded.model, MODEL_HOOK_KEYS, loaded.source.path, "")]
     if loaded.dataset is not None:
         ds_path = (loaded.dataset_source or loaded.source).path
@@ -182,6 +196,7 @@ def check_imports(loaded: LoadedManifest) -> None:
             for name in missing_imports(text):
                 raise ManifestError(path, field, f"the hook imports module '{name}', which is neither installed "
                                                  f"nor beside the manifest ({path.parent})")
+    return notes
 
 
 def init(out: Console, name: str, output: Path | None) -> int:

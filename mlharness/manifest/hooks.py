@@ -2,7 +2,9 @@
 
 MLHarness manifests rely on that sharing: the dataset's ``load`` fills a global that ``preprocess`` reads.
 Every hook is compiled under a file name that names the manifest and the hook and is registered with
-``linecache``, so a traceback inside a hook shows its source, and errors report the hook's line.
+``linecache``, so a traceback inside a hook shows its source, and errors report the hook's line. Every call of
+the manifest's code (module-level code included) goes through :mod:`mlharness.manifest.hookguard`: bounded by
+its deadline, and unable to end the process.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import HookError, ManifestError
+from mlharness.manifest import hookguard
 from mlharness.manifest.loader import LoadedManifest, SourceInfo
 from mlharness.manifest.schema import DATASET_ALL_HOOK_KEYS, MODEL_HOOK_KEYS, HookRef
 
@@ -33,7 +36,10 @@ class HookSet:
             # dataset hooks (init/load/unload) take no ctx argument; they read the run's facts from this global
             "ctx": ctx if ctx is not None else {},
         }
-        self.functions: dict[str, Callable[..., Any]] = {}
+        self.functions: dict[str, Callable[..., Any]] = {}  # as the manifest defines them
+        self._guarded: dict[str, Callable[..., Any]] = {}  # as the run calls them (hookguard.guarded)
+        self._timeout_s = loaded.model.hooks.timeout_s
+        hookguard.install_exit_guard()  # before the first line of the manifest's code runs
         self._filenames: dict[str, tuple[str, int]] = {}  # compiled file name -> (hook, first file line)
         self._files_loaded: dict[Path, None] = {}
         if loaded.dataset is not None:
@@ -52,7 +58,7 @@ class HookSet:
         if hook is None:
             return
         if isinstance(hook, HookRef):
-            self.functions[key] = self._from_file(key, hook, source)
+            self._add_function(key, self._from_file(key, hook, source), source)
             return
         if not hook.strip():
             return
@@ -61,13 +67,18 @@ class HookSet:
         self._filenames[filename] = (key, first_line)
         linecache.cache[filename] = (len(hook), None, hook.splitlines(keepends=True), filename)
         code = self._compile(key, hook, filename, str(source.path), first_line)
-        self._exec(key, code)
+        self._exec(key, code, str(source.path))
         fn = self.namespace.get(key)
         if not callable(fn):
             raise ManifestError(
                 source.path, prefix + key, f"the hook's source must define a function named '{key}'"
             )
+        self._add_function(key, fn, source)
+
+    def _add_function(self, key: str, fn: Callable[..., Any], source: SourceInfo) -> None:
+        seconds, configured = hookguard.deadline(self._timeout_s, key)
         self.functions[key] = fn
+        self._guarded[key] = hookguard.guarded(key, str(source.path), seconds, fn, configured)
 
     def _compile(self, key: str, text: str, filename: str, manifest: str, first_line: int) -> Any:
         try:
@@ -77,9 +88,12 @@ class HookSet:
         except (RecursionError, MemoryError):
             raise too_nested(key, manifest) from None
 
-    def _exec(self, key: str, code: Any) -> None:
+    def _exec(self, key: str, code: Any, where: str) -> None:
+        seconds, configured = hookguard.deadline(self._timeout_s, "module")
         try:
-            exec(code, self.namespace)  # noqa: S102 - running the manifest's hooks is the point
+            # running the manifest's hooks is the point; its module-level code is watched like a hook call
+            hookguard.call_hook(key, where, seconds, exec, code, self.namespace, configured=configured,
+                                deadline_key="module")
         except Exception as e:
             raise self.runtime_error(key, e, when="while defining the hook") from e
 
@@ -92,7 +106,7 @@ class HookSet:
             filename = str(path)
             self._filenames[filename] = (key, 1)
             code = self._compile(key, text, filename, str(path), 1)
-            self._exec(key, code)
+            self._exec(key, code, str(source.path))
             self._files_loaded[path] = None
         name = ref.function or key
         fn = self.namespace.get(name)
@@ -102,17 +116,22 @@ class HookSet:
 
     # -- invocation --------------------------------------------------------------------------------------------
     def get(self, name: str) -> Callable[..., Any] | None:
-        return self.functions.get(name)
+        """The hook as the run calls it: watched against its deadline, unable to end the process."""
+        return self._guarded.get(name)
 
     def call(self, name: str, *args: Any) -> Any:
-        fn = self.functions[name]
+        fn = self._guarded[name]
         try:
             return fn(*args)
+        except HookError:
+            raise
         except Exception as e:
             raise self.runtime_error(name, e) from e
 
     def runtime_error(self, name: str, exc: BaseException, when: str = "") -> HookError:
         """Name the hook and the line inside it where the exception was raised."""
+        if isinstance(exc, HookError):  # already names its hook (a caller that wraps every exception)
+            return exc
         line = None
         hook = name
         where = ""
@@ -125,12 +144,13 @@ class HookSet:
                     where = f" (hook line {lineno}, file line {info[1] + lineno - 1})"
                 else:
                     where = f" ({filename}, line {lineno})"
-        detail = f"{type(exc).__name__}: {exc}"
-        if when:
-            detail = f"{when}: {detail}"
+        if isinstance(exc, hookguard.ExitAttempt):
+            detail = f"{when}: {exc.explain()}" if when else exc.explain()
+        else:
+            detail = f"raised {when + ': ' if when else ''}{type(exc).__name__}: {exc}"
         if log.isEnabledFor(logging.DEBUG):
             log.debug("hook %s failed:\n%s", hook, "".join(traceback.format_exception(exc)))
-        return HookError(hook, self.manifest, f"raised {detail}{where}", line=line)
+        return HookError(hook, self.manifest, f"{detail}{where}", line=line)
 
 def syntax_error(key: str, where: str, e: SyntaxError, first_line: int) -> HookError:
     """A hook's syntax error with its line in the hook and in the file that holds it."""

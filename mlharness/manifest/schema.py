@@ -12,6 +12,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from mlharness.manifest.hookguard import check_timeout_s
 from mlharness.manifest.names import safe_name
 
 SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
@@ -134,7 +135,7 @@ class FrameworkSpec(_Strict):
     graph_optimization_level, execution_mode, ...; pytorch: dtype, factory_args, channels_last; tensorflow:
     signature, inter_op_threads; transformers: dtype, attn_implementation; vllm: ``EngineArgs`` fields such as
     tensor_parallel_size, max_num_seqs, gpu_memory_utilization; token-toy: first_token_ms, token_ms, n_tokens,
-    fail_after, fail_sample, one_token_sample)."""
+    fail_after, fail_sample, one_token_sample, short_sample, short_tokens)."""
     warmup: int = Field(3, ge=0)
     """Batches run through the model before LoadGen starts timing (excluded from the results)."""
 
@@ -256,6 +257,17 @@ class BatchingSpec(_Strict):
         return getattr(self, scenario) or self.max_batchsize
 
 
+class HooksSpec(_Strict):
+    """Limits on the manifest's code: its hooks, its dataset manifest's hooks and ``model.generator``."""
+
+    timeout_s: float | dict[str, float] | None = None
+    """Seconds one call may run before the run ends with exit status 3 naming the hook (a running hook cannot be
+    interrupted): one number for every hook, or a mapping from hook name (``module`` for the hooks' module-level
+    code, ``generator`` for ``model.generator``) to seconds, the others keeping their defaults."""
+
+    _deadlines = field_validator("timeout_s", mode="before")(check_timeout_s)
+
+
 class DatasetManifest(_Strict):
     """Dataset manifest: ``init(count)`` returns the dataset size, ``load(sample_list)`` / ``unload(sample_list)``
     bring samples in and out of memory. Its hooks share one namespace with the model's hooks."""
@@ -326,6 +338,8 @@ class ModelManifest(_Strict):
     """Generation settings of a token-stream model (``response.kind: tokens``); ignored otherwise."""
     accuracy: AccuracySpec | None = None
     batching: BatchingSpec = Field(default_factory=BatchingSpec)
+    hooks: HooksSpec = Field(default_factory=HooksSpec)
+    """Deadlines of the hooks' calls (``hooks.timeout_s``)."""
     before_preprocess: Hook | None = None
     preprocess: Hook | None = None
     after_preprocess: Hook | None = None
