@@ -9,10 +9,13 @@ Manifest use::
                 deadline_s: 600, tokenizer: /path/to/checkpoint, prompt: tokens}
 
 or ``mlharness run --endpoint URL`` (repeatable) with a generative manifest. Each sample is one streamed
-``/v1/completions`` request (Server-Sent Events). Requests go to the endpoint with the fewest outstanding ones;
-one that fails before its first token (connection refused, a 5xx, a timeout) is sent once more to another
-endpoint, as the gRPC agents' requests are; any other failure fails that sample's stream. ``deadline_s`` bounds
-each request from its start to its last token.
+``/v1/completions`` request (Server-Sent Events). Requests go to the endpoint with the fewest outstanding ones.
+Before its first token, a request answered with HTTP 408, 429 or 5xx is sent again after a backoff (``retries``
+times, honouring ``Retry-After``), preferably to another endpoint; one whose endpoint is unreachable or timed out
+is sent once more to another endpoint, as the gRPC agents' requests are. After the first token nothing is sent
+again (the tokens would be duplicated): any failure fails that sample's stream. Each request runs under separate
+deadlines (connect, response headers, first token, the gap between two token chunks, the whole request:
+:mod:`mlharness.predictors.openai_watch`), and what it streams is checked (:mod:`mlharness.predictors.openai_stream`).
 
 Token ids come from the server when it returns them (vLLM's ``return_token_ids``: each chunk's ``token_ids``;
 or logprobs tokens of the form ``token_id:N``); otherwise the streamed text is tokenized with the manifest's
@@ -25,12 +28,13 @@ fix the choice).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
+import queue
+import random
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -47,24 +51,29 @@ from mlharness.predictors.openai_http import (
     Endpoint,
     EndpointError,
     EndpointPool,
-    chunk_tokens,
+    LineTooLong,
+    bounded_lines,
     http_library,
+    refused,
     sse_data,
 )
+from mlharness.predictors.openai_options import KNOWN_OPTIONS, folder_vocab_size, parse_options
+from mlharness.predictors.openai_stream import StreamState
+from mlharness.predictors.openai_watch import RequestClock, watched_client, watching
 
 log = logging.getLogger(__name__)
 
-KNOWN_OPTIONS = frozenset({"endpoints", "model", "api_key_env", "deadline_s", "connect_timeout_s", "tokenizer",
-                           "prompt", "max_concurrency", "generation", "server_token_ids", "extra_body"})
+__all__ = ["KNOWN_OPTIONS", "OpenAIPredictor", "endpoint_manifest"]
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+MODELS_NOTICE_S = 2.0  # GET /models at load: say what is awaited once it takes this long
+CLOSE_WAIT_S = 5.0  # close(): how long the aborted requests may take to report back
+_STOP = object()
 
 
 def endpoint_manifest(loaded: Any, endpoints: list[str]) -> Any:
     """The run's manifest with its framework swapped for ``openai`` serving at ``endpoints`` (``--endpoint``).
     The manifest's model stays: its folder is where the tokenizer is read from when the server returns text
     only; the framework's own options that ``openai`` knows (``tokenizer``, ``generation``) carry over."""
-    from dataclasses import replace
-
     m = loaded.model
     options = {k: v for k, v in m.framework.options.items() if k in KNOWN_OPTIONS}
     options["endpoints"] = list(endpoints)
@@ -78,24 +87,14 @@ class OpenAIPredictor(GenerativePredictor):
     def load(self) -> None:
         httpx = http_library()
         o = dict(self.config.options)
-        unknown = set(o) - KNOWN_OPTIONS
-        if unknown:
-            raise PredictorError(f"unknown 'openai' framework option(s) {sorted(unknown)}; known: "
-                                 f"{', '.join(sorted(KNOWN_OPTIONS))}")
-        urls = o.get("endpoints") or []
-        urls = [u.strip() for u in urls.split(",")] if isinstance(urls, str) else list(urls)
-        if not urls:
-            raise PredictorError("framework 'openai' needs options.endpoints: a list of URLs (or --endpoint URL)")
-        self.pool = EndpointPool([u for u in urls if u])
+        self.opts = parse_options(o, self.config.manifest_path)
+        self.pool = EndpointPool(self.opts.urls)
         self.endpoints = self.pool.endpoints
-        self.deadline_s = float(o.get("deadline_s", 600.0))
-        self.prompt_as = o.get("prompt", "auto")
-        if self.prompt_as not in ("auto", "tokens", "text"):
-            raise PredictorError(f"framework 'openai': options.prompt is '{self.prompt_as}'; use auto, tokens or "
-                                 f"text")
+        self.deadline_s = self.opts.deadlines.total
+        self.prompt_as = self.opts.prompt
         self.text_prompts = self.prompt_as == "text"
-        self.server_ids = bool(o.get("server_token_ids", True))
-        self.extra_body = dict(o.get("extra_body") or {})
+        self.server_ids = self.opts.server_ids
+        self.extra_body = self.opts.extra_body
         if o.get("generation"):  # framework options may override the manifest's generation section
             self.config.generation = generation_config(o["generation"])
         key_env = o.get("api_key_env", DEFAULT_KEY_ENV)
@@ -103,35 +102,58 @@ class OpenAIPredictor(GenerativePredictor):
         if "api_key_env" in o and not key:
             raise PredictorError(f"framework 'openai': options.api_key_env names ${key_env}, which is not set")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        timeout = httpx.Timeout(self.deadline_s, connect=float(o.get("connect_timeout_s", 10.0)))
-        workers = int(o.get("max_concurrency", 256))
-        self.client = httpx.Client(headers=headers, timeout=timeout,
-                                   limits=httpx.Limits(max_connections=workers, max_keepalive_connections=workers))
         self.tokenizer_path = o.get("tokenizer") or getattr(self.config, "tokenizer", None) or self.config.model_path
+        size = self.opts.vocab_size
+        source = "options.vocab_size"
+        if size is None:
+            size, source = folder_vocab_size(self.tokenizer_path), f"the model folder {self.tokenizer_path}"
+        self.vocab = (size, source) if size else None
         self._tokenizer: Any = None
         self._tokenizer_lock = threading.Lock()
         self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
-        self._pending = 0
-        self.model = o.get("model") or self._served_model()
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="openai")
+        self._settled = threading.Condition(self._lock)
+        self._pending = 0  # submitted, not yet reported back
+        self._queued = 0  # submitted, not yet taken by a worker
+        self._idle_workers = 0
+        self._threads: list[threading.Thread] = []
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._closing = False
+        self._closed = threading.Event()  # wakes a backoff wait
+        self.client, self.watch = watched_client(httpx, self.opts.deadlines, self.opts.workers, headers)
+        try:
+            self.model = o.get("model") or self._served_model()
+        except BaseException:
+            self.client.close()
+            raise
 
     def _served_model(self) -> str:
-        """The model the first endpoint serves (GET /v1/models); every endpoint must answer."""
+        """The model the first endpoint serves (GET /v1/models); every endpoint must answer, within
+        ``models_timeout_s`` each. A wait past :data:`MODELS_NOTICE_S` is said on the terminal."""
         httpx = http_library()
+        limit = self.opts.models_timeout_s
+        limits = replace(self.opts.deadlines, first_byte=limit, total=limit)
         names: list[str] = []
         for ep in self.endpoints:
+            notice = threading.Timer(MODELS_NOTICE_S, log.warning, args=(
+                "waiting for %s to answer GET /models (the name of the model it serves); giving up after %g s "
+                "(options.models_timeout_s; options.model skips this)", ep.base, limit))
+            notice.daemon = True
+            notice.start()
+            clock = RequestClock(limits)
             try:
-                r = self.client.get(f"{ep.base}/models")
-                r.raise_for_status()
-                names.extend(m["id"] for m in r.json().get("data", []))
-            except (httpx.HTTPError, ValueError, KeyError) as e:
-                raise PredictorError(f"framework 'openai': endpoint {ep.base} does not answer GET /models ({e}); "
+                with watching(clock):
+                    r = self.client.get(f"{ep.base}/models", timeout=httpx.Timeout(limit, connect=limits.connect))
+                    r.raise_for_status()
+                    names.extend(m["id"] for m in r.json().get("data", []))
+            except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as e:
+                why = f"no answer within {limit:g} s, options.models_timeout_s" if clock.expired() else str(e)
+                raise PredictorError(f"framework 'openai': endpoint {ep.base} does not answer GET /models ({why}); "
                                      f"is the server running there?") from e
+            finally:
+                notice.cancel()
         if not names:
             raise PredictorError(f"framework 'openai': {self.endpoints[0].base} serves no model; set options.model")
-        return names[0]
+        return str(names[0])
 
     @property
     def tokenizer(self) -> Any:
@@ -156,26 +178,60 @@ class OpenAIPredictor(GenerativePredictor):
         return {**super().describe(), "model": self.model,
                 "endpoints": [{"url": e.base, "alive": e.alive, "requests": e.served} for e in self.endpoints]}
 
-    # -- requests --------------------------------------------------------------------------------------------
+    # -- the workers: one request each at a time, daemon threads so that none can hold the process's exit -------
     def submit(self, requests: list[TokenRequest], streams: list[TokenStream]) -> None:
+        if self._closing:  # no worker is left to take them
+            for request, stream in zip(requests, streams, strict=True):
+                stream.fail(PredictorError(f"sample {request.index}: the openai predictor is closed"))
+            return
         with self._lock:
             self._pending += len(requests)
-        for request, stream in zip(requests, streams, strict=True):
-            self._pool.submit(self._run, request, stream)
+            self._queued += len(requests)
+            for job in zip(requests, streams, strict=True):
+                self._jobs.put(job)
+            start = min(self._queued - self._idle_workers, self.opts.workers - len(self._threads))
+            for _ in range(max(0, start)):
+                t = threading.Thread(target=self._work, name=f"openai-{len(self._threads)}", daemon=True)
+                self._threads.append(t)
+                t.start()
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                self._idle_workers += 1
+            job = self._jobs.get()
+            with self._lock:
+                self._idle_workers -= 1
+                if job is not _STOP:
+                    self._queued -= 1
+            if job is _STOP:
+                return
+            self._run(*job)
 
     def drain(self, timeout_s: float | None = None) -> bool:
-        with self._idle:
-            return self._idle.wait_for(lambda: self._pending == 0, timeout=timeout_s)
+        with self._settled:
+            return self._settled.wait_for(lambda: self._pending == 0, timeout=timeout_s)
 
     def close(self) -> None:
-        """Fail what is still running or queued (each stream once), then stop."""
+        """Fail what is still running or queued (each stream once), then stop: requests in flight are aborted
+        (their sockets shut down), so this returns within seconds whatever the servers do."""
         self._closing = True
-        pool = getattr(self, "_pool", None)
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=False)  # queued requests fail at once: _closing
-        client = getattr(self, "client", None)
-        if client is not None:
-            client.close()
+        closed = getattr(self, "_closed", None)
+        if closed is None:  # load() failed before anything ran
+            return
+        closed.set()
+        self.watch.abort_all()
+        with self._lock:
+            threads = list(self._threads)
+        for _ in threads:
+            self._jobs.put(_STOP)  # after the queued jobs, which fail at once: _closing
+        end = time.monotonic() + CLOSE_WAIT_S
+        for t in threads:
+            t.join(max(0.0, end - time.monotonic()))
+        stuck = sum(t.is_alive() for t in threads)
+        if stuck:
+            log.warning("%d openai request(s) did not stop within %g s of closing; left behind", stuck, CLOSE_WAIT_S)
+        self.client.close()
 
     def _run(self, request: TokenRequest, stream: TokenStream) -> None:
         try:
@@ -191,10 +247,11 @@ class OpenAIPredictor(GenerativePredictor):
         try:
             report(value)
         finally:
-            with self._idle:
+            with self._settled:
                 self._pending -= 1
-                self._idle.notify_all()
+                self._settled.notify_all()
 
+    # -- one request ---------------------------------------------------------------------------------------------
     def _body(self, request: TokenRequest) -> dict[str, Any]:
         g = self.generation
         prompt: Any = [int(t) for t in np.asarray(request.prompt).reshape(-1)]
@@ -214,34 +271,68 @@ class OpenAIPredictor(GenerativePredictor):
 
     def _generate(self, request: TokenRequest, stream: TokenStream) -> np.ndarray:
         body = self._body(request)
+        clock = RequestClock(self.opts.deadlines)  # the whole request, retries included
         exclude: Endpoint | None = None
         last: EndpointError | None = None
-        attempts = 0
-        while attempts < 2:
-            attempts += 1
-            ep = self.pool.pick(exclude)
+        moves = tries = 0
+        while True:
+            ep = self.pool.pick(exclude) or (self.pool.pick(None) if exclude is not None and exclude.alive else None)
             if ep is None:
-                break
-            state = _Progress()
+                dead = ", ".join(e.base for e in self.endpoints if not e.alive)
+                if last is not None:
+                    raise EndpointError(f"{last}; no other live endpoint to send it to (failed: {dead})",
+                                        retriable=False)
+                raise EndpointError(f"no live endpoint left for sample {request.index} (failed: {dead or 'none'})",
+                                    retriable=False)
+            state = StreamState(f"{ep.base}/completions", request.index, body.get("max_tokens"), self.vocab,
+                                self.encode_text)
             try:
-                ids = self._stream_one(ep, body, stream, state)
+                ids = self._stream_one(body, stream, state, clock)
             except EndpointError as e:
-                self.pool.release(ep, e)
+                self.pool.release(ep)
+                if self._closing or state.first_sent:
+                    raise  # after the first token a retry would stream the tokens twice
                 if self._to_text_prompts(e, body):  # the server refuses token-id prompts: send text from now on
-                    body, attempts = self._body(request), attempts - 1
+                    body = self._body(request)
                     continue
-                if not e.retriable or state.first_sent:
+                if e.status in RETRIABLE_STATUS:
+                    tries += 1
+                    self._backoff(ep, e, tries, clock, request.index)
+                elif e.retriable:  # unreachable, cut off or timed out before the first token: that endpoint is gone
+                    self.pool.give_up(ep, e)
+                    moves += 1
+                    if moves >= 2 or time.monotonic() >= clock.end:
+                        raise
+                else:
                     raise
-                last, exclude = e, ep
+                exclude, last = ep, e
                 continue
             except BaseException:
-                self.pool.release(ep, None)
+                self.pool.release(ep)
                 raise
-            self.pool.release(ep, None)
+            self.pool.release(ep)
             return ids
-        dead = ", ".join(e.base for e in self.endpoints if not e.alive)
-        raise EndpointError(f"no live endpoint left for sample {request.index} (failed: {dead or 'none'})"
-                            + (f"; last error: {last}" if last else ""), retriable=False)
+
+    def _backoff(self, ep: Endpoint, e: EndpointError, tries: int, clock: RequestClock, index: int) -> None:
+        """Wait before sending a request again that got HTTP 408/429/5xx (``Retry-After`` when the server gave
+        one), or give up: after ``retries`` tries, or when the wait would pass the request's deadline."""
+        o = self.opts
+        if tries > o.retries:
+            self.pool.give_up(ep, e)
+            raise EndpointError(f"{e}; still failing after {tries} tries (options.retries = {o.retries})",
+                                retriable=False, status=e.status)
+        if e.retry_after is not None:
+            wait = min(o.retry_max_wait_s, e.retry_after)
+        else:
+            jitter = random.uniform(0.8, 1.2)  # noqa: S311 - spreads the retries of requests refused together
+            wait = min(o.retry_max_wait_s, o.retry_backoff_s * 2 ** (tries - 1) * jitter)
+        if time.monotonic() + wait >= clock.end:
+            raise EndpointError(f"{e}; a retry in {wait:g} s would pass the request's deadline (deadline_s = "
+                                f"{o.deadlines.total:g} s)", retriable=False, status=e.status)
+        log.info("%s; sample %d is sent again in %.2f s (try %d of %d)", e, index, wait, tries + 1, o.retries + 1)
+        if self._closed.wait(wait):
+            raise EndpointError(f"sample {index}: the openai predictor was closed while it waited to retry",
+                                retriable=False)
 
     def _to_text_prompts(self, e: EndpointError, body: dict[str, Any]) -> bool:
         """``prompt: auto``: a server that refuses a prompt of token ids (HTTP 400/422) is sent text instead
@@ -256,69 +347,50 @@ class OpenAIPredictor(GenerativePredictor):
                 self.text_prompts = True
         return True
 
-    def _stream_one(self, ep: Endpoint, body: dict[str, Any], stream: TokenStream, state: _Progress) -> np.ndarray:
+    def _stream_one(self, body: dict[str, Any], stream: TokenStream, state: StreamState,
+                    clock: RequestClock) -> np.ndarray:
         httpx = http_library()
-        url = f"{ep.base}/completions"
-        deadline = time.monotonic() + self.deadline_s
+        url = state.url
+        clock.send()
         try:
-            with self.client.stream("POST", url, json=body) as r:
+            with watching(clock), self.client.stream("POST", url, json=body) as r:
+                clock.headers()
                 if r.status_code != 200:
-                    text = r.read().decode(errors="replace")[:500]
-                    raise EndpointError(f"endpoint {url} answered HTTP {r.status_code}: {text}",
-                                        retriable=r.status_code in RETRIABLE_STATUS, status=r.status_code)
-                for data in sse_data(r.iter_lines()):
-                    if data.strip() == "[DONE]":
+                    raise refused(r, url, state.index)
+                for data in sse_data(self._lines(r, clock, state)):
+                    moved, first = state.take(data)
+                    if moved:
+                        clock.token()
+                    if first:
+                        stream.first(np.asarray(first, dtype=np.int32))
+                    if state.done:
                         break
-                    self._take(json.loads(data), stream, state, url)
-                    if self._closing:
-                        raise EndpointError(f"endpoint {url}: the predictor was closed mid-stream", retriable=False)
-                    if time.monotonic() > deadline:
-                        raise EndpointError(f"endpoint {url}: request passed its deadline of {self.deadline_s} s",
-                                            retriable=False)
         except httpx.TimeoutException as e:
-            raise EndpointError(f"endpoint {url} timed out ({type(e).__name__})", retriable=True) from e
+            raise self._cut(state, clock, e, timed_out=True) from e
         except httpx.TransportError as e:
-            raise EndpointError(f"endpoint {url} is unreachable ({type(e).__name__}: {e})", retriable=True) from e
-        except json.JSONDecodeError as e:
-            raise EndpointError(f"endpoint {url} streamed an event that is not JSON: {e}", retriable=False) from e
-        return state.result(self)
+            raise self._cut(state, clock, e, timed_out=False) from e
+        except LineTooLong as e:
+            raise state.fail(f"a stream with {e}") from e
+        return state.result()
 
-    def _take(self, chunk: dict[str, Any], stream: TokenStream, state: _Progress, url: str) -> None:
-        if "error" in chunk:
-            raise EndpointError(f"endpoint {url} reported an error mid-stream: {chunk['error']}", retriable=False)
-        for choice in chunk.get("choices") or []:
-            ids = chunk_tokens(choice)
-            text = choice.get("text") or ""
-            if ids is not None:
-                state.ids.extend(ids)
-            else:
-                state.text_only = True
-                state.text += text
-            if not state.first_sent:
-                first = state.ids if ids is not None else (self.encode_text(text) if text else [])
-                if first:
-                    state.first, state.first_text = list(first), text
-                    state.first_sent = True
-                    stream.first(np.asarray(first, dtype=np.int32))
+    def _lines(self, r: Any, clock: RequestClock, state: StreamState) -> Any:
+        """The response's lines, each checked against the deadlines (keep-alive comments included: they do not
+        move the clock on) and against close()."""
+        for line in bounded_lines(r.iter_bytes()):
+            if self._closing:
+                raise state.fail("the openai predictor was closed mid-stream")
+            if clock.expired():
+                raise state.fail(f"timed out: {clock.overdue()}", retriable=True)
+            yield line
+
+    def _cut(self, state: StreamState, clock: RequestClock, e: Exception, timed_out: bool) -> EndpointError:
+        if self._closing:
+            return state.fail("the openai predictor was closed mid-stream")
+        if timed_out or clock.expired():
+            what = clock.overdue() if clock.expired() else f"{type(e).__name__}: {e}"
+            return state.fail(f"timed out: {what}", retriable=True)
+        return state.fail(f"unreachable, or the connection was cut ({type(e).__name__}: {e})", retriable=True)
 
     def encode_text(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
-
-class _Progress:
-    """What one streamed request has produced so far."""
-
-    def __init__(self) -> None:
-        self.ids: list[int] = []
-        self.text = ""
-        self.text_only = False
-        self.first: list[int] = []
-        self.first_text = ""
-        self.first_sent = False
-
-    def result(self, predictor: OpenAIPredictor) -> np.ndarray:
-        if not self.text_only:
-            return np.asarray(self.ids, dtype=np.int32)
-        # text only: the first delta's tokens, then the rest of the text tokenized after them
-        rest = self.text[len(self.first_text):]
-        return np.asarray(self.first + (predictor.encode_text(rest) if rest else []), dtype=np.int32)

@@ -1,11 +1,12 @@
 """HTTP for the ``openai`` predictor: the client library, Server-Sent Events, token ids in streamed completion
 chunks, and the endpoints a run sends requests to, balanced by outstanding requests as the gRPC agents are
-(:class:`mlharness.agent.client.AgentPool`): an endpoint that fails in a way another may not (refused, 5xx,
-timeout) is left out from then on."""
+(:class:`mlharness.agent.client.AgentPool`): an endpoint that fails in a way another may not (refused, timed
+out, or still answering 429/5xx after the retries) is left out from then on."""
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -14,7 +15,9 @@ from mlharness.errors import AgentError, PredictorError
 
 log = logging.getLogger(__name__)
 
+# answers that say "try again later": retried with backoff before the first token (RETRIABLE_STATUS)
 RETRIABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+MAX_LINE = 1 << 20  # one SSE line; a server streaming without newlines is refused, not buffered without end
 
 
 def http_library() -> Any:
@@ -32,12 +35,22 @@ def http_library() -> Any:
 
 
 class EndpointError(AgentError):
-    """A request failed; ``retriable`` when another endpoint may succeed (the endpoint went away or is busy)."""
+    """A request failed; ``retriable`` when another try may succeed (the endpoint went away or is busy)."""
 
-    def __init__(self, message: str, retriable: bool, status: int | None = None):
-        super().__init__(message, "UNAVAILABLE" if retriable else "UNKNOWN")
+    def __init__(self, message: str, retriable: bool, status: int | None = None, retry_after: float | None = None):
+        super().__init__(message)  # no gRPC status: the message says what the server did
         self.retriable = retriable
         self.status = status  # the HTTP status the server answered with, if it answered
+        self.retry_after = retry_after  # seconds, from the answer's Retry-After header
+
+
+def retry_after(value: str | None) -> float | None:
+    """A ``Retry-After`` header in seconds; None when absent or an HTTP date (then the backoff decides)."""
+    try:
+        seconds = float(value) if value is not None else math.nan
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
 class Endpoint:
@@ -68,15 +81,44 @@ def sse_data(lines: Iterator[str]) -> Iterator[str]:
         yield "\n".join(data)
 
 
+class LineTooLong(ValueError):
+    """A server streamed more than a line's limit without a line end."""
+
+
+def bounded_lines(chunks: Iterator[bytes], limit: int = MAX_LINE) -> Iterator[str]:
+    """The lines of a byte stream (``\n``, ``\r\n`` or ``\r``), each at most ``limit`` bytes (LineTooLong beyond)."""
+    pending = b""
+    for chunk in chunks:
+        pending += chunk
+        while True:
+            cut = min((i for i in (pending.find(b"\n"), pending.find(b"\r")) if i >= 0), default=-1)
+            if cut < 0 or (pending[cut:cut + 1] == b"\r" and cut + 1 == len(pending)):
+                break  # no line end yet, or a \r that may be half of \r\n
+            step = 2 if pending[cut:cut + 2] == b"\r\n" else 1
+            yield pending[:cut].decode("utf-8", errors="replace")
+            pending = pending[cut + step:]
+        if len(pending) > limit:
+            raise LineTooLong(f"a line of more than {limit} bytes")
+    if pending:
+        yield pending.rstrip(b"\r").decode("utf-8", errors="replace")
+
+
 def chunk_tokens(choice: dict[str, Any]) -> list[int] | None:
-    """Token ids a streamed completion chunk carries, or None when the server sent only text."""
+    """Token ids a streamed completion chunk carries, or None when the server sent only text. ValueError when
+    they are not whole numbers."""
     ids = choice.get("token_ids")
     if isinstance(ids, list):
-        return [int(t) for t in ids]
+        return [_token_id(t) for t in ids]
     tokens = (choice.get("logprobs") or {}).get("tokens")
     if isinstance(tokens, list) and tokens and all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
-        return [int(t.split(":", 1)[1]) for t in tokens]
+        return [_token_id(t.split(":", 1)[1]) for t in tokens]
     return None
+
+
+def _token_id(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"token id {value!r} is not a whole number")
+    return int(value)
 
 
 class EndpointPool:
@@ -97,11 +139,30 @@ class EndpointPool:
             best.outstanding += 1
             return best
 
-    def release(self, ep: Endpoint, error: EndpointError | None) -> None:
-        """Book a finished request; an endpoint that failed in a retriable way is left out from now on."""
+    def release(self, ep: Endpoint) -> None:
+        """Book a finished request."""
         with self._lock:
             ep.outstanding -= 1
             ep.served += 1
-            if error is not None and error.retriable and ep.alive:
-                ep.alive = False
-                log.warning("endpoint %s failed (%s); sending its requests to the other endpoints", ep.base, error)
+
+    def give_up(self, ep: Endpoint, error: EndpointError) -> None:
+        """Leave an endpoint out from now on (it is gone, or kept failing after the retries)."""
+        with self._lock:
+            if not ep.alive:
+                return
+            ep.alive = False
+            others = any(e.alive for e in self.endpoints)
+        log.warning("endpoint %s failed (%s); %s", ep.base, error,
+                    "sending its requests to the other endpoints" if others else "no other endpoint is left")
+
+
+def refused(r: Any, url: str, index: int) -> EndpointError:
+    """The error for a response other than 200, with at most 500 bytes of its body."""
+    text = b""
+    for chunk in r.iter_bytes():
+        text += chunk
+        if len(text) >= 500:
+            break
+    return EndpointError(f"endpoint {url} answered HTTP {r.status_code} for sample {index} (qsl_idx): "
+                         f"{text[:500].decode(errors='replace')}", retriable=r.status_code in RETRIABLE_STATUS,
+                         status=r.status_code, retry_after=retry_after(r.headers.get("retry-after")))

@@ -1,0 +1,112 @@
+"""One streamed completion as the ``openai`` predictor receives it, checked chunk by chunk: JSON objects only, token
+ids that are whole numbers inside the vocabulary, never more tokens than the request's ``max_tokens``, and an end
+the server said it reached (``data: [DONE]`` or a ``finish_reason``); a stream the connection cut is a failure,
+never an answer."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from mlharness.predictors.openai_http import EndpointError, chunk_tokens
+
+MIN_TOKENS = 2  # LoadGen refuses a response of one token
+
+
+class StreamState:
+    """What one try of a streamed request has produced so far, and the checks on it."""
+
+    def __init__(self, url: str, index: int, max_tokens: Any, vocab: tuple[int, str] | None,
+                 encode: Callable[[str], list[int]]):
+        self.url, self.index, self.vocab, self.encode = url, index, vocab, encode
+        # the request's max_tokens (extra_body may have set it to anything)
+        self.max_tokens = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else None
+        self.ids: list[int] = []
+        self.text = ""
+        self.text_only = False
+        self.text_chunks = 0  # chunks with text: each carries one token at least
+        self.first: list[int] = []
+        self.first_text = ""
+        self.first_sent = False
+        self.done = False  # data: [DONE]
+        self.finish_reason: str | None = None
+
+    def fail(self, what: str, retriable: bool = False) -> EndpointError:
+        return EndpointError(f"endpoint {self.url}, sample {self.index} (qsl_idx): {what}", retriable=retriable)
+
+    def take(self, data: str) -> tuple[bool, list[int] | None]:
+        """One SSE event's data. Returns (tokens arrived, the first token ids when they are the sample's first)."""
+        if data.strip() == "[DONE]":
+            self.done = True
+            return False, None
+        try:
+            chunk = json.loads(data)
+        except ValueError as e:
+            raise self.fail(f"an event that is not JSON ({e}: {data[:200]!r})") from e
+        if not isinstance(chunk, dict):
+            raise self.fail(f"an event that is not a completion chunk: {data[:200]!r}")
+        if "error" in chunk:
+            raise self.fail(f"the server reported an error mid-stream: {chunk['error']}")
+        choices = chunk.get("choices") or []
+        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            raise self.fail(f"a chunk whose choices are not a list of objects: {data[:200]!r}")
+        moved, first = False, None
+        for choice in choices:
+            got, ids = self._choice(choice)
+            moved = moved or got
+            if not self.first_sent:
+                new = list(self.ids) if ids is not None else (self.encode(self.text) if self.text else [])
+                if new:
+                    self.first, self.first_text, self.first_sent = list(new), self.text, True
+                    first = list(new)
+        return moved, first
+
+    def _choice(self, choice: dict[str, Any]) -> tuple[bool, list[int] | None]:
+        if choice.get("finish_reason"):
+            self.finish_reason = str(choice["finish_reason"])
+        try:
+            ids = chunk_tokens(choice)
+        except (ValueError, TypeError, AttributeError) as e:
+            raise self.fail(f"token ids that are not whole numbers ({e})") from e
+        text = choice.get("text") or ""
+        if not isinstance(text, str):
+            raise self.fail(f"a text that is not a string: {text!r}")
+        if ids is not None:
+            self._check_vocab(ids)
+            self.ids.extend(ids)
+            count, got = len(self.ids), bool(ids)
+        else:
+            self.text_only = True
+            self.text += text
+            self.text_chunks += bool(text)
+            count, got = self.text_chunks, bool(text)
+        if self.max_tokens is not None and count > self.max_tokens:
+            raise self.fail(f"more tokens ({count} so far) than the request's max_tokens {self.max_tokens}")
+        return got, ids
+
+    def _check_vocab(self, ids: list[int]) -> None:
+        size = self.vocab[0] if self.vocab else None
+        bad = [t for t in ids if t < 0 or (size is not None and t >= size)]
+        if bad:
+            where = f"the vocabulary of {size} ids ({self.vocab[1]})" if self.vocab else "the vocabulary"
+            raise self.fail(f"token id {bad[0]} is outside {where}")
+
+    def result(self) -> np.ndarray:
+        """Every new token id, once the stream ended as the server said it would (else the try failed)."""
+        if not (self.done or self.finish_reason):
+            n = len(self.ids) if not self.text_only else self.text_chunks
+            raise self.fail(f"the stream ended after {n} token(s) without a finish_reason or data: [DONE] (the "
+                            f"connection was closed mid-way)", retriable=True)
+        if not self.text_only:
+            ids = self.ids
+        else:  # the first delta's tokens, then the rest of the text tokenized after them
+            rest = self.text[len(self.first_text):]
+            ids = self.first + (self.encode(rest) if rest else [])
+        if len(ids) < MIN_TOKENS:
+            raise self.fail(f"an answer of {len(ids)} token(s) (finish_reason {self.finish_reason!r}); LoadGen "
+                            f"needs at least {MIN_TOKENS} per response (does the server honour min_tokens? keep "
+                            f"generation.min_new_tokens at 2 or more)")
+        return np.asarray(ids, dtype=np.int32)
