@@ -38,20 +38,12 @@ from mlharness.fileguard import (
 )
 from mlharness.manifest import assets
 from mlharness.manifest.archives import ArchiveLimits, extract_into
+from tests.helpers.toy_manifest import toy_manifest
 
 RUN_SECONDS = 90  # one CLI run, imports and a tiny LoadGen test included; a hang fails the test here
 
 # The affine ONNX model on an inline dataset of 4 samples: each case below breaks ONE thing of it.
-BASE: dict[str, Any] = {
-    "name": "toy",
-    "framework": {"name": "onnxruntime", "version": "*"},
-    "inputs": [{"name": "x", "element_type": "float32", "shape": [4]}],
-    "outputs": [{"name": "y", "element_type": "float32"}],
-    "model": {"graph_path": "affine.onnx"},
-    "dataset": {"name": "toy_data", "init": "def init(count):\n    return count or 4\n"},
-    "preprocess": "import numpy as np\n\n\ndef preprocess(ctx, index):\n    return np.full(4, index, np.float32)\n",
-    "postprocess": "def postprocess(ctx, outputs):\n    return outputs[0]\n",
-}
+BASE: dict[str, Any] = toy_manifest("onnxruntime", "affine.onnx", count=4)
 RUN = ("run", "--scenario", "Offline", "--mode", "accuracy", "--count", "4", "--results-root", "{folder}/results",
        "--no-progress", "--min-duration-ms", "1", "--min-query-count", "1")
 RUN_MANIFEST = (*RUN, "--manifest", "{folder}/m.yaml")

@@ -24,19 +24,11 @@ import yaml
 from mlharness.manifest import hookguard, schema
 from mlharness.manifest.hooks import HookSet
 from mlharness.manifest.loader import load_manifest
+from tests.helpers.toy_manifest import toy_manifest
 
 CASE_TIMEOUT_S = 60  # a hang fails the case through the subprocess timeout, never hangs the suite
 
-BASE: dict[str, Any] = {
-    "name": "toy",
-    "framework": {"name": "echo", "version": "*", "warmup": 0},
-    "inputs": [{"name": "x", "element_type": "float32", "shape": [4]}],
-    "outputs": [{"name": "y", "element_type": "float32"}],
-    "model": {"graph_path": "model.bin"},
-    "dataset": {"name": "toy_data", "init": "def init(count):\n    return count or 8\n"},
-    "preprocess": "import numpy as np\n\n\ndef preprocess(ctx, index):\n    return np.full(4, index, np.float32)\n",
-    "postprocess": "def postprocess(ctx, outputs):\n    return outputs[0]\n",
-}
+BASE: dict[str, Any] = toy_manifest(warmup=0)
 
 
 class _BlockDumper(yaml.SafeDumper):

@@ -27,18 +27,11 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.helpers.toy_manifest import toy_manifest
+
 # The toy "echo" predictor (returns its inputs) on a placeholder file, an inline dataset and two hooks: a run
 # needs no framework, network or real model. Every case breaks ONE thing.
-BASE: dict[str, Any] = {
-    "name": "toy",
-    "framework": {"name": "echo", "version": "*"},
-    "inputs": [{"name": "x", "element_type": "float32", "shape": [4]}],
-    "outputs": [{"name": "y", "element_type": "float32"}],
-    "model": {"graph_path": "model.bin"},
-    "dataset": {"name": "toy_data", "init": "def init(count):\n    return count or 8\n"},
-    "preprocess": "import numpy as np\n\n\ndef preprocess(ctx, index):\n    return np.full(4, index, np.float32)\n",
-    "postprocess": "def postprocess(ctx, outputs):\n    return outputs[0]\n",
-}
+BASE: dict[str, Any] = toy_manifest()
 ONNX_BASE: dict[str, Any] = {**BASE, "framework": {"name": "onnxruntime", "version": "*"},
                              "model": {"graph_path": "affine.onnx"}}
 
