@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from mlharness.paths import AUDIT_DIR, DATA_ROOT, MANIFESTS_DIR, USER_CONF_DIR
+from mlharness.submission.system import SYSTEM_TEMPLATE
 
 pytestmark = pytest.mark.slow
 
@@ -25,6 +26,7 @@ def _data_files() -> list[str]:
     """Every file of the built-in data folders, as its path inside the wheel."""
     files = [p for d in (MANIFESTS_DIR, USER_CONF_DIR, AUDIT_DIR) for p in d.rglob("*")
              if p.is_file() and "__pycache__" not in p.parts]
+    files.append(SYSTEM_TEMPLATE)  # the example system file `mlharness submission system-template` prints
     return sorted(p.relative_to(REPO).as_posix() for p in files)
 
 

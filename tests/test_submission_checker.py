@@ -182,7 +182,7 @@ def test_check_cli_prints_one_line_per_problem_and_a_table(pkg, env):
     (pkg / SCEN / "user.conf").unlink()
     (pkg / SCEN / "junk.txt").write_text("x")
     proc = cli(env, "submission", "check", str(pkg), "--allow-development")
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # problems in the package: bad input (1 is a bug)
     lines = proc.stdout.splitlines()
     assert f"ERROR {SCEN}/user.conf: missing" in lines
     assert any(line.startswith(f"ERROR {SCEN}/junk.txt: extra file") for line in lines)

@@ -14,6 +14,7 @@ and its scenario set is advice. ``allow_development`` turns the rules a short de
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,15 @@ class Checker(Findings):
 
 def check(root: Path, allow_development: bool = False, round_name: str | None = None) -> Report:
     return Checker(root, allow_development, round_name).run()
+
+
+def exit_status(report: Report) -> int:
+    """The CLI's exit codes: 0 passed; 4 when a compliance audit did not pass; 2 for any other problem: the
+    package is input that breaks the rules (1 stays reserved for bugs)."""
+    if report.passed:
+        return 0
+    audit = any(re.fullmatch(r"TEST0\d did not pass", f.message) for f in report.errors)
+    return 4 if audit else 2
 
 
 def print_report(report: Report, console: Any) -> None:

@@ -49,7 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--dataset-path", default=None)
     r.add_argument("--user-conf", type=Path, default=None)
     r.add_argument("--system-overrides", type=Path, default=None, help="YAML of system-description fields that "
-                   "cannot be detected (status, system_type, cooling, ...)")
+                   "cannot be detected (status, system_type, cooling, ...); `mlharness submission "
+                   "system-template` prints an example")
     r.add_argument("--extra-tests", nargs="+", default=[], choices=AUDIT_TESTS, help="audits to run beyond the "
                    "benchmark's required ones (TEST05 for older rounds)")
     r.add_argument("--compliance-dtype", default=None, choices=DTYPES, help="TEST01 compares the first "
@@ -86,6 +87,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--round", default=DEFAULT_ROUND, help=ROUND_HELP + " whose rules and seeds apply (the "
                    "official checker's --version)")
     c.set_defaults(func=cmd_check)
+
+    t = actions.add_parser("system-template", help="print the system file: the system-description fields that "
+                                                   "cannot be detected, for --system-overrides")
+    t.set_defaults(func=cmd_system_template)
 
     audit = sub.add_parser("audit", help="compliance audits").add_subparsers(dest="action", required=True)
     v = audit.add_parser("verify", help="re-verify a compliance test of every scenario that ran it")
@@ -210,16 +215,27 @@ def cmd_package(args: argparse.Namespace, console: Any) -> int:
 
 
 def cmd_check(args: argparse.Namespace, console: Any) -> int:
-    from mlharness.submission.checker import check, print_report
+    from mlharness.submission.checker import check, exit_status, print_report
 
     report = check(args.path, allow_development=args.allow_development, round_name=args.round)
     print_report(report, console)
-    return 0 if report.passed else 1
+    return exit_status(report)
+
+
+def cmd_system_template(args: argparse.Namespace, console: Any) -> int:
+    import sys
+
+    from mlharness.submission.system import template_text
+
+    sys.stdout.write(template_text())  # as it is: the YAML is meant for a file (> system.yaml)
+    return 0
 
 
 def cmd_audit_verify(args: argparse.Namespace, console: Any) -> int:
+    from rich.markup import escape
+
     from mlharness.errors import AuditFailed, MLHarnessError
-    from mlharness.submission.audits import find_audited, verify_directory
+    from mlharness.submission.audits import find_audited, noise_note, verify_directory
 
     dirs = find_audited(args.results, args.test)
     if not dirs:
@@ -228,10 +244,14 @@ def cmd_audit_verify(args: argparse.Namespace, console: Any) -> int:
     for scen in dirs:
         for verdict in verify_directory(scen, args.test, args.dtype):
             colour = "green" if verdict.passed else "red"
-            console.print(f"{scen}: {verdict.test} {verdict.check} [{colour}]{verdict.label}[/]", highlight=False,
+            console.print(f"{escape(str(scen))}: {verdict.test} {verdict.check} [{colour}]{verdict.label}[/]"
+                          + ("" if verdict.passed else f": {escape(verdict.reason)}"), highlight=False,
                           soft_wrap=True)
             if not verdict.passed:
                 failed.append(f"{scen} {verdict.check}")
+                note = noise_note(scen, verdict)
+                if note:
+                    console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
     if failed:
         raise AuditFailed(f"{args.test} failed: " + "; ".join(failed))
     return 0

@@ -73,6 +73,7 @@ class Verdict:
     check: str  # "accuracy" or "performance"
     passed: bool
     text: str  # what the verify_*.txt file holds
+    reason: str = ""  # one line for the terminal: the scores compared and the band allowed (or why none)
 
     @property
     def label(self) -> str:
@@ -135,7 +136,10 @@ def verify_test01_accuracy(reference_log: Path, test_log: Path, dtype: str = "by
     if undecodable:
         lines.append(f"num_perf_log_undecodable = {undecodable} (response length not a multiple of {dtype})")
     lines += ["TEST PASS" if passed else "TEST FAIL", ""]
-    return Verdict("TEST01", "accuracy", passed, "\n".join(lines) + "\n")
+    reason = (f"{perf_mismatch} of {matched} sampled responses differ from the accuracy run's (first element, "
+              f"as {dtype}); allowed: none" if matched else "no sampled response matches a sample of the "
+              "accuracy run; allowed: at least one")
+    return Verdict("TEST01", "accuracy", passed, "\n".join(lines) + "\n", reason)
 
 
 def verify_test01_fallback(reference_log: Path, test_log: Path, out_dir: Path, scorer: Scorer,
@@ -206,15 +210,16 @@ def verify_performance(reference_detail: Path, test_detail: Path, test: str) -> 
     """TEST01 and TEST04 exactly as the official verify_performance.py scripts (:mod:`compliance_perf`: TEST01
     compares the detail logs, TEST04 the summaries beside them); TEST05 (older rounds): not more than 5% worse."""
     if test == "TEST01":
-        passed, lines = test01_performance(reference_detail, test_detail)
+        passed, lines, reason = test01_performance(reference_detail, test_detail)
     elif test == "TEST04":
-        passed, lines = test04_performance(Path(reference_detail).with_name("mlperf_log_summary.txt"),
-                                           Path(test_detail).with_name("mlperf_log_summary.txt"))
+        passed, lines, reason = test04_performance(Path(reference_detail).with_name("mlperf_log_summary.txt"),
+                                                   Path(test_detail).with_name("mlperf_log_summary.txt"))
     elif test == "TEST05":
         passed, lines = _test05_performance(reference_detail, test_detail)
+        reason = lines[-1]
     else:
         raise MLHarnessError(f"unknown compliance test '{test}'")
-    return Verdict(test, "performance", passed, "\n".join(lines) + "\n")
+    return Verdict(test, "performance", passed, "\n".join(lines) + "\n", reason)
 
 
 def _test05_performance(reference_detail: Path, test_detail: Path) -> tuple[bool, list[str]]:
@@ -253,7 +258,8 @@ def verify_scenario(scenario_dir: Path, tests: list[str] | None = None, dtype: s
             from mlharness.submission.test06 import verify
 
             r = verify(test_dir / "accuracy", scenario_dir, scenario_dir.name, eos_ids or set(), "int32")
-            verdicts.append(Verdict("TEST06", "accuracy", r.passed, r.text()))
+            text = r.text()
+            verdicts.append(Verdict("TEST06", "accuracy", r.passed, text, text.strip().splitlines()[-1]))
             continue
         test_detail = test_dir / "performance" / "run_1" / "mlperf_log_detail.txt"
         perf = verify_performance(reference_detail, test_detail, test)
@@ -281,5 +287,6 @@ def _verify_test01_accuracy(scenario_dir: Path, test_dir: Path, dtype: str, scor
                                                              delta_percent)
             verdict.passed = fallback_passed
         verdict.text += note + "\n"
+        verdict.reason += f"; {note}"
     (test_dir / "verify_accuracy.txt").write_text(verdict.text)
     return verdict

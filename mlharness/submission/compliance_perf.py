@@ -79,8 +79,20 @@ def _test01_result(path: Path) -> tuple[str, float, Any]:
     return scenario, score, values.get("effective_target_latency_ns") if scenario == "Server" else None
 
 
-def test01_performance(reference_detail: Path, test_detail: Path) -> tuple[bool, list[str]]:
-    """(passed, output lines) of compliance/TEST01/verify_performance.py -r REFERENCE -t TEST."""
+def band(ref: float, score: float, threshold: float, unit: str, two_sided: bool) -> str:
+    """One line for the terminal: the two scores, how far apart they are, and the band the rule allows."""
+    change = (score / ref - 1) * 100 if ref else float("inf")
+    if two_sided:
+        low, high = ref * (1 - threshold), ref * (1 + threshold)
+        allowed = f"within {threshold:.0%} of the reference: {low:,.6g} to {high:,.6g}"
+    else:
+        allowed = f"less than {threshold:.0%} above the reference: below {ref * (1 + threshold):,.6g}"
+    return f"test {score:,.6g} vs reference {ref:,.6g} {unit} ({change:+.1f}%); allowed: {allowed}"
+
+
+def test01_performance(reference_detail: Path, test_detail: Path) -> tuple[bool, list[str], str]:
+    """(passed, output lines, the scores and band in one line) of compliance/TEST01/verify_performance.py
+    -r REFERENCE -t TEST."""
     lines = ["Verifying performance."]
     try:
         ref_scenario, ref, ref_latency = _test01_result(reference_detail)
@@ -90,14 +102,16 @@ def test01_performance(reference_detail: Path, test_detail: Path) -> tuple[bool,
         if ref_scenario == "Server" and test_latency != ref_latency:
             raise _Stop("TEST FAIL: Server target latency mismatch")
     except _Stop as stop:
-        return False, [*lines, str(stop)]
+        return False, [*lines, str(stop)], str(stop)
     lines += [f"Reference score = {ref}", f"Test score = {score}"]
     threshold = 0.20 if ref_scenario in FAST_LIMIT and ref <= FAST_LIMIT[ref_scenario] else 0.10
     passed = ref * (1 - threshold) <= score <= ref * (1 + threshold)
     unit = "ns (early-stopping latency estimate)" if ref_scenario in FAST_LIMIT else "samples per second"
     lines.append(f"mlharness: {ref_scenario}, detail logs, scores in {unit}; the test score must lie within "
                  f"{threshold:.0%} of the reference score")
-    return passed, [*lines, "TEST PASS" if passed else "TEST FAIL: Test score invalid"]
+    short = "ns" if ref_scenario in FAST_LIMIT else "samples/s"
+    return passed, [*lines, "TEST PASS" if passed else "TEST FAIL: Test score invalid"], \
+        band(ref, score, threshold, short, two_sided=True)
 
 
 # ------------------------------------------------------------------------------------------------- TEST04
@@ -142,8 +156,9 @@ def _test04_summary(path: Path, who: str, lines: list[str], ref_target_latency: 
     return mode, score, target_latency
 
 
-def test04_performance(reference_summary: Path, test_summary: Path) -> tuple[bool, list[str]]:
-    """(passed, output lines) of compliance/TEST04/verify_performance.py -r REFERENCE -t TEST."""
+def test04_performance(reference_summary: Path, test_summary: Path) -> tuple[bool, list[str], str]:
+    """(passed, output lines, the scores and band in one line) of compliance/TEST04/verify_performance.py
+    -r REFERENCE -t TEST."""
     lines = ["Verifying performance."]
     try:
         ref_mode, ref, ref_latency = _test04_summary(reference_summary, "reference", lines)
@@ -157,11 +172,13 @@ def test04_performance(reference_summary: Path, test_summary: Path) -> tuple[boo
             raise _Stop(f"TEST FAIL: a score is not a number ({ref!r}, {score!r}; the official script stops "
                         f"with an exception here)") from e
     except _Stop as stop:
-        return False, [*lines, str(stop)]
+        return False, [*lines, str(stop)], str(stop)
     threshold = 0.20 if ref_mode in FAST_LIMIT and ref_value <= FAST_LIMIT[ref_mode] else 0.10
     passed = test_value < ref_value * (1 + threshold)
     unit = "queries per second (1e9 / early-stopping latency estimate)" if ref_mode in FAST_LIMIT else \
         "samples per second"
     lines.append(f"mlharness: {ref_mode or 'no scenario'}, summaries, scores in {unit}; the test may not be "
                  f"{threshold:.0%} or more faster than the reference")
-    return passed, [*lines, "TEST PASS" if passed else "TEST FAIL: Test score invalid"]
+    short = "queries/s" if ref_mode in FAST_LIMIT else "samples/s"
+    return passed, [*lines, "TEST PASS" if passed else "TEST FAIL: Test score invalid"], \
+        band(ref_value, test_value, threshold, short, two_sided=False)

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from mlharness import __version__
 from mlharness.errors import SettingsError
 from mlharness.loadgen import settings as lgs
@@ -26,11 +28,11 @@ from mlharness.manifest.loader import load_manifest
 from mlharness.paths import AUDIT_DIR
 from mlharness.rounds import DEFAULT_ROUND, get_round
 from mlharness.submission import records, sizing
-from mlharness.submission.audits import scenario_verdicts
+from mlharness.submission.audits import noise_note, scenario_verdicts
 from mlharness.submission.layout import Tree, check_system_name
 from mlharness.submission.round_check import record_round
 from mlharness.submission.rules import MIN_DURATION_MS, compliance_tests_for_model
-from mlharness.submission.steps import StepFailed, complete, result_line, run_step
+from mlharness.submission.steps import StepFailed, complete, failed_before, result_line, run_step
 from mlharness.submission.system import describe_system, load_overrides
 
 log = logging.getLogger(__name__)
@@ -152,10 +154,15 @@ def _run_submission(req: SubmissionRequest, console: Any) -> Outcome:
                "performance": result_line(tree.scenario_dir(*ids), "performance", scenario)}
         for verdict in scenario_verdicts(tree, ids, tests, req.dtype):
             colour = "green" if verdict.passed else "red"
-            console.print(f"  {verdict.test} {verdict.check}: [{colour}]{verdict.label}[/]", highlight=False)
+            console.print(f"  {verdict.test} {verdict.check}: [{colour}]{verdict.label}[/]"
+                          + ("" if verdict.passed else f": {escape(verdict.reason)}"), highlight=False,
+                          soft_wrap=True)
             row[verdict.test] = "PASS" if verdict.passed and row.get(verdict.test, "PASS") == "PASS" else "FAIL"
             if not verdict.passed:
                 outcome.failed_audits.append(f"{benchmark}/{scenario} {verdict.test} {verdict.check}")
+                note = noise_note(tree.scenario_dir(*ids), verdict)
+                if note:
+                    console.print(f"  [yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
         outcome.rows.append(row)
     tree.sweep_leftovers()
     return outcome
@@ -175,6 +182,8 @@ def _run_scenario(tree: Tree, req: SubmissionRequest, ids: tuple[str, str, str],
         progress["n"] += 1
         label = f"[{progress['n']}/{progress['total']}] {ids[1]} {ids[2]} {step}"
         signature = _signature(argv, loaded, user_conf)
+        if req.resume and failed_before(tree, ids, step):
+            console.print(f"{label}: failed its verification before, run again (--resume)", highlight=False)
         if req.resume and complete(tree, ids, step, signature):
             console.print(f"[dim]- {label}: complete, skipped (--resume)[/]", highlight=False)
             outcome.skipped += 1

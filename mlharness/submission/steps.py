@@ -54,9 +54,32 @@ def complete(tree: Tree, ids: tuple[str, str, str], step: str, signature: str) -
             return False
     info = tree.record_dir(*ids, step) / "step.json"
     try:
-        return json.loads(info.read_text()).get("signature") == signature
+        same = json.loads(info.read_text()).get("signature") == signature
     except (OSError, json.JSONDecodeError):
         return False
+    # an audit that failed its verification is run again: on a busy host a second run may well pass
+    return same and not failed_before(tree, ids, step)
+
+
+VERDICT_FILE = "verdict.json"
+
+
+def record_verdict(tree: Tree, ids: tuple[str, str, str], test: str, checks: dict[str, bool]) -> None:
+    """Keep an audit's verification outcome ({check: passed}) in its record folder, for ``--resume``."""
+    record = tree.record_dir(*ids, test)
+    if record.is_dir():
+        (record / VERDICT_FILE).write_text(json.dumps(checks, indent=2) + "\n")
+
+
+def failed_before(tree: Tree, ids: tuple[str, str, str], step: str) -> bool:
+    """The audit ``step`` was verified and at least one of its checks failed."""
+    if not step.startswith("TEST"):
+        return False
+    try:
+        checks = json.loads((tree.record_dir(*ids, step) / VERDICT_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return isinstance(checks, dict) and not all(checks.values())
 
 
 def run_step(tree: Tree, ids: tuple[str, str, str], step: str, argv: list[str], signature: str) -> float:

@@ -19,6 +19,12 @@ from mlharness.submission.rules import (
 from mlharness.telemetry.sysinfo import detect_system, format_bytes
 
 NA = "N/A"
+# the example system file (`mlharness submission system-template`): the fields no host can tell
+SYSTEM_TEMPLATE = Path(__file__).with_name("system-template.yaml")
+
+
+def template_text() -> str:
+    return SYSTEM_TEMPLATE.read_text()
 
 
 @dataclass
@@ -81,6 +87,7 @@ def detected_fields(facts: dict[str, Any]) -> tuple[dict[str, str], dict[str, st
     put("host_storage_type", disk.get("type"))
     nics = facts.get("network", {}).get("nics", [])
     put("host_network_card_count", len(nics))
+    put("host_networking_topology", NA, "convention")  # one node: no network between nodes to describe
     if nics:
         speeds = [f"{n['speed_mbit'] / 1000:g} Gbit/s" for n in nics if n.get("speed_mbit")]
         put("host_networking", f"{len(nics)}x Ethernet" + (f" ({', '.join(speeds)})" if speeds else ""))
@@ -192,8 +199,8 @@ def sysinfo_command(args: Any, console: Any) -> int:
         console.print(table)
     notes = Console(stderr=True, emoji=False) if args.json else console  # keep --json's stdout pure JSON
     if desc.missing:
-        notes.print(f"missing (set them with --overrides FILE.yaml): {', '.join(desc.missing)}", highlight=False,
-                    soft_wrap=True)
+        notes.print(f"missing (set them with --overrides FILE.yaml): {', '.join(desc.missing)} (`mlharness "
+                    f"submission system-template` prints an example file)", highlight=False, soft_wrap=True)
     for problem in desc.problems:
         notes.print(f"invalid: {problem}", highlight=False, soft_wrap=True)
     if args.out is not None:

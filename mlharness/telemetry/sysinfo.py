@@ -130,10 +130,34 @@ def memory_info() -> dict[str, Any]:
     total = int(m.group(1)) * 1024 if m else _memory_bytes()
     if total:
         info["capacity"] = format_bytes(total)
-    config = _dimm_configuration()
+    config = _dimm_configuration() or _edac_configuration() or _numa_configuration()
     if config:
         info["configuration"] = config
     return info
+
+
+def _edac_configuration() -> str | None:
+    """'8x 32 GB DDR4' from the kernel's EDAC memory controllers, which any user may read (when loaded)."""
+    dimms: Counter[str] = Counter()
+    for dimm in sorted(Path("/sys/devices/system/edac/mc").glob("mc*/dimm*")):
+        size, kind = _read(dimm / "size"), _read(dimm / "dimm_mem_type") or "DRAM"
+        if size and size.isdigit() and int(size) > 0:
+            dimms[f"{format_bytes(int(size) * 1024 * 1024)} {kind.split('-')[-1]}"] += 1
+    return ", ".join(f"{n}x {d}" for d, n in dimms.items()) or None
+
+
+def _numa_configuration() -> str | None:
+    """What the kernel tells any user about the memory's layout: its NUMA nodes and their sizes (the modules
+    behind them are in SMBIOS, which only root may read)."""
+    sizes: Counter[str] = Counter()
+    for node in sorted(Path("/sys/devices/system/node").glob("node[0-9]*")):
+        m = re.search(r"MemTotal:\s+(\d+) kB", _read(node / "meminfo") or "")
+        if m:
+            sizes[format_bytes(int(m.group(1)) * 1024)] += 1
+    if not sizes:
+        return None
+    nodes = ", ".join(f"{n}x {size}" for size, n in sizes.items())
+    return f"{nodes} NUMA node{'s' if sum(sizes.values()) > 1 else ''} (module layout: SMBIOS, readable by root)"
 
 
 def _dimm_configuration() -> str | None:
