@@ -13,9 +13,14 @@ INVALID whatever the system does:
   to accept a 99th percentile.
 
 When neither the command line nor a user.conf given with ``--user-conf`` states the value (the package's own
-user.conf files are generic guesses), :func:`calibrate` measures it on samples loaded for the purpose, after a
-warm-up and before LoadGen starts (so nothing of it is timed by LoadGen), within a bounded time, and sets it
-with headroom. Server starts from the Offline-style measurement: the highest rate an ideal queue on the measured
+user.conf files are generic guesses), :func:`calibrate` measures it on samples loaded for the purpose, with the
+run's own predictor instances (so under the thread settings the run uses), after a warm-up and before LoadGen
+starts (so nothing of it is timed by LoadGen), and sets it with headroom. The timed pass lasts at least
+:data:`MIN_ROUNDS` batches and a minimum wall time; the median of its second half is used (first calls pay for
+lazy initialisation: TorchScript's profiling runs, allocator growth), and when the two halves disagree by more
+than :data:`AGREEMENT` (a host whose load changed meanwhile) the pass is repeated, at most :data:`MAX_PASSES`
+times. The rate or latency the run is expected to reach (the median plus the harness's per-sample costs) is
+handed to the estimate printed before the run (:func:`mlharness.loadgen.estimate.note_expected`). Server starts from the Offline-style measurement: the highest rate an ideal queue on the measured
 batch times keeps within the latency bound (:mod:`mlharness.queueing`), of which a conservative fraction is
 used (``mlharness tune`` searches the highest VALID rate by trial runs).
 """
@@ -31,21 +36,38 @@ from typing import Any
 
 import numpy as np
 
+from mlharness.loadgen import estimate, server_bound
 from mlharness.loadgen import settings as lgs
 from mlharness.paths import USER_CONF_DIR
 
 EXPECTED_KEYS = {"Offline": "target_qps", "Server": "target_qps", "SingleStream": "target_latency",
                  "MultiStream": "target_latency"}
-OFFLINE_HEADROOM = 1.5  # target_qps = 1.5 x measured: the run may be up to 1.36x faster than measured
-LATENCY_HEADROOM = 0.5  # expected latency = 0.5 x measured: queries for 4x min_duration at that speed
+# An Offline run reaches a share of the rate its batches reach timed one after another: the SUT's feeder cuts
+# the query into batches meanwhile, and both need the GIL between two calls into the framework. On 2-core hosts
+# that share was 0.45 to 0.9 (a few hundred us per batch: near 0.5; a busy host: higher), so the run is
+# expected at OFFLINE_RUN_SHARE of the timed rate, less the harness's costs per batch and sample below.
+OFFLINE_RUN_SHARE = 0.6
+# target_qps = 1.75 x the expected rate, 1.05 x the timed rate: a run would have to beat its batches timed
+# alone by 15% (LoadGen's 1.1 slack) to finish before min_duration; a run at the expected rate lasts about 1.9x
+# min_duration (1.5 x the fast end of the timed batches made 2 s runs last 5 to 15 s, or end too early)
+OFFLINE_HEADROOM = 1.75
+LATENCY_HEADROOM = 0.5  # expected latency = 0.5 x the fast end: queries for 4x min_duration at that speed
+# what LoadGen and the SUT add to an Offline run per batch (hand-offs between the SUT's threads) and per sample
+# (completion, LoadGen's bookkeeping), and to each query of a stream run; the low end of what 2-core hosts showed
+# (10-50 us per batch, 1.3-3 us per sample, 25-35 us per query): only models of a few us per sample notice them,
+# and a run faster than expected risks INVALID where a slower one only runs longer
+OFFLINE_BATCH_OVERHEAD_MS, OFFLINE_SAMPLE_OVERHEAD_MS, STREAM_QUERY_OVERHEAD_MS = 0.010, 0.0013, 0.025
 SERVER_FRACTION = 0.35  # of the ideal-queue rate (the harness reaches about half of it on a busy CPU)
 # harness costs added to the measured Server batch times: per batch (hand-offs, completion) and per query
 # (LoadGen's issue callback into Python, queueing); they only matter for models of a few microseconds
 SERVER_BATCH_OVERHEAD_MS, SERVER_QUERY_OVERHEAD_MS = 0.2, 0.05
 EARLY_STOPPING_QUERIES = 700  # queries a Server run needs before early stopping can accept its 99th percentile
 MAX_GENERATED_QUERIES = 2_000_000  # cap on the queries LoadGen pre-generates (memory), via the expected latency
-FAST_PERCENTILE = 10  # Offline and the streams are sized from the fast end of the timed batches/queries
-MIN_ROUNDS = 3  # measured queries/batches at least, whatever the time budget
+FAST_PERCENTILE = 10  # the streams' generated queries are sized from the fast end of the timed queries
+MIN_ROUNDS = 10  # measured queries/batches (per instance) at least, whatever the time budget
+AGREEMENT = 1.5  # the medians of the pass's two halves must agree within this factor ...
+MAX_PASSES = 3  # ... or the pass is repeated, at most this many times in all
+MIN_BUDGET_S, MAX_BUDGET_S = 0.5, 3.0  # a pass's minimum wall time: 2% of min_duration within these
 
 
 @dataclass
@@ -55,7 +77,7 @@ class Calibration:
     scenario: str
     key: str  # user.conf key set: target_qps or target_latency
     value: float  # what was set (samples/s, or ms per query)
-    measured: float  # samples/s (Offline: at the fast quantile; Server: mean) or ms per query at the fast quantile
+    measured: float  # samples/s (Offline: median batch time; Server: mean) or ms per query (median)
     headroom: float  # value = measured x headroom (Server: fraction of the ideal-queue rate)
     samples_measured: int
     queries_measured: int  # queries (SingleStream/MultiStream) or batches (Offline/Server) timed
@@ -80,11 +102,18 @@ class Calibration:
                     else f"{self.measured:,.4g} samples/s")
         how = (f"{self.headroom:g} x the ideal-queue rate {self.extra.get('ideal_qps', 0):,.4g} QPS"
                if self.scenario == "Server" else f"headroom x{self.headroom:g}")
+        if self.scenario == "Server" and not self.extra.get("ideal_qps"):  # say why no rate keeps the bound
+            how = server_bound.no_rate_reason(self.extra)
         more = (f"; min_query_count raised to {self.extra['min_query_count']} for early stopping"
                 if "min_query_count" in self.extra else "")
-        return (f"calibrated {what}: {_fmt(self.value)} {self.unit} ({measured} over {self.queries_measured} "
+        if not self.extra.get("stable", True):
+            more += f"; the timed passes disagreed (a busy host?): the last of {self.extra['passes']} is used"
+        line = (f"calibrated {what}: {_fmt(self.value)} {self.unit} ({measured} over {self.queries_measured} "
                 f"{'queries' if self.key == 'target_latency' else 'batches'} of {self.samples_measured} loaded "
                 f"samples, {how}{more}; --no-calibrate or a user.conf line turns this off)")
+        if "long_run" in self.extra:
+            line += f"\n{self.extra['long_run']}"
+        return line
 
     def as_dict(self) -> dict[str, Any]:
         return {"calibrated": True, **asdict(self)}
@@ -115,8 +144,23 @@ def given_by(scenario: str, model: str, overrides: lgs.Overrides, user_conf: Pat
 
 
 def budget_seconds(settings: Any) -> float:
-    """The timed pass lasts ~1% of min_duration, between 0.25 s and 3 s."""
-    return min(3.0, max(0.25, int(settings.min_duration_ms) / 1000.0 * 0.01))
+    """A timed pass lasts at least 2% of min_duration, between 0.5 s and 3 s (and MIN_ROUNDS batches)."""
+    return min(MAX_BUDGET_S, max(MIN_BUDGET_S, int(settings.min_duration_ms) / 1000.0 * 0.02))
+
+
+def settled(times: list[float]) -> tuple[list[float], bool]:
+    """The second half of a pass's times (the first pays for lazy initialisation), and whether the halves agree
+    within AGREEMENT, in median and in mean (they do not when the first calls were slow, or when the host's
+    load changed during the pass: the mean carries the stalls)."""
+    half = len(times) // 2
+    if half == 0:
+        return list(times), True
+
+    def agree(f: Any) -> bool:
+        a, b = f(times[:half]), f(times[half:])
+        return max(a, b) <= AGREEMENT * max(min(a, b), 1e-12)
+
+    return times[half:], agree(statistics.median) and agree(statistics.fmean)
 
 
 def calibrate(scenario: str, settings: Any, pipelines: list[Any], loader: Any, perf_count: int, batch: int,
@@ -141,26 +185,39 @@ def calibrate(scenario: str, settings: Any, pipelines: list[Any], loader: Any, p
         loader.on_progress = progress
     cal.value = float(_fmt(cal.value))  # exactly what the written user.conf says, so a rerun from it matches
     apply(cal, settings)
+    if "expected_samples_per_second" in cal.extra:
+        estimate.note_expected(settings, cal.extra["expected_samples_per_second"])
+    elif "expected_ms_per_query" in cal.extra:
+        estimate.note_expected(settings, 1000.0 / cal.extra["expected_ms_per_query"])
     return cal
 
 
 def _latency(scenario: str, settings: Any, pipeline: Any, n: int, spq: int, batch: int,
              budget: float) -> Calibration:
-    times: list[float] = []
     start = time.perf_counter()
-    q = 0
-    while (time.perf_counter() - start < budget or len(times) < MIN_ROUNDS) and len(times) < 100_000:
-        idx = (np.arange(q * spq, (q + 1) * spq) % n).astype(np.int64)
-        t0 = time.perf_counter()
-        for b in range(0, spq, batch):  # as the SUT runs a query: in batches of at most max_batchsize
-            pipeline.run(idx[b:b + batch])
-        times.append(time.perf_counter() - t0)
-        q += 1
-    fast_ms = fast_quantile(times) * 1000.0
+    q, total, passes = 0, 0, 0
+    stable = False
+    while not stable and passes < MAX_PASSES:
+        times: list[float] = []
+        t_pass = time.perf_counter()
+        while (time.perf_counter() - t_pass < budget or len(times) < MIN_ROUNDS) and len(times) < 100_000:
+            idx = (np.arange(q * spq, (q + 1) * spq) % n).astype(np.int64)
+            t0 = time.perf_counter()
+            for b in range(0, spq, batch):  # as the SUT runs a query: in batches of at most max_batchsize
+                pipeline.run(idx[b:b + batch])
+            times.append(time.perf_counter() - t0)
+            q += 1
+        total, passes = total + len(times), passes + 1
+        kept, stable = settled(times)
+    median_ms = statistics.median(kept) * 1000.0
+    # LoadGen's value from the fast end: more generated queries only cost memory, too few make the run INVALID
+    fast_ms = fast_quantile(kept) * 1000.0
     floor_ms = 2.0 * int(settings.min_duration_ms) / MAX_GENERATED_QUERIES
     value = max(LATENCY_HEADROOM * fast_ms, floor_ms, 1e-3)
-    return Calibration(scenario, "target_latency", value, fast_ms, LATENCY_HEADROOM, n, len(times),
-                       time.perf_counter() - start, batch, {"median_ms": statistics.median(times) * 1000.0})
+    return Calibration(scenario, "target_latency", value, median_ms, LATENCY_HEADROOM, n, total,
+                       time.perf_counter() - start, batch,
+                       {"median_ms": median_ms, "fast_ms": fast_ms, "stable": stable, "passes": passes,
+                        "expected_ms_per_query": statistics.fmean(kept) * 1000.0 + STREAM_QUERY_OVERHEAD_MS})
 
 
 def fast_quantile(times: list[float]) -> float:
@@ -169,9 +226,37 @@ def fast_quantile(times: list[float]) -> float:
     return float(np.percentile(np.asarray(times), FAST_PERCENTILE))
 
 
-def _batches_per_second(pipelines: list[Any], n: int, size: int, budget: float) -> tuple[float, int, float, float]:
-    """Every pipeline (instance) running batches of ``size`` side by side: (samples/s, batches, seconds,
-    samples/s at the fast quantile of the batch times)."""
+@dataclass
+class Timed:
+    """Batches of one size timed on every instance side by side (the last pass, repeated while its halves
+    disagreed): mean samples/s, samples/s at the median batch time of the settled half, samples/s over the
+    settled half (its stalls included: a run meets them too), and what it took."""
+
+    mean_sps: float
+    median_sps: float
+    settled_sps: float
+    batches: int
+    seconds: float
+    stable: bool
+    passes: int
+
+
+def _batches_per_second(pipelines: list[Any], n: int, size: int, budget: float) -> Timed:
+    batches = passes = 0
+    stable = False
+    start = time.perf_counter()
+    while not stable and passes < MAX_PASSES:
+        sps, count, _, times = _one_pass(pipelines, n, size, budget)
+        batches, passes = batches + count, passes + 1
+        halves = [settled(t) for t in times]
+        stable = all(ok for _, ok in halves)
+    median = sum(size / max(statistics.median(kept), 1e-9) for kept, _ in halves)
+    over = sum(size * len(kept) / max(sum(kept), 1e-9) for kept, _ in halves)
+    return Timed(sps, median, over, batches, time.perf_counter() - start, stable, passes)
+
+
+def _one_pass(pipelines: list[Any], n: int, size: int, budget: float) -> tuple[float, int, float, list[list[float]]]:
+    """(samples/s, batches, seconds, each instance's batch times) of one pass."""
     counts = [0] * len(pipelines)
     times: list[list[float]] = [[] for _ in pipelines]
     errors: list[BaseException] = []
@@ -198,36 +283,49 @@ def _batches_per_second(pipelines: list[Any], n: int, size: int, budget: float) 
     if errors:
         raise errors[0]
     seconds = time.perf_counter() - start
-    fast = sum(size / max(fast_quantile(t), 1e-9) for t in times)
-    return sum(counts) * size / seconds, sum(counts), seconds, fast
+    return sum(counts) * size / seconds, sum(counts), seconds, times
 
 
 def _throughput(scenario: str, settings: Any, pipelines: list[Any], n: int, batch: int,
                 budget: float) -> Calibration:
     size = min(batch, n)
-    sps, batches, seconds, fast = _batches_per_second(pipelines, n, size,
-                                                      budget if scenario == "Offline" else budget / 2)
+    main = _batches_per_second(pipelines, n, size, budget if scenario == "Offline" else budget / 2)
+    checks = {"stable": main.stable, "passes": main.passes}
     if scenario == "Offline":
-        return Calibration(scenario, "target_qps", OFFLINE_HEADROOM * fast, fast, OFFLINE_HEADROOM, n, batches,
-                           seconds, batch, {"mean_samples_per_second": sps})
+        # the run's rate: its share of the settled half's throughput (a busy host's stalls included, the first
+        # calls' costs left out) with what LoadGen and the SUT spend on each batch and sample
+        harness_s = (OFFLINE_BATCH_OVERHEAD_MS / size + OFFLINE_SAMPLE_OVERHEAD_MS) / 1000.0
+        expected = 1.0 / (1.0 / max(OFFLINE_RUN_SHARE * main.settled_sps, 1e-9) + harness_s)
+        return Calibration(scenario, "target_qps", OFFLINE_HEADROOM * expected, main.median_sps, OFFLINE_HEADROOM,
+                           n, main.batches, main.seconds, batch,
+                           {"mean_samples_per_second": main.mean_sps, "settled_samples_per_second": main.settled_sps,
+                            "expected_samples_per_second": expected, **checks})
     from mlharness.queueing import server_ceiling
 
-    # Server is judged on its latency tail: the mean batch times (noise included), not the fast end
-    one_sps, one_batches, one_seconds, _ = _batches_per_second(pipelines[:1], n, 1, budget / 2)
-    batch_ms = {1: 1000.0 / one_sps + SERVER_BATCH_OVERHEAD_MS + SERVER_QUERY_OVERHEAD_MS}
+    # Server is judged on its latency tail: the mean batch times (noise included), not the median
+    sps = main.mean_sps
+    one = _batches_per_second(pipelines[:1], n, 1, budget / 2)
+    checks = {"stable": main.stable and one.stable, "passes": max(main.passes, one.passes)}
+    batch_ms = {1: 1000.0 / one.mean_sps + SERVER_BATCH_OVERHEAD_MS + SERVER_QUERY_OVERHEAD_MS}
     if size > 1:
         batch_ms[size] = (1000.0 * size * len(pipelines) / sps + SERVER_BATCH_OVERHEAD_MS
                           + size * SERVER_QUERY_OVERHEAD_MS)
     bound_ms = int(settings.server_target_latency_ns) / 1e6
     ideal = server_ceiling(batch_ms, bound_ms, size, len(pipelines), percentile=99.5, queries=4000, steps=14)
     # no rate keeps the bound (one batch alone is too slow): a trickle, and the run explains the INVALID
-    qps = SERVER_FRACTION * ideal if ideal > 0 else max(0.1, 0.1 * one_sps)
-    cal = Calibration(scenario, "target_qps", qps, sps, SERVER_FRACTION, n, batches + one_batches,
-                      seconds + one_seconds, batch,
-                      {"ideal_qps": ideal, "batch_ms": batch_ms, "latency_bound_ms": bound_ms})
+    qps = SERVER_FRACTION * ideal if ideal > 0 else max(0.1, 0.1 * one.mean_sps)
+    cal = Calibration(scenario, "target_qps", qps, sps, SERVER_FRACTION, n, main.batches + one.batches,
+                      main.seconds + one.seconds, batch,
+                      {"ideal_qps": ideal, "batch_ms": batch_ms, "latency_bound_ms": bound_ms, **checks})
     needed = EARLY_STOPPING_QUERIES
-    if int(settings.min_query_count) < needed and qps * int(settings.min_duration_ms) / 1000.0 < needed:
+    # more queries for early stopping only help a rate that can meet the bound: with none, the run is INVALID
+    # whatever its length, and a trickle of 700 queries would last for many minutes
+    if ideal > 0 and int(settings.min_query_count) < needed and qps * int(settings.min_duration_ms) / 1000.0 < needed:
         cal.extra["min_query_count"] = needed
+    long_run = estimate.long_server_plan(qps, int(cal.extra.get("min_query_count", settings.min_query_count)),
+                                         int(settings.min_duration_ms), ideal, bound_ms, "min_query_count" in cal.extra)
+    if long_run:
+        cal.extra["long_run"] = long_run
     return cal
 
 

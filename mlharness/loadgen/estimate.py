@@ -7,15 +7,29 @@ at the expected performance (LoadGen's own rules, ``test_settings_internal.cc`` 
   latency (SingleStream/MultiStream, ``samples_per_query`` samples each) until the run has lasted min_duration AND
   issued min_query_count queries; ``max_query_count`` and ``max_duration`` cap both.
 - Accuracy mode: every sample of the dataset once (one query in Offline), however long that takes.
+
+LoadGen's expected value carries deliberate headroom when calibration set it (Offline asks for more samples than
+the system is expected to finish in min_duration, the streams for more queries), so the time is estimated at the
+rate calibration expects the run to reach (:func:`note_expected`) when there is one.
 """
 
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
 OFFLINE_SLACK = 1.1  # LoadGen's kSlack
+# TestSettings -> the rate a calibrated run is expected to reach (Offline: samples/s; the streams: queries/s)
+_EXPECTED: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+
+
+def note_expected(settings: Any, rate: float) -> None:
+    """Estimate the run of these settings at ``rate`` (samples/s for Offline, queries/s otherwise) rather than
+    at LoadGen's expected value, which calibration sets with headroom."""
+    if rate > 0:
+        _EXPECTED[settings] = float(rate)
 
 
 @dataclass
@@ -81,9 +95,15 @@ def estimate_run(settings: Any, dataset_samples: int | None = None) -> Estimate:
         seconds = samples / qps if scenario == "Offline" and qps > 0 else (
             queries / query_rate if query_rate > 0 else None)
         return Estimate(scenario, "accuracy", queries, samples, seconds, rate, False)
+    expected = _EXPECTED.get(settings) if settings in _EXPECTED else None
     if scenario == "Offline":
         samples = max(min_queries, int(OFFLINE_SLACK * min_s * qps))
+        if expected:  # LoadGen's value asks for more samples than the run is expected to finish in min_duration
+            qps, rate = expected, f"the calibrated {expected:,.1f} samples/s"
         return Estimate(scenario, "performance", 1, samples, samples / qps if qps > 0 else None, rate, False)
+    if expected and scenario != "Server":  # queries are issued until min_duration at the rate the run reaches
+        query_rate = expected
+        rate = f"the calibrated latency of {1000.0 / expected:,.3f} ms per query"
     queries = max(min_queries, math.ceil(min_s * query_rate))
     if settings.max_query_count > 0:
         queries = min(queries, int(settings.max_query_count))
@@ -91,3 +111,27 @@ def estimate_run(settings: Any, dataset_samples: int | None = None) -> Estimate:
     if seconds is not None and settings.max_duration_ms > 0:
         seconds = min(seconds, settings.max_duration_ms / 1000.0)
     return Estimate(scenario, "performance", queries, queries * spq, seconds, rate, True)
+
+
+LONG_RUN_FACTOR = 10  # a Server plan longer than this x min_duration says why and how to shorten it
+
+
+def long_server_plan(qps: float, min_query_count: int, min_duration_ms: int, ideal_qps: float, bound_ms: float,
+                     raised: bool) -> str | None:
+    """Why a calibrated Server plan lasts more than LONG_RUN_FACTOR x min_duration, and which flags shorten it
+    (None when it does not). ``raised``: calibration raised min_query_count for early stopping."""
+    min_s = min_duration_ms / 1000.0
+    queries = max(min_query_count, 1)
+    seconds = max(queries, min_s * qps) / max(qps, 1e-9)
+    if seconds <= LONG_RUN_FACTOR * max(min_s, 1e-3):
+        return None
+    fewer = max(1, int(LONG_RUN_FACTOR * min_s * qps))
+    if ideal_qps <= 0:
+        why = (f"no rate keeps the {bound_ms:g} ms latency bound (one batch alone is slower), so the rate is a "
+               f"trickle of {qps:.4g} QPS")
+    else:
+        why = f"{queries} queries at {qps:.4g} QPS" + (
+            " (early stopping needs that many to accept the 99th percentile)" if raised else "")
+    return (f"this Server run lasts about {format_duration(seconds)}, more than {LONG_RUN_FACTOR}x "
+            f"--min-duration-ms: {why}; shorten it with --min-query-count {fewer} (early stopping may then "
+            f"refuse the 99th percentile), a looser bound (--target-latency-ms) or a faster model")

@@ -17,6 +17,7 @@ from mlharness.errors import PredictorError
 from mlharness.predictors.base import Predictor, PredictorConfig
 from mlharness.predictors.checks import check_inputs, exported_inputs
 from mlharness.predictors.options import option_error, unknown_options
+from mlharness.predictors.threads import intra_op_threads
 from mlharness.telemetry.framework_profile import SharedProfiler
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,7 @@ _DTYPES = ("float32", "float16", "bfloat16")
 _OPTIONS = {"dtype", "factory_args", "channels_last", "strict_load"}
 # torch.profiler is process-wide: one session serves every instance of a run
 _PROFILER = SharedProfiler()
+_DEFAULT_THREADS: int | None = None
 
 
 class PyTorchPredictor(Predictor):
@@ -38,6 +40,8 @@ class PyTorchPredictor(Predictor):
         self.kind = ""
         self._exported: Any = None  # a torch.export program, whose input shapes are checked
         self._out_names = [n for n in config.output_names if n is not None]  # keys of a dict output
+        self.threads: int | None = config.threads
+        self.threads_reason = ""
 
     def framework_version(self) -> str:
         import torch
@@ -64,8 +68,12 @@ class PyTorchPredictor(Predictor):
             self.device = torch.device(device)
         except RuntimeError as e:
             raise PredictorError(f"bad device '{device}': {e}") from e
-        if self.config.threads:
-            torch.set_num_threads(self.config.threads)
+        global _DEFAULT_THREADS
+        if _DEFAULT_THREADS is None:  # torch's own default (physical cores), before any run of this process set it
+            _DEFAULT_THREADS = torch.get_num_threads()
+        # process-wide; each thread that runs the model picks it up on its first parallel section
+        self.threads, self.threads_reason = intra_op_threads(self.config.threads, _DEFAULT_THREADS)
+        torch.set_num_threads(self.threads)
         try:
             module = self._build(torch, opts)
         except PredictorError:
@@ -193,5 +201,6 @@ class PyTorchPredictor(Predictor):
 
     def describe(self) -> dict[str, Any]:
         d = super().describe()
-        d.update({"kind": self.kind, "device": str(self.device), "dtype": str(self.dtype), "threads": self.config.threads})
+        d.update({"kind": self.kind, "device": str(self.device), "dtype": str(self.dtype), "threads": self.threads,
+                  "threads_reason": self.threads_reason})
         return d
