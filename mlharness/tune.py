@@ -196,10 +196,18 @@ class Tuner:
         that rate and the last INVALID one. Returns 95% of the best VALID trial, a margin for run-to-run noise
         (the written rate must stay VALID in the confirmation run and after)."""
         latency = {"target_latency_ms": self.cfg.target_latency_ms} if self.cfg.target_latency_ms else {}
+        last: list[RunResult] = []
 
         def valid(qps: float) -> bool:
             res = self._run(f"Server at {qps:,.1f} QPS", "Server", batch=best.get("batch"),
                             instances=best.get("instances", 1), target_qps=qps, min_query_count=100, **latency)
+            last[:] = [res]
+            bound = trial_bound(res)
+            if not latency and bound.get("kind") == "derived":
+                # a bound derived from the first trial's measured latency holds for every later trial, so the
+                # search compares rates under one bound (a run with the written conf derives it again)
+                latency["target_latency_ms"] = float(bound["ms"])
+                self._say(f"Server latency bound {bound['ms']:g} ms, from {bound.get('source')}")
             return bool(res.summary.valid)
 
         hi, qps = offline_sps, offline_sps
@@ -209,7 +217,7 @@ class Tuner:
             hi, qps = qps, qps / 2
         else:
             raise MLHarnessError(f"no VALID Server run found down to {qps * 2:,.1f} QPS "
-                                 f"(1/{2 ** SERVER_HALVINGS} of Offline); try a larger target latency")
+                                 f"(1/{2 ** SERVER_HALVINGS} of Offline)" + gave_up_reason(last[-1] if last else None))
         lo = qps
         if lo < hi:
             for _ in range(self.cfg.steps):
@@ -220,6 +228,30 @@ class Tuner:
                     hi = mid
         best["server_best_valid_trial_qps"] = lo
         return SERVER_MARGIN * lo
+
+
+def trial_bound(res: RunResult) -> dict[str, Any]:
+    """The Server latency bound a trial was held to (mlharness_run.json's latency_bound), or {}."""
+    return ((res.metadata or {}).get("latency_bound") or {}).get("target_latency") or {}
+
+
+def gave_up_reason(res: RunResult | None) -> str:
+    """The bound the Server trials were held to, where it comes from, what they measured, and the way out."""
+    from mlharness.loadgen.server_bound import derived_ms
+
+    if res is None:
+        return "; try a larger target latency"
+    bound = trial_bound(res)
+    p99_ns = (res.summary.fields or {}).get("99.00 percentile latency (ns)")
+    single = bound.get("single_sample_p99_ms")
+    text = f" under the latency bound p99 <= {bound['ms']:g} ms from {bound.get('source')}" if bound else ""
+    if p99_ns:
+        text += f"; the last trial measured p99 {float(p99_ns) / 1e6:.4g} ms"
+    if single is not None:
+        text += f", one sample at a time p99 {single:.4g} ms"
+    if bound and single is not None and single > float(bound["ms"]):
+        return text + f"; no rate meets this bound: --target-latency-ms {derived_ms(single):g} is one the model can"
+    return text + "; try a larger --target-latency-ms"
 
 
 def tune(cfg: TuneConfig) -> TuneResult:

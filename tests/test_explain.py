@@ -42,15 +42,17 @@ def test_offline_query_too_small():
     e = case("offline_short_query", "Offline")
     assert e.failed == ["min duration"]
     assert e.recommendations == ["Increase expected QPS so the loadgen pre-generates a larger (coalesced) query."]
-    # 110 samples at 83,810/s lasted 1.3 ms of a 1 s minimum: the short query's rate understates, so 3 x 1.5 x it
-    assert [f.flag for f in e.fixes] == ["--target-qps 377145.45"]
+    # 110 samples at 83,810/s lasted 1.3 ms of a 1 s minimum: the short query's rate understates, so 3 x 1.75 x it
+    assert [f.flag for f in e.fixes] == ["--target-qps 440003.03"]
 
 
 def test_server_over_its_latency_bound_lowers_the_rate_not_more_queries():
     e = case("server_over_latency", "Server", model="slowtoy")
     assert e.failed == ["latency bound", "early stopping"]
     assert e.recommendations == ["Reduce target QPS to improve latency."]
-    assert len(e.fixes) == 1 and e.fixes[0].flag == "--target-qps 134.9"  # half of 269.856
+    # half of 269.856; the flag turns calibration (and its raised min_query_count) off, so the queries early
+    # stopping needs come with it: 134.9 QPS x 1 s alone would be too few
+    assert len(e.fixes) == 1 and e.fixes[0].flag == "--target-qps 134.9 --min-query-count 700"
     assert "mlharness tune --scenario Server" in e.fixes[0].conf_line
 
 

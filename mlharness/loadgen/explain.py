@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlharness.loadgen.calibrate import LATENCY_HEADROOM, OFFLINE_HEADROOM
+from mlharness.loadgen.calibrate import EARLY_STOPPING_QUERIES, LATENCY_HEADROOM, OFFLINE_HEADROOM
 from mlharness.loadgen.rundir import read_detail
 
 REQUIREMENTS = {  # summary line -> what it means
@@ -34,10 +34,10 @@ QUERY_SLACK = 1.25  # queries suggested when early stopping needed more: what it
 @dataclass
 class Fix:
     flag: str  # e.g. "--target-latency-ms 0.0137"
-    conf_line: str  # e.g. "mymodel.SingleStream.target_latency = 0.0137"
+    conf_line: str  # e.g. "mymodel.SingleStream.target_latency = 0.0137" (one line per setting)
 
     def text(self) -> str:
-        return f"{self.flag}   (or in the user.conf: {self.conf_line})"
+        return f"{self.flag}   (or in the user.conf: {self.conf_line.replace(chr(10), '; ')})"
 
 
 @dataclass
@@ -49,12 +49,14 @@ class Explanation:
     errors: list[str] = field(default_factory=list)  # LoadGen errors, as text
     warnings: list[str] = field(default_factory=list)
     measured: list[str] = field(default_factory=list)  # token runs: the failed TTFT/TPOT p99 against its limit
+    bound: list[str] = field(default_factory=list)  # Server: the latency bound and where it comes from
 
     def lines(self) -> list[str]:
         out = []
         if not self.valid:
             out.append("INVALID because: " + (", ".join(f"{f} not met" for f in self.failed) or "(no failed "
                                                   "requirement named in the summary)"))
+            out += self.bound
             out += self.measured
             out += [f"LoadGen recommends: {r}" for r in self.recommendations]
             out += [f"fix: {f.text()}" for f in self.fixes]
@@ -151,9 +153,43 @@ def fixes_for(scenario: str, model: str, failed: list[str], sec: dict[str, Any])
             qps = min(qps, done)
         if qps:
             v = f"{qps * SERVER_BACKOFF:.4g}"
-            fixes.append(Fix(f"--target-qps {v}", f"{conf}.target_qps = {v}   "
-                             f"(or find the highest VALID rate: mlharness tune --scenario {scenario})"))
+            flag, line = f"--target-qps {v}", f"{conf}.target_qps = {v}"
+            # a rate given on the command line turns calibration off, and with it the raised min_query_count: at
+            # the lower rate min_duration alone would hold too few queries for early stopping to accept the p99
+            min_s = (_num(stats, "min_duration (ms)") or 0) / 1000.0
+            if "latency bound" in failed and float(v) * min_s < EARLY_STOPPING_QUERIES:
+                flag += f" --min-query-count {EARLY_STOPPING_QUERIES}"
+                line += f"\n{conf}.min_query_count = {EARLY_STOPPING_QUERIES}"
+            fixes.append(Fix(flag, f"{line}   (or find the highest VALID rate: mlharness tune --scenario {scenario})"))
     return fixes
+
+
+def bound_findings(failed: list[str], stats: dict[str, str], bound: dict[str, Any] | None,
+                   model: str) -> tuple[list[str], Fix | None]:
+    """Server: the bound and its source; when even one sample at a time is over it, say so and which bound the
+    model can meet (then no lower rate can make the run VALID)."""
+    from mlharness.loadgen.server_bound import derived_ms
+
+    b = (bound or {}).get("target_latency") or {}
+    limit_ns = _num(stats, "target_latency (ns)")
+    limit = float(b["ms"]) if b.get("ms") else (limit_ns / 1e6 if limit_ns else None)
+    if not limit:
+        return [], None
+    lines = [f"latency bound: p99 <= {limit:.6g} ms, from " + (b.get("source") or "the run's TestSettings "
+                                                                  "(target_latency in mlperf_log_summary.txt)")]
+    if "latency bound" not in failed and "early stopping" not in failed:
+        return lines, None
+    single, fastest = b.get("single_sample_p99_ms"), _num(stats, "Min latency (ns)")
+    if single is not None and single > limit:
+        slow, what = float(single), "even one sample at a time takes p99"
+    elif fastest is not None and fastest / 1e6 > limit:
+        slow, what = fastest / 1e6, "even the fastest query took"
+    else:
+        return lines, None
+    z = f"{derived_ms(slow):g}"
+    lines.append(f"{what} {slow:.4g} ms > the bound {limit:.6g} ms: no rate meets this bound; a bound this model "
+                 f"can meet: --target-latency-ms {z}")
+    return lines, Fix(f"--target-latency-ms {z}", f"{model}.Server.target_latency = {z}")
 
 
 TOKEN_LIMITS = {  # failed constraint -> (summary line of its p99, summary line of its limit, what it measures)
@@ -178,8 +214,9 @@ def token_measured(failed: list[str], stats: dict[str, str]) -> list[str]:
     return out
 
 
-def explain(summary_text: str, events: list[dict[str, Any]], scenario: str, model: str) -> Explanation:
-    """From the summary's text and the detail log's events."""
+def explain(summary_text: str, events: list[dict[str, Any]], scenario: str, model: str,
+            bound: dict[str, Any] | None = None) -> Explanation:
+    """From the summary's text and the detail log's events (``bound``: the run metadata's latency_bound)."""
     sec = summary_sections(summary_text)
     valid = bool(re.search(r"^Result is\s*:\s*VALID", summary_text, re.M))
     failed = [REQUIREMENTS[k].split(" (")[0] for k, ok in sec["status"].items() if not ok]
@@ -206,6 +243,10 @@ def explain(summary_text: str, events: list[dict[str, Any]], scenario: str, mode
         exp.measured = token_measured(failed, sec["stats"])
         if any("cannot fix it" in m for m in exp.measured):  # a lower rate would not help: do not suggest one
             exp.fixes = [f for f in exp.fixes if not f.flag.startswith("--target-qps")]
+        if scenario == "Server" and not any(f in ("TTFT", "TPOT") for f in failed):
+            exp.bound, fix = bound_findings(failed, sec["stats"], bound, model)
+            if fix is not None:  # neither a lower rate nor more queries would help: only a larger bound
+                exp.fixes = [fix]
     return exp
 
 
@@ -215,7 +256,17 @@ def explain_run(outdir: Path, scenario: str, model: str) -> Explanation:
     summary = Path(outdir) / "mlperf_log_summary.txt"
     detail = Path(outdir) / "mlperf_log_detail.txt"
     text = summary.read_text(errors="replace") if summary.is_file() else ""
-    return explain(text, read_detail(detail) if detail.is_file() else [], scenario, model)
+    return explain(text, read_detail(detail) if detail.is_file() else [], scenario, model, _run_bound(outdir))
+
+
+def _run_bound(outdir: Path) -> dict[str, Any] | None:
+    """The latency bound recorded in the run's mlharness_run.json (None when absent or unreadable)."""
+    import json
+
+    try:
+        return json.loads((Path(outdir) / "mlharness_run.json").read_text()).get("latency_bound")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def error_texts(errors: list[dict[str, Any]]) -> list[str]:

@@ -11,6 +11,7 @@ from typing import Any
 from mlharness import __version__
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.explain import error_texts as explain_errors
+from mlharness.loadgen.factory import model_file_facts
 from mlharness.loadgen.options import Measured, RunOptions
 from mlharness.loadgen.plan import LoadgenSettings, RunPlan
 from mlharness.predictors.base import Predictor
@@ -58,6 +59,7 @@ def run_metadata(run: RunPlan, conf: LoadgenSettings, opts: RunOptions, predicto
         "not_submittable_reasons": reasons,
         "framework": {"name": loaded.model.framework.name, "version": run.framework_version},
         "predictor": {**predictors[0].describe(), "instances": len(predictors)},
+        "model_file": model_file_facts(loaded, getattr(predictors[0].config, "model_path", None)),
         "loadgen_version": importlib.metadata.version("mlcommons-loadgen"),
         "round": plan.round,
         "loadgen_seeds": {k: detail.get(f"effective_{k}") for k in SEED_KEYS},
@@ -75,6 +77,7 @@ def run_metadata(run: RunPlan, conf: LoadgenSettings, opts: RunOptions, predicto
         "result": {**asdict(summary), "fields": None},
         "accuracy": ({"name": accuracy.name, "value": accuracy.value, "text": accuracy.text,
                       "official": accuracy.official} if accuracy else None),
+        "latency_bound": plan.latency_bound,  # Server: the bound, where it comes from, the single-sample p99
         "calibration": measured.calibration,
         "loadgen_errors": detail["errors"],
         "host": host_facts(),

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from mlharness.errors import HookError, MLHarnessError, RunFailed, SettingsError
-from mlharness.loadgen import calibrate, calibrate_tokens
+from mlharness.loadgen import calibrate, calibrate_tokens, server_bound
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.context import resolve_load_workers
 from mlharness.loadgen.destination import absolute, check_destination, exclusive, identity, lock_path
@@ -154,6 +154,9 @@ def loadgen_test(plan: RunPlan, conf: LoadgenSettings, opts: RunOptions, predict
     else:
         sut = SystemUnderTest(pipelines, strategy, opts.workers, on_failure=on_failure, tracer=tracer,
                               affinity=plan.affinity)
+    # the Server bound before calibration, which plans the rate against it
+    server_bound.for_run(opts, conf.plan, conf.settings, [] if plan.tokens else pipelines, loader,
+                         conf.performance_count, plan.official, plan.tokens, loaded.model.framework.warmup)
     # calibrated first: the progress estimate reads the expected performance from the settings
     calibration = calibrate_tokens.for_run(
         opts, conf.plan, conf.settings, sut.predictors, store, loader, conf.performance_count,

@@ -228,6 +228,7 @@ class SettingsPlan:
     not_submittable: list[str] = field(default_factory=list)
     round: str = DEFAULT_ROUND  # the MLPerf round whose seeds the run uses (mlharness.rounds)
     token_latencies: bool = False  # a token-stream model: LoadGen measures TTFT/TPOT (use_token_latencies)
+    latency_bound: dict[str, Any] | None = None  # Server: the bound(s) and where they come from (server_bound.py)
 
 
 def build_test_settings(plan: SettingsPlan) -> Any:

@@ -1,0 +1,161 @@
+"""The latency bound a Server (or Interactive) run is held to, and where it comes from.
+
+LoadGen judges a Server run by the 99th percentile of its latencies against ``target_latency`` (token models:
+``ttft_latency`` and ``tpot_latency``), looked up in the embedded mlperf.conf and then in the user.conf, each
+file exact key first (``model.Server.key``), then ``*.Server.key``, ``model.*.key`` and ``*.*.key``. Nothing in
+LoadGen's output says which line won, so :func:`resolve` repeats that lookup and names it: the benchmark's line
+of mlperf.conf, mlperf.conf's ``*`` default, a user.conf line, or ``--target-latency-ms``.
+
+mlperf.conf's ``*`` default (10 ms) is a placeholder for models that are not MLPerf benchmarks: it has nothing to
+do with such a model's speed, and a model slower than it can never be VALID. So for a model with no
+``mlperf.model`` whose user set no bound, the bound follows from the model's own single-sample latency, measured
+on loaded samples before LoadGen starts (:func:`derived_ms`): ``max(10 ms, 5 x the p99 of batch-1 runs)``,
+rounded up to a whole millisecond. Five times the single-sample time leaves room for the queueing a Server run
+adds at a useful rate (an ideal queue at about half load keeps its p99 within a few service times).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mlharness.loadgen import settings as lgs
+
+log = logging.getLogger(__name__)
+
+DERIVED_MULTIPLE = 5.0  # derived bound = this x the single-sample p99 ...
+DERIVED_FLOOR_MS = 10.0  # ... and never below mlperf.conf's own default
+MEASURE_MIN_RUNS, MEASURE_MAX_RUNS, MEASURE_BUDGET_S = 8, 200, 0.5  # the single-sample timing pass
+SETTING_ATTR = {"target_latency": "server_target_latency_ns", "ttft_latency": "ttft_latency",
+                "tpot_latency": "tpot_latency"}
+
+
+@dataclass
+class LatencyBound:
+    key: str  # target_latency (or ttft_latency / tpot_latency for token models)
+    ms: float
+    source: str  # where it comes from, in words (file and line, or the flag)
+    kind: str  # flag | user.conf | benchmark | default | derived
+    single_sample_p99_ms: float | None = None  # measured before the run, when measured
+
+    def line(self) -> str:
+        what = {"target_latency": "p99 latency", "ttft_latency": "p99 time to first token",
+                "tpot_latency": "p99 time per output token"}[self.key]
+        measured = (f"; one sample at a time measured p99 {self.single_sample_p99_ms:.4g} ms"
+                    if self.single_sample_p99_ms is not None and self.kind != "derived" else "")
+        if self.single_sample_p99_ms is not None and self.single_sample_p99_ms > self.ms:
+            measured += (f": no rate meets this bound (--target-latency-ms {derived_ms(self.single_sample_p99_ms):g} "
+                         "is one the model can)")
+        return f"Server latency bound: {what} <= {self.ms:.6g} ms, from {self.source}{measured}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _lookup(lines: list[tuple[int, str, str, str, str]], model: str, key: str) -> tuple[int, str, str, str] | None:
+    """LoadGen's order: model.Server.key, *.Server.key, model.*.key, *.*.key; a later line of the same name wins."""
+    for m, s in ((model, "Server"), ("*", "Server"), (model, "*"), ("*", "*")):
+        found = [(no, lm, ls, v) for no, lm, ls, k, v in lines if (lm, ls, k) == (m, s, key)]
+        if found:
+            return found[-1]
+    return None
+
+
+def resolve(plan: lgs.SettingsPlan, settings: Any, key: str = "target_latency") -> LatencyBound:
+    """The bound of ``key`` in the built ``settings`` and which flag, file and line set it."""
+    ms = float(getattr(settings, SETTING_ATTR[key])) / 1e6
+    if key == "target_latency" and plan.overrides.target_latency_ms is not None:
+        return LatencyBound(key, ms, "the command line (--target-latency-ms)", "flag")
+    if plan.user_conf is not None and Path(plan.user_conf).is_file():
+        hit = _lookup(lgs.parse_conf(lgs.read_conf(Path(plan.user_conf)), str(plan.user_conf)), plan.model, key)
+        if hit:
+            no, m, s, v = hit
+            return LatencyBound(key, ms, f"the user.conf {plan.user_conf}, line {no} ({m}.{s}.{key} = {v})",
+                                "user.conf")
+    hit = _lookup(lgs.parse_conf(lgs.embedded_mlperf_conf(), "mlperf.conf"), plan.model, key)
+    if hit is None:
+        return LatencyBound(key, ms, "LoadGen's built-in default", "default")
+    no, m, s, v = hit
+    if m == "*":
+        return LatencyBound(key, ms, f"mlperf.conf's default for models that are not MLPerf benchmarks (line {no}: "
+                            f"{m}.{s}.{key} = {v})", "default")
+    return LatencyBound(key, ms, f"the benchmark's line of mlperf.conf (line {no}: {m}.{s}.{key} = {v})",
+                        "benchmark")
+
+
+def no_rate_reason(extra: dict[str, Any]) -> str:
+    """The calibration line of a Server run whose measured batches leave no rate within the bound."""
+    bound, times = extra.get("latency_bound_ms", 0), extra.get("batch_ms") or {}
+    over = [(k, v) for k, v in sorted(times.items()) if v > bound]
+    if over:
+        return (f"a trickle: one batch of {over[0][0]} measured {over[0][1]:.4g} ms, over the latency bound "
+                f"{bound:.4g} ms, so no rate keeps it")
+    return f"a trickle: the measured batches leave no rate within the latency bound {bound:.4g} ms"
+
+
+def derived_ms(single_p99_ms: float) -> float:
+    return float(math.ceil(max(DERIVED_FLOOR_MS, DERIVED_MULTIPLE * single_p99_ms)))
+
+
+def measure_single_sample(pipeline: Any, loader: Any, perf_count: int, warmup: int = 1) -> float:
+    """p99 milliseconds of the model on one sample at a time (pre, predict, post), on up to 8 samples loaded for
+    the purpose (unloaded afterwards), after a warm-up; at least MEASURE_MIN_RUNS runs, about MEASURE_BUDGET_S."""
+    indices = list(range(max(1, min(perf_count, 8))))
+    progress, loader.on_progress = loader.on_progress, None
+    loader.load(indices)
+    try:
+        pipeline.warmup(np.asarray(indices[:1], dtype=np.int64), max(1, warmup))
+        laps: list[float] = []
+        start = time.perf_counter()
+        while len(laps) < MEASURE_MAX_RUNS and (len(laps) < MEASURE_MIN_RUNS
+                                                or time.perf_counter() - start < MEASURE_BUDGET_S):
+            idx = np.asarray([indices[len(laps) % len(indices)]], dtype=np.int64)
+            t0 = time.perf_counter()
+            pipeline.respond(pipeline.infer(pipeline.store.gather(idx)), 1, idx)  # run() untraced
+            laps.append(time.perf_counter() - t0)
+    finally:
+        loader.unload(indices)
+        loader.on_progress = progress
+    return 1e3 * float(np.percentile(np.asarray(laps), 99))
+
+
+def for_run(opts: Any, plan: lgs.SettingsPlan, settings: Any, pipelines: list[Any], loader: Any, perf_count: int,
+            official: bool, tokens: bool, warmup: int = 1) -> dict[str, Any] | None:
+    """The runner's step, before calibration (which plans the rate against the bound): resolve the bound,
+    measure the single-sample latency, derive the bound of a non-benchmark model nobody bounded, say so; the
+    result is kept in ``plan.latency_bound`` for the run metadata and the INVALID explanation."""
+    if plan.scenario != "Server":
+        return None
+    keys = ("ttft_latency", "tpot_latency") if tokens else ("target_latency",)
+    bounds = [resolve(plan, settings, k) for k in keys]
+    local = pipelines and getattr(opts, "network", None) != "lon" and not tokens
+    if plan.mode == "performance" and local:
+        b = bounds[0]
+        try:
+            b.single_sample_p99_ms = measure_single_sample(pipelines[0], loader, perf_count, warmup)
+        except Exception as e:  # noqa: BLE001 - the LoadGen test meets the same failure and fails the run (exit 3)
+            log.warning("timing one sample at a time failed (%s: %s); the Server bound stays as set", type(e).__name__, e)
+        if not official and b.kind == "default" and b.single_sample_p99_ms is not None:
+            b.ms = derived_ms(b.single_sample_p99_ms)
+            b.source = (f"the model's measured latency: max({DERIVED_FLOOR_MS:g} ms, {DERIVED_MULTIPLE:g} x the "
+                        f"single-sample p99 {b.single_sample_p99_ms:.4g} ms), as the model is not an MLPerf "
+                        f"benchmark and no --target-latency-ms or user.conf line sets one")
+            b.kind = "derived"
+            settings.server_target_latency_ns = int(b.ms * 1e6)
+            plan.not_submittable.append(f"the Server latency bound {b.ms:g} ms was derived from the model's "
+                                        "measured latency, not set by an MLPerf benchmark")
+    say = getattr(opts, "say", None)
+    if say and plan.mode == "performance":
+        for b in bounds:
+            say(b.line())
+    plan.latency_bound = {b.key: b.as_dict() for b in bounds}
+    return plan.latency_bound
+
+
+__all__ = ["LatencyBound", "derived_ms", "for_run", "measure_single_sample", "no_rate_reason", "resolve"]
