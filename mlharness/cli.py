@@ -8,7 +8,6 @@ import os
 import sys
 from pathlib import Path
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -18,11 +17,11 @@ from mlharness.loadgen.interrupt import GUARD, Interrupted, handle_signals
 from mlharness.manifest import hookguard
 from mlharness.manifest.hookguard import hard_exit
 from mlharness.manifest.schema import SCENARIOS
+from mlharness.progress import output_console
 
-# Piped output (logs, CI) gets wide lines instead of rich's 80-column wrapping of tables. Emoji codes are off:
-# text from users (names, paths, error messages) is printed as written, ':-1:' or ':smile:' included.
-out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200, emoji=False)
-err = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 200, emoji=False)
+# piped (logs, CI): wide lines, tables sized to their content, emoji codes off (see output_console)
+out = output_console()
+err = output_console(stderr=True)
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:

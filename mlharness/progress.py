@@ -1,5 +1,6 @@
-"""Progress of a run: the up-front estimate, then progress bars on a terminal or a line every
-``$MLHARNESS_PROGRESS_INTERVAL_S`` seconds (default 30) when the output is not one (logs, CI, batch jobs).
+"""Progress of a run: the up-front estimate, then progress bars on a terminal or, when the output is not one (logs,
+CI, batch jobs), a first line after 5 s (10% of the estimate for long runs) and then one every
+``$MLHARNESS_PROGRESS_INTERVAL_S`` seconds (default 30), so a short piped run still shows how far it got.
 
 Drawn from one polling thread, so the timed path only bumps the counters the SUT keeps anyway (``sut.completed``,
 a plain integer) and the loader reports every 16 samples.
@@ -7,7 +8,10 @@ a plain integer) and the loader reports every 16 samples.
 
 from __future__ import annotations
 
+import io
 import os
+import re
+import sys
 import threading
 import time
 from typing import Any
@@ -27,6 +31,7 @@ from mlharness.loadgen.estimate import Estimate, estimate_run, format_duration
 
 INTERVAL_ENV = "MLHARNESS_PROGRESS_INTERVAL_S"
 DEFAULT_INTERVAL_S = 30.0
+FIRST_LINE_S = 5.0  # the first line, at the latest (runs over 50 s: 10% of the estimate)
 BAR_REFRESH_S = 0.2
 
 
@@ -93,13 +98,21 @@ class RunProgress:
         self._thread = threading.Thread(target=self._poll, name="mlharness-progress", daemon=True)
         self._thread.start()
 
+    def first_line_s(self) -> float:
+        """When the first progress line of a piped run comes: soon enough that a 10 s run prints one."""
+        seconds = self._estimate.seconds if self._estimate is not None else None
+        first = max(FIRST_LINE_S, 0.1 * seconds) if seconds else FIRST_LINE_S
+        return min(self.interval_s, first)
+
     def _poll(self) -> None:
-        period = BAR_REFRESH_S if self.bars else self.interval_s
-        while not self._stop.wait(period):
-            if self.bars:
+        if self.bars:
+            while not self._stop.wait(BAR_REFRESH_S):
                 self._refresh()
-            else:
-                self._line()
+            return
+        wait = self.first_line_s()
+        while not self._stop.wait(wait):
+            self._line()
+            wait = self.interval_s
 
     def _refresh(self) -> None:
         sut = self._sut
@@ -139,3 +152,55 @@ class RunProgress:
                 self._refresh()
         if self._started:
             self._progress.stop()
+
+
+# spaces that pad a line to the width of the widest row, before any closing style codes
+_PAD = re.compile(r" +((?:\x1b\[[0-9;]*m)*)\n")
+
+
+class _Unpadded(io.TextIOBase):
+    """stdout or stderr (looked up at each write, so a replaced ``sys.stderr`` is followed) without the spaces
+    rich pads every row of a table with: piped tables are as wide as their content, not the console's width."""
+
+    def __init__(self, stderr: bool):
+        self._stderr = stderr
+        self._tail = ""  # spaces at the end of an unfinished line: padding if a newline follows
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr if self._stderr else sys.stdout
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.stream, "encoding", None) or "utf-8"
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        joined = _PAD.sub(r"\1\n", self._tail + text)
+        body = joined.rstrip(" ")
+        self._tail = joined[len(body):]
+        self.stream.write(body)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._tail:
+            self.stream.write(self._tail)
+            self._tail = ""
+        self.stream.flush()
+
+
+def output_console(stderr: bool = False) -> Console:
+    """The CLI's console: a terminal's own width; piped (logs, CI), lines up to 200 columns instead of rich's
+    80-column wrapping, and tables sized to their content. Emoji codes are off: text from users (names, paths,
+    error messages) is printed as written, ':-1:' or ':smile:' included."""
+    if (sys.stderr if stderr else sys.stdout).isatty():
+        return Console(stderr=stderr, soft_wrap=True, emoji=False)
+    return Console(file=_Unpadded(stderr), soft_wrap=True, width=200, emoji=False)

@@ -12,6 +12,7 @@ from mlharness.errors import DatasetError, SettingsError
 from mlharness.fileguard import check_file_or_folder
 from mlharness.loadgen.options import RunOptions
 from mlharness.loadgen.qsl import check_sample_count
+from mlharness.manifest.historical import missing_dataset
 from mlharness.manifest.hooks import HookSet
 from mlharness.manifest.loader import LoadedManifest
 
@@ -43,6 +44,9 @@ def build_context(loaded: LoadedManifest, opts: RunOptions, batch_size: int) -> 
 
 def sample_count(hooks: HookSet, opts: RunOptions, ctx: dict[str, Any]) -> int:
     """The dataset size: ``init()``'s answer (or --count alone), at most --count; recorded in ``ctx``."""
+    reason = missing_dataset(hooks.loaded)
+    if reason:  # with --count alone its hooks would get sample numbers
+        raise DatasetError(reason)
     count = opts.count
     if "before_preprocess" in hooks:
         from_hook = hooks.call("before_preprocess", ctx)

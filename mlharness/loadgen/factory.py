@@ -14,8 +14,10 @@ from mlharness.errors import AssetError, ManifestError, PredictorError
 from mlharness.fileguard import check_regular_file
 from mlharness.loadgen.options import RunOptions
 from mlharness.loadgen.pinning import pinned
-from mlharness.manifest.assets import cache_dir, resolve_asset
+from mlharness.manifest.assets import cache_dir, parse_checksum, resolve_asset
 from mlharness.manifest.loader import LoadedManifest, is_bare_version
+from mlharness.manifest.modelcheck import check_declared_outputs
+from mlharness.manifest.overrides import ENV as MODEL_FILE_ENV
 from mlharness.manifest.schema import streams_tokens
 from mlharness.manifest.targets import run_generator
 from mlharness.predictors import FRAMEWORK_PACKAGES, PREDICTORS
@@ -124,6 +126,7 @@ def make_instances(loaded: LoadedManifest, opts: RunOptions, model_file: Path | 
     ``threads_per_instance`` says otherwise (two sessions each grabbing every core would fight). With
     ``affinity`` (core pinning), instance i is created pinned to ``affinity[i]`` and uses that many threads."""
     n = max(1, opts.instances)
+    say_model_swap(loaded, opts)
     threads = opts.threads_per_instance or opts.threads
     if n > 1 and threads is None:
         threads = max(1, (os.cpu_count() or 1) // n)
@@ -135,8 +138,75 @@ def make_instances(loaded: LoadedManifest, opts: RunOptions, model_file: Path | 
             per = replace(opts, threads=threads or (len(cores) if cores else None))
             with pinned(cores):
                 predictors.append(make_predictor(loaded, per, model_file, batch, weights_file))
+            if i == 0:  # the declared outputs against the model's own, before LoadGen starts
+                check_declared_outputs(loaded, predictors[0])
     except BaseException:
         for p in predictors:
             p.close()
         raise
     return predictors
+
+
+def say_model_swap(loaded: LoadedManifest, opts: RunOptions) -> None:
+    """A model swapped in with $MLHARNESS_MODEL_FILE is said in the run's normal output: the results are not the
+    manifest's model's."""
+    for note in loaded.notes:
+        if f"${MODEL_FILE_ENV}" in note:
+            if opts.say is not None:
+                opts.say(f"{loaded.path}: {note}")
+            else:
+                log.warning("%s: %s", loaded.path, note)
+
+
+# what a run hashes of its model for mlharness_run.json: beyond this the file is named but not hashed (reading a
+# model of tens of GB again at the end of every run would take minutes)
+HASH_LIMIT_BYTES = 4 << 30
+_HASHED: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> sha256: each model file read once
+
+
+def model_file_facts(loaded: LoadedManifest, model_path: str | None) -> dict[str, object] | None:
+    """The model file the run loaded, for the run metadata: its path, kind (file or folder), size and sha256 (the
+    manifest's verified sha256 when it declares one; a folder's is the digest of its files' names and sha256s)."""
+    if not model_path:
+        return None
+    path = Path(model_path)
+    facts: dict[str, object] = {"path": str(path.resolve()), "kind": "folder" if path.is_dir() else "file"}
+    try:
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        size = sum(p.stat().st_size for p in files)
+    except OSError as e:
+        return {**facts, "sha256": None, "sha256_note": f"not readable: {e.strerror or e}"}
+    facts["bytes"] = size
+    if any(f"${MODEL_FILE_ENV}" in note for note in loaded.notes):
+        facts["set_by"] = f"${MODEL_FILE_ENV}"
+    asset = loaded.model.model
+    declared = asset.graph_checksum if asset is not None and not (asset.is_archive or asset.generator) else None
+    algorithm, digest = parse_checksum(declared) if declared else ("", "")
+    if algorithm == "sha256":  # resolve_asset verified the file against it before the model loaded
+        return {**facts, "sha256": digest, "sha256_from": "the manifest's verified checksum"}
+    if size > HASH_LIMIT_BYTES:
+        return {**facts, "sha256": None, "sha256_note": f"not computed: {size / (1 << 30):.1f} GiB is over the "
+                                                        f"{HASH_LIMIT_BYTES >> 30} GiB a run hashes"}
+    return {**facts, "sha256": _digest(path, files)}
+
+
+def _digest(root: Path, files: list[Path]) -> str:
+    import hashlib
+
+    def one(p: Path) -> str:
+        st = p.stat()
+        key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
+        if key not in _HASHED:
+            h = hashlib.sha256()
+            with p.open("rb") as f:
+                while chunk := f.read(1 << 20):
+                    h.update(chunk)
+            _HASHED[key] = h.hexdigest()
+        return _HASHED[key]
+
+    if not root.is_dir():
+        return one(root)
+    listing = hashlib.sha256()
+    for p in files:
+        listing.update(f"{p.relative_to(root).as_posix()}\0{one(p)}\n".encode())
+    return listing.hexdigest()

@@ -194,3 +194,14 @@ def with_features(model: Any, manifest_dir: Path) -> Any:
     if checksum and "://" in feats:
         options["features_checksum"] = str(checksum)
     return model.model_copy(update={"accuracy": acc.model_copy(update={"options": options})})
+
+
+def missing_dataset(loaded: Any) -> str | None:
+    """Why a historical manifest cannot run without a dataset manifest (None when it has one, or is spec v1).
+    Its hooks (the agents' built-in ones or its own) take each sample's input, an image file for the vision
+    agents, which only a dataset manifest hands over: a bare ``--count`` would feed them sample numbers."""
+    if getattr(loaded, "historical", None) is None or getattr(loaded, "dataset", None) is not None:
+        return None
+    return (f"{loaded.path} is a historical MLHarness/MLModelScope manifest, which names no dataset: pass "
+            "--dataset files --dataset-path DIR (a folder of input files, one sample each), or --dataset FILE.yml "
+            "(a dataset manifest)")

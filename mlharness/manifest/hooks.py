@@ -40,7 +40,10 @@ class HookSet:
         self._guarded: dict[str, Callable[..., Any]] = {}  # as the run calls them (hookguard.guarded)
         self._timeout_s = loaded.model.hooks.timeout_s
         hookguard.install_exit_guard()  # before the first line of the manifest's code runs
-        self._filenames: dict[str, tuple[str, int]] = {}  # compiled file name -> (hook, first file line)
+        # compiled file name -> (hook, first file line, the manifest holding it: a dataset manifest's own hooks
+        # are reported at its file, not at the model manifest that named the dataset)
+        self._filenames: dict[str, tuple[str, int, str]] = {}
+        self._sources: dict[str, str] = {}  # hook -> the manifest that defines it
         self._files_loaded: dict[Path, None] = {}
         if loaded.dataset is not None:
             ds_source = loaded.dataset_source or loaded.source
@@ -64,7 +67,7 @@ class HookSet:
             return
         first_line = source.hook_lines.get(prefix + key, 1)
         filename = f"{source.path}::{key}"
-        self._filenames[filename] = (key, first_line)
+        self._filenames[filename] = (key, first_line, str(source.path))
         linecache.cache[filename] = (len(hook), None, hook.splitlines(keepends=True), filename)
         code = self._compile(key, hook, filename, str(source.path), first_line)
         self._exec(key, code, str(source.path))
@@ -78,6 +81,7 @@ class HookSet:
     def _add_function(self, key: str, fn: Callable[..., Any], source: SourceInfo) -> None:
         seconds, configured = hookguard.deadline(self._timeout_s, key)
         self.functions[key] = fn
+        self._sources[key] = str(source.path)
         self._guarded[key] = hookguard.guarded(key, str(source.path), seconds, fn, configured)
 
     def _compile(self, key: str, text: str, filename: str, manifest: str, first_line: int) -> Any:
@@ -104,7 +108,7 @@ class HookSet:
         if path not in self._files_loaded:
             text = read_hook_file(source.path, f"{key}.file", path)
             filename = str(path)
-            self._filenames[filename] = (key, 1)
+            self._filenames[filename] = (key, 1, str(source.path))
             code = self._compile(key, text, filename, str(path), 1)
             self._exec(key, code, str(source.path))
             self._files_loaded[path] = None
@@ -135,11 +139,12 @@ class HookSet:
         line = None
         hook = name
         where = ""
+        manifest = self._sources.get(name, self.manifest)
         for frame, lineno in traceback.walk_tb(exc.__traceback__):
             filename = frame.f_code.co_filename
             info = self._filenames.get(filename)
             if info is not None:
-                hook, line = info[0], lineno
+                hook, line, manifest = info[0], lineno, info[2]
                 if "::" in filename:  # inline source: also give the line in the YAML file
                     where = f" (hook line {lineno}, file line {info[1] + lineno - 1})"
                 else:
@@ -150,7 +155,7 @@ class HookSet:
             detail = f"raised {when + ': ' if when else ''}{type(exc).__name__}: {exc}"
         if log.isEnabledFor(logging.DEBUG):
             log.debug("hook %s failed:\n%s", hook, "".join(traceback.format_exception(exc)))
-        return HookError(hook, self.manifest, f"{detail}{where}", line=line)
+        return HookError(hook, manifest, f"{detail}{where}", line=line)
 
 def syntax_error(key: str, where: str, e: SyntaxError, first_line: int) -> HookError:
     """A hook's syntax error with its line in the hook and in the file that holds it."""

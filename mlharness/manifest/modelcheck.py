@@ -106,3 +106,32 @@ def check_loads(loaded: LoadedManifest, model_file: Path) -> str:
     finally:
         predictor.close()
     return f"model {model_file} loads in {m.framework.name}; its inputs agree with the declarations"
+
+
+def loaded_outputs(predictor: object) -> list[ModelTensor] | None:
+    """What a loaded predictor's model says about its outputs (names, element types, batch-first shapes), or None
+    where the framework does not say before running (PyTorch, remote agents)."""
+    own = getattr(predictor, "output_tensors", None)
+    if callable(own):
+        return own()
+    session = getattr(predictor, "session", None)  # ONNX Runtime
+    if session is not None and callable(getattr(session, "get_outputs", None)):
+        return [ModelTensor(t.name, ORT_TYPES.get(t.type), list(t.shape or []) or None)
+                for t in session.get_outputs()]
+    return None
+
+
+def check_declared_outputs(loaded: LoadedManifest, predictor: object) -> None:
+    """``run``'s check of the declared outputs (the one ``manifest validate`` makes), on the predictor the run
+    loaded, before LoadGen starts: a wrong ``outputs[i].shape`` or ``element_type`` is refused naming the field
+    instead of being scored (or silently truncated) later."""
+    if loaded.fetch_all_outputs:  # historical outputs describe the response, not the graph's tensors
+        return
+    tensors = loaded_outputs(predictor)
+    if not tensors:
+        return
+    config = getattr(predictor, "config", None)
+    model_path = str(getattr(config, "model_path", None) or loaded.model.name)
+    specs = [o.model_dump() for o in loaded.model.outputs]
+    check_names_and_counts("outputs", specs, tensors, model_path, str(loaded.path), exact=False)
+    check_outputs(specs, tensors, model_path, str(loaded.path))

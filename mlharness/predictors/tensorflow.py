@@ -1,10 +1,13 @@
-"""TensorFlow predictor: SavedModel directories (a signature, inputs by name) and frozen graphs (``.pb``, tensors
-named in the manifest, e.g. ``input_tensor:0``)."""
+"""TensorFlow predictor: SavedModel directories (a signature, inputs by name), Keras model files (``.keras``, the
+Keras 3 format, or ``.h5``) and frozen graphs (``.pb``, tensors named in the manifest, e.g. ``input_tensor:0``)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +15,9 @@ import numpy as np
 
 from mlharness.errors import MLHarnessError, PredictorError
 from mlharness.predictors.base import Predictor, PredictorConfig
-from mlharness.predictors.checks import check_inputs, tf_tensor
+from mlharness.predictors.checks import ModelTensor, check_inputs, tf_tensor
 from mlharness.predictors.options import int_option, option_error, unknown_options
+from mlharness.predictors.threads import intra_op_threads
 from mlharness.telemetry.framework_profile import SharedProfiler
 
 log = logging.getLogger(__name__)
@@ -34,15 +38,16 @@ class TensorFlowPredictor(Predictor):
         self._feeds: list[Any] = []
         self._fetches: list[Any] = []
         self._device = "/CPU:0"
+        self.threads: int | None = config.threads
+        self.threads_reason = ""
+        self._keras_call: Any = None
+        self._keras_outputs: dict[str, ModelTensor] = {}
 
     def framework_version(self) -> str:
-        import tensorflow as tf
-
-        return tf.__version__
+        return import_tensorflow().__version__
 
     def load(self) -> None:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        import tensorflow as tf
+        tf = import_tensorflow()
 
         opts = dict(self.config.options)
         unknown_options(self.config, "tensorflow", _OPTIONS)
@@ -50,13 +55,15 @@ class TensorFlowPredictor(Predictor):
             int_option(self.config, "inter_op_threads")
         if not isinstance(opts.get("signature", ""), str):
             raise option_error(self.config, "signature", f"expected a signature name, got {opts['signature']!r}")
+        self.threads, self.threads_reason = intra_op_threads(self.config.threads)
         try:
-            if self.config.threads:
-                tf.config.threading.set_intra_op_parallelism_threads(self.config.threads)
+            if tf.config.threading.get_intra_op_parallelism_threads() != self.threads:
+                tf.config.threading.set_intra_op_parallelism_threads(self.threads)
             if opts.get("inter_op_threads"):
                 tf.config.threading.set_inter_op_parallelism_threads(int(opts["inter_op_threads"]))
         except RuntimeError as e:  # TF refuses once it has initialised; a second run in one process
             log.warning("tensorflow thread settings not applied: %s", e)
+            self.threads_reason += f" (not applied: tensorflow was already initialised, {e})"
         device = self.config.device
         if device.startswith("cuda"):
             index = device.partition(":")[2] or "0"
@@ -69,6 +76,9 @@ class TensorFlowPredictor(Predictor):
         try:
             if Path(path).is_dir():
                 self._load_saved_model(tf, path, opts.get("signature", "serving_default"))
+            elif Path(path).suffix.lower() in KERAS_SUFFIXES:  # a zip (or HDF5), not a GraphDef
+                with quiet_native_stderr():
+                    self._load_keras(tf, path)
             else:
                 self._load_frozen_graph(tf, path)
         except MLHarnessError:  # PredictorError, or a ManifestError from the declared inputs' check
@@ -93,6 +103,46 @@ class TensorFlowPredictor(Predictor):
                          where, self.config.manifest_path)
         self._fetches = _match("outputs", self.config.output_names, list(self._fn.structured_outputs), where)
 
+    def _load_keras(self, tf: Any, path: str) -> None:
+        self.kind = "Keras model"
+        with tf.device(self._device):
+            model = tf.keras.models.load_model(path, compile=False)
+        inputs = [ModelTensor(t.name, _keras_dtype(t.dtype), list(t.shape)) for t in model.inputs]
+        in_names = [t.name for t in inputs]
+        out_names = list(getattr(model, "output_names", None) or [f"output_{k}" for k in range(len(model.outputs))])
+        where = f"Keras model {path}"
+        # the model's own order when the manifest names none (a Keras model takes its inputs by position)
+        self._feeds = _match("inputs", self.config.input_names, in_names, where) if any(
+            self.config.input_names) else in_names
+        by_name = {t.name: t for t in inputs}
+        check_inputs(self.config.input_specs, [by_name[n] for n in self._feeds], where, self.config.manifest_path)
+        self._fetches = _match("outputs", self.config.output_names, out_names, where) if any(
+            self.config.output_names) else out_names
+        self._keras_outputs = {n: ModelTensor(n, _keras_dtype(t.dtype), list(t.shape))
+                               for n, t in zip(out_names, model.outputs, strict=True)}
+        order = [self._feeds.index(n) for n in in_names]
+        single = len(in_names) == 1
+
+        def call(*xs: Any) -> dict[str, Any]:
+            out = model(xs[0] if single else [xs[k] for k in order], training=False)
+            if isinstance(out, dict):
+                return out
+            return dict(zip(out_names, out if isinstance(out, list | tuple) else [out], strict=True))
+
+        self._model = model
+        self._keras_call = tf.function(call, reduce_retracing=True)  # eager Keras calls cost milliseconds
+
+    def output_tensors(self) -> list[ModelTensor] | None:
+        """The model's outputs in the order :meth:`predict` returns them (for the declared outputs' check)."""
+        if self._keras_call is not None:
+            return [self._keras_outputs[n] for n in self._fetches]
+        if self._session is not None:
+            return [tf_tensor(t.name, t.dtype, t.shape) for t in self._fetches]
+        if self._fn is not None:
+            specs = self._fn.structured_outputs
+            return [tf_tensor(n, specs[n].dtype, specs[n].shape) for n in self._fetches]
+        return None
+
     def _load_frozen_graph(self, tf: Any, path: str) -> None:
         self.kind = "frozen graph"
         graph_def = tf.compat.v1.GraphDef()
@@ -113,8 +163,7 @@ class TensorFlowPredictor(Predictor):
         check_inputs(self.config.input_specs, [tf_tensor(t.name, t.dtype, t.shape) for t in self._feeds], path,
                      self.config.manifest_path)
         config = tf.compat.v1.ConfigProto()
-        if self.config.threads:
-            config.intra_op_parallelism_threads = self.config.threads
+        config.intra_op_parallelism_threads = self.threads
         self._session = tf.compat.v1.Session(graph=graph, config=config)
 
     def predict(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -123,7 +172,10 @@ class TensorFlowPredictor(Predictor):
         import tensorflow as tf
 
         with tf.device(self._device):
-            out = self._fn(**{n: tf.constant(x) for n, x in zip(self._feeds, inputs, strict=True)})
+            if self._keras_call is not None:
+                out = self._keras_call(*[tf.constant(x) for x in inputs])
+            else:
+                out = self._fn(**{n: tf.constant(x) for n, x in zip(self._feeds, inputs, strict=True)})
         return [out[n].numpy() for n in self._fetches]
 
     def profile_start(self, tracer: Any) -> None:
@@ -141,10 +193,12 @@ class TensorFlowPredictor(Predictor):
             self._session.close()
         self._session = None
         self._fn = None
+        self._keras_call = None
 
     def describe(self) -> dict[str, Any]:
         d = super().describe()
-        d.update({"kind": self.kind, "device": self._device, "threads": self.config.threads})
+        d.update({"kind": self.kind, "device": self._device, "threads": self.threads,
+                  "threads_reason": self.threads_reason})
         return d
 
 
@@ -157,6 +211,70 @@ def _match(kind: str, names: list[str], available: list[str], where: str) -> lis
     if missing:
         raise PredictorError(f"{kind} {missing} are not in {where}: {available}")
     return declared
+
+
+def _keras_dtype(dtype: Any) -> str | None:
+    name = str(getattr(dtype, "name", dtype))
+    return name if name in ("float16", "float32", "float64", "int8", "uint8", "int16", "int32", "int64",
+                            "bool") else None
+
+
+KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
+LOG_ENV = "TF_CPP_MIN_LOG_LEVEL"
+# TensorFlow's start-up lines (oneDNN, CPU features, absl's "before InitializeLog") are written to the process's
+# stderr before its logging is set up, so TF_CPP_MIN_LOG_LEVEL alone does not hide them from every run's output
+NOISE = ("oneDNN custom operations", "absl::InitializeLog()", "cpu_feature_guard", "To enable the following "
+         "instructions", "rebuild TensorFlow with the appropriate compiler flags", "Unable to register cu",
+         "computation placer already registered", "could not find cuda drivers")
+
+
+def import_tensorflow() -> Any:
+    """``import tensorflow`` without its start-up log lines, unless the user set TF_CPP_MIN_LOG_LEVEL (then TF
+    logs as they asked). Python-side absl logging is kept to errors the same way."""
+    if "tensorflow" in sys.modules:
+        return sys.modules["tensorflow"]
+    user_set = LOG_ENV in os.environ
+    os.environ.setdefault(LOG_ENV, "2")
+    with contextlib.nullcontext() if user_set else quiet_native_stderr():
+        import tensorflow as tf
+    if not user_set:
+        with contextlib.suppress(ImportError):
+            from absl import logging as absl_logging
+
+            absl_logging.set_verbosity(absl_logging.ERROR)
+    return tf
+
+
+@contextlib.contextmanager
+def quiet_native_stderr() -> Any:
+    """File descriptor 2 into a temporary file for the block (C++ code writes there, past ``sys.stderr``); what
+    is not one of TensorFlow's known start-up lines is written back to stderr afterwards, the rest logged at
+    debug level. Nothing is filtered when the user set TF_CPP_MIN_LOG_LEVEL."""
+    if os.environ.get(LOG_ENV) != "2" or "tensorflow-stderr" in _CAPTURING:
+        yield
+        return
+    sys.stderr.flush()
+    _CAPTURING.add("tensorflow-stderr")
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            _CAPTURING.discard("tensorflow-stderr")
+            tmp.seek(0)
+            for line in tmp.read().decode("utf-8", errors="replace").splitlines(keepends=True):
+                if any(n in line for n in NOISE):
+                    log.debug("tensorflow: %s", line.rstrip())
+                else:
+                    sys.stderr.write(line)
+            sys.stderr.flush()
+
+
+_CAPTURING: set[str] = set()
 
 
 def _tensor(name: str) -> str:

@@ -9,6 +9,7 @@ Framework options: ``dtype`` (float32, bfloat16, float16), ``attn_implementation
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,19 @@ import numpy as np
 from mlharness.errors import PredictorError
 from mlharness.predictors.engine import OnceStream, QueuedGenerator
 from mlharness.predictors.generative import TokenRequest
+
+PROGRESS_ENV = "HF_HUB_DISABLE_PROGRESS_BARS"
+
+
+def quiet_progress_bars() -> None:
+    """No tqdm bars of transformers' checkpoint loading in a run's output (they would come with every run),
+    unless the user set HF_HUB_DISABLE_PROGRESS_BARS themselves (0: keep the bars)."""
+    if PROGRESS_ENV in os.environ:
+        return
+    os.environ[PROGRESS_ENV] = "1"  # read by huggingface_hub when transformers first imports it
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
 
 class _BatchStreamer:
@@ -51,6 +65,8 @@ class TransformersPredictor(QueuedGenerator):
 
     def load_engine(self) -> None:
         import torch
+
+        quiet_progress_bars()
         from transformers import AutoModelForCausalLM
 
         if self.config.model_path is None:
