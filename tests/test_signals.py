@@ -82,11 +82,24 @@ def run_blocked_in_init(tmp_path: Path, *code: str) -> subprocess.Popen:
     return proc
 
 
-def run_and_signal(tmp_path: Path, manifest: Path, sig: int, *args: str) -> tuple[int, float, str]:
-    """Start ``mlharness run``, send ``sig`` once the run is in its timed path; (status, seconds from the signal
-    to the end, stderr)."""
+def wait_for_the_test(manifest: Path, proc: subprocess.Popen, tmp_path: Path) -> None:
+    """Until the model runs inside the LoadGen test: after the run's estimate line (a Server run times single
+    samples before, which calls the hooks too), the marking hook is called once more."""
+    started = manifest.parent / "started"
+    wait_for(lambda: "LoadGen will issue" in (tmp_path / "stderr.txt").read_text(), proc, tmp_path)
+    started.unlink(missing_ok=True)
+    wait_for(started.exists, proc, tmp_path)
+
+
+def run_and_signal(tmp_path: Path, manifest: Path, sig: int, *args: str, in_test: bool = True
+                   ) -> tuple[int, float, str]:
+    """Start ``mlharness run``, send ``sig`` once the run is in its timed path (with ``in_test``: inside the
+    LoadGen test; else at the model's first call); (status, seconds from the signal to the end, stderr)."""
     proc = start(tmp_path, "run", "--manifest", str(manifest), "--no-progress", *args)
-    wait_for((manifest.parent / "started").exists, proc, tmp_path)
+    if in_test:
+        wait_for_the_test(manifest, proc, tmp_path)
+    else:
+        wait_for((manifest.parent / "started").exists, proc, tmp_path)
     sent = time.monotonic()
     proc.send_signal(sig)
     try:
@@ -179,7 +192,7 @@ def test_second_ctrl_c_exits_at_once(tmp_path, earlier_result):
     before = place_earlier(earlier_result, out, "slow", "Server", "performance")
     proc = start(tmp_path, "run", "--manifest", str(manifest), "--no-progress", "--scenario", "Server", *LONG,
                  "--target-qps", "100", "--output", str(out))
-    wait_for((manifest.parent / "started").exists, proc, tmp_path)
+    wait_for_the_test(manifest, proc, tmp_path)
     proc.send_signal(signal.SIGINT)
     wait_for(lambda: "interrupted by SIGINT" in (tmp_path / "stderr.txt").read_text(), proc, tmp_path, 10)
     sent = time.monotonic()
@@ -400,7 +413,8 @@ def test_a_signal_during_calibration_ends_the_run_before_loadgen_starts(tmp_path
     out = tmp_path / "results" / "out"
     before = place_earlier(earlier_result, out, "slow", "SingleStream", "performance")
     rc, wall, stderr = run_and_signal(tmp_path, manifest, signal.SIGINT, "--scenario", "SingleStream", "--mode",
-                                      "performance", "--min-duration-ms", "600000", "--output", str(out))
+                                      "performance", "--min-duration-ms", "600000", "--output", str(out),
+                                      in_test=False)
     assert rc == 130, (rc, stderr)
     assert wall < SIGNAL_LIMIT_S
     assert "Traceback" not in stderr and "terminate called" not in stderr, stderr
