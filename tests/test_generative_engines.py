@@ -214,21 +214,30 @@ class FakeLoadGen:
         self.events += [("complete", r[0], r[2]) for r in responses]
 
 
+def settled(sut) -> None:
+    """Every LoadGen call the token SUT handed to its calling thread so far has been made."""
+    sut.stop_caller()
+    sut.start_caller()
+
+
 def test_token_sut_reports_first_tokens_and_completes_each_sample_once():
     from mlharness.loadgen.tokens import SampleStream, TokenSUT
 
     failures = []
     sut = TokenSUT([], store=None, scenario="Server", on_failure=failures.append)
     sut._lg = lg = FakeLoadGen()
+    sut.start_caller()
     a, b = SampleStream(sut, 101, 1), SampleStream(sut, 102, 2)
     a.first(np.array([7], dtype=np.int32))
     a.first(np.array([7, 8], dtype=np.int32))  # at most once
     a.done(np.array([7, 8, 9], dtype=np.int32))
     a.done(np.array([7, 8, 9], dtype=np.int32))  # a second result is ignored
     a.fail(RuntimeError("late"))
+    settled(sut)
     assert lg.events == [("first", 101, 4), ("complete", 101, 3)] and not failures
     b.first(np.array([5], dtype=np.int32))
     b.done(np.array([5], dtype=np.int32))  # one token: LoadGen would refuse n_tokens == 1
+    settled(sut)
     assert lg.events[-1] == ("complete", 102, 0) and sut.halted
     assert "sample 2 (qsl_idx) got a response of 1 token(s)" in str(failures[0])
     assert sut.completed == 2
@@ -239,12 +248,15 @@ def test_token_sut_offline_sends_no_first_token_and_abandons_what_the_engine_hol
 
     sut = TokenSUT([], store=None, scenario="Offline")
     sut._lg = lg = FakeLoadGen()
+    sut.start_caller()
     held = [SampleStream(sut, 200 + i, i) for i in range(3)]
     sut._outstanding.update(held)
     held[0].first(np.array([1], dtype=np.int32))
     held[0].fail(RuntimeError("engine died"))
+    settled(sut)
     # the failure completes the other two at once; their late results are ignored
     assert sorted(e[1] for e in lg.events if e[0] == "complete") == [200, 201, 202]
     assert not [e for e in lg.events if e[0] == "first"]
     held[1].done(np.array([1, 2, 3], dtype=np.int32))
+    settled(sut)
     assert len(lg.events) == 3 and sut.completed == 3

@@ -107,6 +107,7 @@ class RecordingLoadGen:
 
     def __init__(self) -> None:
         self.events: list[tuple[str, int, int | None]] = []
+        self.threads: set[int] = set()  # the threads that called LoadGen
         self._lock = threading.Lock()
 
     def QuerySampleResponse(self, sample_id, ptr, size, n_tokens=None):  # noqa: N802 - LoadGen's names
@@ -115,10 +116,12 @@ class RecordingLoadGen:
 
     def FirstTokenComplete(self, responses):  # noqa: N802
         with self._lock:
+            self.threads.add(threading.get_ident())
             self.events += [("first", r[0], r[1]) for r in responses]
 
     def QuerySamplesComplete(self, responses):  # noqa: N802
         with self._lock:
+            self.threads.add(threading.get_ident())
             self.events += [("complete", r[0], r[2]) for r in responses]
 
     def per_sample(self) -> dict[int, list[str]]:
@@ -133,6 +136,7 @@ def token_sut(scenario: str = "Server"):
 
     sut = TokenSUT([], store=None, scenario=scenario)
     sut._lg = lg = RecordingLoadGen()
+    sut.start_caller()
     return sut, lg
 
 
@@ -167,14 +171,18 @@ def test_first_token_precedes_completion_whatever_the_threads_do():
         t.start()
     for t in threads:
         t.join(timeout=30)
+    sut.stop_caller()
     assert lg.per_sample() == {s.id: ["first", "complete"] for s in streams}
     assert sut.completed == len(streams) and not sut._outstanding
+    # LoadGen's log thread orders a sample's records only when one thread made both calls
+    assert len(lg.threads) == 1 and lg.threads != {threading.get_ident()}
 
 
 def test_samples_issued_after_a_failure_get_a_first_token_before_their_empty_completion():
     sut, lg = token_sut("SingleStream")
     sut.fail(RuntimeError("an earlier sample failed"))
     sut._submit([501, 502], [5, 6])  # LoadGen goes on issuing until its test ends
+    sut.stop_caller()
     assert lg.events == [("first", 501, 0), ("complete", 501, 0), ("first", 502, 0), ("complete", 502, 0)]
     assert sut.issued == sut.completed == 2
 
@@ -186,11 +194,13 @@ def test_an_empty_first_token_is_not_one_and_offline_reports_none():
     s = SampleStream(sut, 77, 3)
     s.first(np.zeros(0, dtype=np.int32))
     s.done(np.array([4, 5, 6], dtype=np.int32))
+    sut.stop_caller()
     assert lg.events == [("first", 77, 4), ("complete", 77, 3)]  # its first id, reported with the completion
 
     offline, lg = token_sut("Offline")
     s = SampleStream(offline, 78, 4)
     s.fail(RuntimeError("engine error"))
+    offline.stop_caller()
     assert lg.events == [("complete", 78, 0)]
 
 
@@ -202,4 +212,5 @@ def test_nothing_reaches_loadgen_after_its_test_ended():
     sut._end()  # StartTest returned
     late.first(np.array([1], dtype=np.int32))
     late.done(np.array([1, 2], dtype=np.int32))
+    sut.stop_caller()
     assert lg.events == [] and sut.completed == 0

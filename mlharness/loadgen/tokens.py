@@ -25,8 +25,13 @@ What LoadGen is handed, whatever the predictor does (its calls may come from any
 - A first token carries at least one id (an empty ``first`` from an engine is not a first token). A completion
   carries the sample's ids with ``n_tokens`` of at least 2, or, for a failed sample, no data and ``n_tokens``
   0 (LoadGen logs it; the run fails anyway).
-- No LoadGen call is made once ``StartTest`` has returned: every call goes through :meth:`TokenSUT._loadgen`,
-  which drops it, under a lock, after the test has ended (a late result of an engine thread).
+- Every ``FirstTokenComplete`` and ``QuerySamplesComplete`` is made from one thread, in the order the streams
+  made them (:meth:`TokenSUT._call_loadgen`): LoadGen's log thread drains each calling thread's buffer in no
+  fixed order, so a first token reported on one thread and the completion of the same sample on another (a
+  sample abandoned by the thread that hit a failure) could reach the accuracy log in the wrong order; that, too,
+  reads a first-token record that does not exist.
+- No LoadGen call is made once ``StartTest`` has returned: the calling thread drops it, under a lock, after the
+  test has ended (a late result of an engine thread).
 """
 
 from __future__ import annotations
@@ -140,6 +145,9 @@ class TokenSUT(Completions):
         self._outstanding_lock = threading.Lock()
         self._ended = False  # StartTest returned: LoadGen's sample objects are gone
         self._end_lock = threading.Lock()
+        # every FirstTokenComplete / QuerySamplesComplete is made from this one thread (see the module doc)
+        self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._caller: threading.Thread | None = None
 
     # -- LoadGen callbacks ---------------------------------------------------------------------------------------
     def issue(self, ids: list[int], indices: list[int]) -> None:
@@ -214,19 +222,33 @@ class TokenSUT(Completions):
                 response = lg.QuerySampleResponse(stream.id, tokens.ctypes.data, tokens.nbytes, len(tokens))
             lg.QuerySamplesComplete([response])
 
-        if self._loadgen(call):
-            self._count(1)
+        self._loadgen(call, counts=True)
         with self._outstanding_lock:
             self._outstanding.discard(stream)
 
-    def _loadgen(self, call: Callable[[Any], None]) -> bool:
-        """Make one LoadGen call unless the test has ended (then LoadGen's objects are gone): False if dropped."""
-        with self._end_lock:
-            if self._ended:
-                log.warning("a token stream reported after the LoadGen test had ended; ignored")
-                return False
-            call(self._lg)
-            return True
+    def _loadgen(self, call: Callable[[Any], None], counts: bool = False) -> None:
+        """Hand one LoadGen call to the caller thread (the buffers it reads stay alive in the closure)."""
+        self._calls.put((call, counts))
+
+    def _call_loadgen(self) -> None:
+        """The caller thread: LoadGen's calls in the order they were made, none once the test has ended (then
+        LoadGen's objects are gone). LoadGen logs a call in a buffer of the thread that made it, and its log
+        thread drains those buffers in no particular order: a sample's first token reported on one thread and
+        its completion on another can reach the accuracy log completion first, and LoadGen then reads a
+        first-token record that does not exist yet (SIGSEGV). One calling thread keeps every sample's order."""
+        while (item := self._calls.get()) is not _STOP:
+            call, counts = item
+            with self._end_lock:
+                if self._ended:
+                    log.warning("a token stream reported after the LoadGen test had ended; ignored")
+                    continue
+                try:
+                    call(self._lg)
+                except BaseException as e:  # noqa: BLE001 - a call LoadGen refused fails the run, never the thread
+                    self.fail(RunFailed(f"LoadGen refused a token response: {type(e).__name__}: {e}"))
+                    continue
+            if counts:
+                self._count(1)
 
     def warm_up(self, indices: list[int]) -> None:
         """Untimed, before LoadGen starts its clock: generate the first loaded sample ``warmup`` times."""
@@ -254,13 +276,25 @@ class TokenSUT(Completions):
         self._lg = lg
         self._thread = threading.Thread(target=self._dispatch, name="mlharness-tokens", daemon=True)
         self._thread.start()
+        self.start_caller()
         try:
             run_fast_sut(self, loader, total_count, performance_count, settings, log_settings, audit_config,
                          self.issue, self.flush, self.warm_up, on_end=self._end)
         finally:
             self.queries.put(_STOP)
             self._thread.join(timeout=30)
+            self.stop_caller()
         self._raise_if_failed()
+
+    def start_caller(self) -> None:
+        self._caller = threading.Thread(target=self._call_loadgen, name="mlharness-loadgen-calls", daemon=True)
+        self._caller.start()
+
+    def stop_caller(self) -> None:
+        """Make the calls handed over so far, then end the caller thread."""
+        self._calls.put(_STOP)
+        if self._caller is not None:
+            self._caller.join(timeout=30)
 
 
 class _Sink:
