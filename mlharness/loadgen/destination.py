@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import MLHarnessError
+from mlharness.fileguard import describe_kind
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +65,9 @@ def what_is(path: Path) -> str:
         return "nothing"
     except OSError as e:
         return f"unreadable ({e.strerror})"
-    for test, name in ((stat.S_ISLNK, "a symlink"), (stat.S_ISDIR, "a folder"), (stat.S_ISREG, "a file"),
-                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a folder"
+    if stat.S_ISLNK(mode):
+        return "a symlink"
+    return "a file" if stat.S_ISREG(mode) else describe_kind(mode)
 
 
 def identity(benchmark: str, scenario: str, mode: str) -> dict[str, str]:
