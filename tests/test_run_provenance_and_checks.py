@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.helpers.framework_models import expected, write_onnx
+from tests.helpers.framework_models import expected, write_onnx, write_torchscript
 from tests.helpers.toy_manifest import toy_manifest
 
 HISTORICAL = Path(__file__).parent / "fixtures" / "historical" / "MLPerf_ResNet_50_v1.5.yml"
@@ -60,6 +60,29 @@ def test_run_refuses_wrong_declared_outputs(run_cli, tmp_path, declared, field, 
     assert f"{manifest}: field '{field}': {words}" in proc.stderr
     assert "LoadGen will issue" not in proc.stderr  # refused before LoadGen starts
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("declared", "field", "words"), [
+    ({"shape": [10]}, "outputs[0].shape", "declares [10] per sample but the model's output 'y'"),
+    ({"element_type": "int64"}, "outputs[0].element_type", "declares int64 but the model's output 'y'"),
+])
+def test_run_refuses_wrong_declared_outputs_of_a_model_that_says_nothing_before_running(run_cli, tmp_path, declared,
+                                                                                      field, words):
+    # TorchScript does not describe its outputs: the first sample's outputs are checked before anything is timed
+    write_torchscript(tmp_path / "affine.pt")
+    manifest = _manifest(tmp_path, "pytorch", "affine.pt", **declared)
+    proc = run_cli("run", "--manifest", str(manifest), "--output", str(tmp_path / "out"), *QUICK)
+    assert proc.returncode == 2, proc.stderr
+    assert f"{manifest}: field '{field}': {words}" in proc.stderr
+    assert "LoadGen will issue" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["affine.pt", "model.yaml"]  # nothing left behind
+
+
+def test_a_torchscript_model_with_the_declared_outputs_runs(run_cli, tmp_path):
+    write_torchscript(tmp_path / "affine.pt")
+    proc = run_cli("run", "--manifest", str(_manifest(tmp_path, "pytorch", "affine.pt")), "--output",
+                   str(tmp_path / "out"), *QUICK)
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_a_swapped_model_file_is_said_and_hashed(run_cli, cli_env, tmp_path):

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from mlharness.loadgen import estimate, server_bound
+from mlharness.loadgen import estimate, server_bound, server_probe
 from mlharness.loadgen import settings as lgs
 from mlharness.paths import USER_CONF_DIR
 
@@ -101,6 +101,7 @@ class Calibration:
         measured = (f"{self.measured:.4g} ms per query" if self.key == "target_latency"
                     else f"{self.measured:,.4g} samples/s")
         how = (f"{self.headroom:g} x the ideal-queue rate {self.extra.get('ideal_qps', 0):,.4g} QPS"
+               + server_probe.describe(self.extra.get("probes", []), self.extra.get("latency_bound_ms", 0))
                if self.scenario == "Server" else f"headroom x{self.headroom:g}")
         if self.scenario == "Server" and not self.extra.get("ideal_qps"):  # say why no rate keeps the bound
             how = server_bound.no_rate_reason(self.extra)
@@ -314,9 +315,13 @@ def _throughput(scenario: str, settings: Any, pipelines: list[Any], n: int, batc
     ideal = server_ceiling(batch_ms, bound_ms, size, len(pipelines), percentile=99.5, queries=4000, steps=14)
     # no rate keeps the bound (one batch alone is too slow): a trickle, and the run explains the INVALID
     qps = SERVER_FRACTION * ideal if ideal > 0 else max(0.1, 0.1 * one.mean_sps)
+    # the rate against the host as it is: wake-ups that wait for a core, the framework's own threads
+    probes = server_probe.probe_rate(server_probe.one_sample_runner(pipelines[0]), n, qps, bound_ms) if ideal else []
+    qps = server_probe.rate_after(probes, qps)
     cal = Calibration(scenario, "target_qps", qps, sps, SERVER_FRACTION, n, main.batches + one.batches,
                       main.seconds + one.seconds, batch,
-                      {"ideal_qps": ideal, "batch_ms": batch_ms, "latency_bound_ms": bound_ms, **checks})
+                      {"ideal_qps": ideal, "batch_ms": batch_ms, "latency_bound_ms": bound_ms, **checks,
+                       "probes": [p.as_dict() for p in probes]})
     needed = EARLY_STOPPING_QUERIES
     # more queries for early stopping only help a rate that can meet the bound: with none, the run is INVALID
     # whatever its length, and a trickle of 700 queries would last for many minutes

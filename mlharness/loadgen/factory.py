@@ -9,6 +9,9 @@ import logging
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from mlharness.errors import AssetError, ManifestError, PredictorError
 from mlharness.fileguard import check_regular_file
@@ -16,7 +19,7 @@ from mlharness.loadgen.options import RunOptions
 from mlharness.loadgen.pinning import pinned
 from mlharness.manifest.assets import cache_dir, parse_checksum, resolve_asset
 from mlharness.manifest.loader import LoadedManifest, is_bare_version
-from mlharness.manifest.modelcheck import check_declared_outputs
+from mlharness.manifest.modelcheck import check_declared_outputs, check_first_outputs, loaded_outputs
 from mlharness.manifest.overrides import ENV as MODEL_FILE_ENV
 from mlharness.manifest.schema import streams_tokens
 from mlharness.manifest.targets import run_generator
@@ -210,3 +213,19 @@ def _digest(root: Path, files: list[Path]) -> str:
     for p in files:
         listing.update(f"{p.relative_to(root).as_posix()}\0{one(p)}\n".encode())
     return listing.hexdigest()
+
+
+def check_outputs_by_running(loaded: LoadedManifest, pipeline: Any, loader: Any) -> None:
+    """For a model whose framework does not describe its outputs before running (TorchScript, factories, remote
+    agents): the declared outputs against what it returns for the first sample, loaded for the purpose and run
+    once before anything is timed. A predict hook's outputs are its own business and are not checked."""
+    if "predict" in pipeline.hooks or loaded_outputs(pipeline.predictor) is not None:
+        return
+    progress, loader.on_progress = loader.on_progress, None
+    loader.load([0])
+    try:
+        first = np.asarray([0], dtype=np.int64)
+        check_first_outputs(loaded, pipeline.predictor, pipeline.infer(pipeline.store.gather(first)))
+    finally:
+        loader.unload([0])
+        loader.on_progress = progress

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlharness.errors import MLHarnessError, RunFailed
+from mlharness.errors import ManifestError, MLHarnessError, RunFailed
 from mlharness.loadgen.destination import DestinationError, absolute, commit, lock_path, write_marker
 from mlharness.loadgen.interrupt import GUARD, Interrupted
 
@@ -178,10 +178,24 @@ class StagedDir:
             written.moved(self.path, failed)
             raise written from e
         except BaseException as e:
+            if isinstance(e, ManifestError) and self._discard_empty():  # refused before anything was written
+                raise
             failed = self.fail(e)
             if isinstance(e, ResultsWriteError):
                 e.moved(self.path, failed)
             raise
+
+    def _discard_empty(self) -> bool:
+        """Remove the staging folder (and the lock) when nothing was written into it: a manifest refused before
+        the run wrote anything leaves no ``*.failed-<time>`` folder behind."""
+        with self._lock:
+            try:
+                self.path.rmdir()  # only an empty folder
+            except OSError:
+                return False
+            GUARD.remove_keeper(self.abandon)
+            lock_path(self.final).unlink(missing_ok=True)
+            return True
 
     def abandon(self) -> Path:
         """Idempotent and thread-safe (the runner's watchdog, the signal guard and the main thread may all

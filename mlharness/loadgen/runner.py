@@ -18,7 +18,7 @@ from mlharness.loadgen import calibrate, calibrate_tokens, server_bound
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.context import resolve_load_workers
 from mlharness.loadgen.destination import absolute, check_destination, exclusive, identity, lock_path
-from mlharness.loadgen.factory import make_instances, resolve_model_file
+from mlharness.loadgen.factory import check_outputs_by_running, make_instances, resolve_model_file
 from mlharness.loadgen.metadata import run_metadata
 from mlharness.loadgen.options import (
     DEFAULT_MANIFEST,
@@ -154,6 +154,8 @@ def loadgen_test(plan: RunPlan, conf: LoadgenSettings, opts: RunOptions, predict
     else:
         sut = SystemUnderTest(pipelines, strategy, opts.workers, on_failure=on_failure, tracer=tracer,
                               affinity=plan.affinity)
+    if not plan.tokens and opts.network != "lon":  # the declared outputs, where the framework told nothing
+        check_outputs_by_running(loaded, pipelines[0], loader)
     # the Server bound before calibration, which plans the rate against it
     server_bound.for_run(opts, conf.plan, conf.settings, [] if plan.tokens else pipelines, loader,
                          conf.performance_count, plan.official, plan.tokens, loaded.model.framework.warmup)

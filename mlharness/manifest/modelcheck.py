@@ -135,3 +135,28 @@ def check_declared_outputs(loaded: LoadedManifest, predictor: object) -> None:
     specs = [o.model_dump() for o in loaded.model.outputs]
     check_names_and_counts("outputs", specs, tensors, model_path, str(loaded.path), exact=False)
     check_outputs(specs, tensors, model_path, str(loaded.path))
+
+
+def check_first_outputs(loaded: LoadedManifest, predictor: object, outputs: object) -> None:
+    """The declared outputs against what the model returned for one sample, for frameworks that do not say before
+    running (TorchScript, ``nn.Module`` factories, remote agents): the check ``check_declared_outputs`` makes,
+    once, before LoadGen starts. Floating outputs the predictor widened to float32 (float16, bfloat16) match
+    their declaration."""
+    if loaded.fetch_all_outputs or not isinstance(outputs, list | tuple):
+        return
+    specs = [o.model_dump() for o in loaded.model.outputs]
+    config = getattr(predictor, "config", None)
+    model_path = str(getattr(config, "model_path", None) or loaded.model.name)
+    if len(outputs) < len(specs):
+        raise ManifestError(loaded.path, "outputs", f"declares {len(specs)} outputs but the model ({model_path}) "
+                                                    f"returned {len(outputs)}")
+    tensors = []
+    for k, out in enumerate(outputs[: len(specs)]):
+        dtype = getattr(out, "dtype", None)
+        et = None if dtype is None else str(dtype)
+        if et == "float32" and specs[k].get("element_type") in ("float16", "bfloat16"):
+            et = specs[k]["element_type"]
+        shape = getattr(out, "shape", None)
+        tensors.append(ModelTensor(specs[k].get("name") or f"output {k}", et,
+                                   None if shape is None or len(shape) == 0 else list(shape)))
+    check_outputs([{**s, "name": None} for s in specs], tensors, model_path, str(loaded.path))
