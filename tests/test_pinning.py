@@ -65,3 +65,42 @@ def test_pinned_restores_the_mask_after_an_error():
         assert os.sched_getaffinity(0) == {min(before)}
         raise RuntimeError("boom")
     assert os.sched_getaffinity(0) == before
+
+
+class _Recorder:
+    """A pipeline that records the cores of the thread running each of its batches."""
+
+    def __init__(self):
+        self.seen: set[frozenset[int]] = set()
+
+    def run(self, indices):
+        self.seen.add(frozenset(os.sched_getaffinity(0)))
+
+    def warmup(self, indices, n):
+        self.run(indices)
+
+
+class _Loader:
+    on_progress = None
+
+    def load(self, indices):
+        pass
+
+    def unload(self, indices):
+        pass
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable cores")
+def test_calibration_times_each_instance_on_the_cores_its_runner_gets():
+    import mlperf_loadgen as lg
+
+    from mlharness.loadgen.calibrate import calibrate
+
+    settings = lg.TestSettings()
+    settings.min_duration_ms, settings.min_query_count = 100, 1
+    before = os.sched_getaffinity(0)
+    groups = core_sets(2)
+    pipelines = [_Recorder(), _Recorder()]
+    calibrate("Offline", settings, pipelines, _Loader(), 16, 2, budget_s=0.05, affinity=groups)
+    assert [p.seen for p in pipelines] == [{frozenset(groups[0])}, {frozenset(groups[1])}]
+    assert os.sched_getaffinity(0) == before  # the calling thread's own mask is given back

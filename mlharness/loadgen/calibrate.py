@@ -38,6 +38,7 @@ import numpy as np
 
 from mlharness.loadgen import estimate, server_bound, server_probe
 from mlharness.loadgen import settings as lgs
+from mlharness.loadgen.pinning import pinned
 from mlharness.paths import USER_CONF_DIR
 
 EXPECTED_KEYS = {"Offline": "target_qps", "Server": "target_qps", "SingleStream": "target_latency",
@@ -165,7 +166,7 @@ def settled(times: list[float]) -> tuple[list[float], bool]:
 
 
 def calibrate(scenario: str, settings: Any, pipelines: list[Any], loader: Any, perf_count: int, batch: int,
-              warmup: int = 1, budget_s: float | None = None) -> Calibration:
+              warmup: int = 1, budget_s: float | None = None, affinity: list[set[int]] | None = None) -> Calibration:
     """Measure on up to a few dozen samples loaded for the purpose (unloaded afterwards), set the expected
     performance in ``settings`` and return how."""
     budget = budget_seconds(settings) if budget_s is None else budget_s
@@ -175,12 +176,14 @@ def calibrate(scenario: str, settings: Any, pipelines: list[Any], loader: Any, p
     progress, loader.on_progress = loader.on_progress, None
     loader.load(indices)
     try:
-        for p in pipelines:
-            p.warmup(np.asarray(indices[:batch], dtype=np.int64), max(1, warmup))
+        for k, p in enumerate(pipelines):
+            with pinned(affinity[k % len(affinity)] if affinity else None):
+                p.warmup(np.asarray(indices[:batch], dtype=np.int64), max(1, warmup))
         if scenario in ("SingleStream", "MultiStream"):
-            cal = _latency(scenario, settings, pipelines[0], n, spq, batch, budget)
+            with pinned(affinity[0] if affinity else None):  # the cores the run's first runner gets
+                cal = _latency(scenario, settings, pipelines[0], n, spq, batch, budget)
         else:
-            cal = _throughput(scenario, settings, pipelines, n, batch, budget)
+            cal = _throughput(scenario, settings, pipelines, n, batch, budget, affinity)
     finally:
         loader.unload(indices)
         loader.on_progress = progress
@@ -242,12 +245,13 @@ class Timed:
     passes: int
 
 
-def _batches_per_second(pipelines: list[Any], n: int, size: int, budget: float) -> Timed:
+def _batches_per_second(pipelines: list[Any], n: int, size: int, budget: float,
+                        affinity: list[set[int]] | None = None) -> Timed:
     batches = passes = 0
     stable = False
     start = time.perf_counter()
     while not stable and passes < MAX_PASSES:
-        sps, count, _, times = _one_pass(pipelines, n, size, budget)
+        sps, count, _, times = _one_pass(pipelines, n, size, budget, affinity)
         batches, passes = batches + count, passes + 1
         halves = [settled(t) for t in times]
         stable = all(ok for _, ok in halves)
@@ -256,7 +260,8 @@ def _batches_per_second(pipelines: list[Any], n: int, size: int, budget: float) 
     return Timed(sps, median, over, batches, time.perf_counter() - start, stable, passes)
 
 
-def _one_pass(pipelines: list[Any], n: int, size: int, budget: float) -> tuple[float, int, float, list[list[float]]]:
+def _one_pass(pipelines: list[Any], n: int, size: int, budget: float,
+              affinity: list[set[int]] | None = None) -> tuple[float, int, float, list[list[float]]]:
     """(samples/s, batches, seconds, each instance's batch times) of one pass."""
     counts = [0] * len(pipelines)
     times: list[list[float]] = [[] for _ in pipelines]
@@ -264,14 +269,15 @@ def _one_pass(pipelines: list[Any], n: int, size: int, budget: float) -> tuple[f
     start = time.perf_counter()
 
     def loop(k: int) -> None:
-        try:
-            b = 0
-            while time.perf_counter() - start < budget or counts[k] < MIN_ROUNDS:
-                t0 = time.perf_counter()
-                pipelines[k].run((np.arange(b * size, (b + 1) * size) % n).astype(np.int64))
-                times[k].append(time.perf_counter() - t0)
-                counts[k] += 1
-                b += 1
+        try:  # each instance on the cores its runner gets in the run (--pin-cores)
+            with pinned(affinity[k % len(affinity)] if affinity else None):
+                b = 0
+                while time.perf_counter() - start < budget or counts[k] < MIN_ROUNDS:
+                    t0 = time.perf_counter()
+                    pipelines[k].run((np.arange(b * size, (b + 1) * size) % n).astype(np.int64))
+                    times[k].append(time.perf_counter() - t0)
+                    counts[k] += 1
+                    b += 1
         except BaseException as e:  # noqa: BLE001 - re-raised on the calling thread
             errors.append(e)
 
@@ -288,9 +294,9 @@ def _one_pass(pipelines: list[Any], n: int, size: int, budget: float) -> tuple[f
 
 
 def _throughput(scenario: str, settings: Any, pipelines: list[Any], n: int, batch: int,
-                budget: float) -> Calibration:
+                budget: float, affinity: list[set[int]] | None = None) -> Calibration:
     size = min(batch, n)
-    main = _batches_per_second(pipelines, n, size, budget if scenario == "Offline" else budget / 2)
+    main = _batches_per_second(pipelines, n, size, budget if scenario == "Offline" else budget / 2, affinity)
     checks = {"stable": main.stable, "passes": main.passes}
     if scenario == "Offline":
         # the run's rate: its share of the settled half's throughput (a busy host's stalls included, the first
@@ -305,7 +311,7 @@ def _throughput(scenario: str, settings: Any, pipelines: list[Any], n: int, batc
 
     # Server is judged on its latency tail: the mean batch times (noise included), not the median
     sps = main.mean_sps
-    one = _batches_per_second(pipelines[:1], n, 1, budget / 2)
+    one = _batches_per_second(pipelines[:1], n, 1, budget / 2, affinity)
     checks = {"stable": main.stable and one.stable, "passes": max(main.passes, one.passes)}
     batch_ms = {1: 1000.0 / one.mean_sps + SERVER_BATCH_OVERHEAD_MS + SERVER_QUERY_OVERHEAD_MS}
     if size > 1:
@@ -361,7 +367,7 @@ def effective_conf(base: Path | None, model: str, scenario: str, overrides: dict
 
 
 def for_run(opts: Any, plan: lgs.SettingsPlan, settings: Any, pipelines: list[Any], loader: Any, perf_count: int,
-            batch: int, warmup: int, outdir: Path) -> dict[str, Any]:
+            batch: int, warmup: int, outdir: Path, affinity: list[set[int]] | None = None) -> dict[str, Any]:
     """The runner's step: calibrate when the run needs it, say so, write the effective user.conf beside the
     logs; returns what goes into the run metadata under 'calibration'."""
     if plan.mode != "performance":
@@ -373,7 +379,7 @@ def for_run(opts: Any, plan: lgs.SettingsPlan, settings: Any, pipelines: list[An
     source = given_by(plan.scenario, plan.model, plan.overrides, opts.user_conf)
     if source is not None:
         return {"calibrated": False, "reason": f"expected performance given by {source}"}
-    cal = calibrate(plan.scenario, settings, pipelines, loader, perf_count, batch, warmup)
+    cal = calibrate(plan.scenario, settings, pipelines, loader, perf_count, batch, warmup, affinity=affinity)
     if getattr(opts, "say", None):
         opts.say(cal.one_line())
     (outdir / "user.conf").write_text(effective_conf(plan.user_conf, plan.model, plan.scenario,

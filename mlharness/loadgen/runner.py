@@ -164,7 +164,7 @@ def loadgen_test(plan: RunPlan, conf: LoadgenSettings, opts: RunOptions, predict
         opts, conf.plan, conf.settings, sut.predictors, store, loader, conf.performance_count,
         loaded.model.framework.warmup, outdir) if isinstance(sut, TokenSUT) else calibrate.for_run(
         opts, conf.plan, conf.settings, pipelines, loader, conf.performance_count, plan.batch,
-        loaded.model.framework.warmup, outdir)
+        loaded.model.framework.warmup, outdir, affinity=plan.affinity)
     if opts.progress:
         opts.progress.attach(sut, plan.total if opts.mode == "accuracy" else None, conf.settings)
     observers = RunObservers(predictors, tracer, opts.telemetry_interval_ms)
