@@ -6,6 +6,10 @@ A round fixes the three LoadGen seeds every submitted performance run must use; 
 binary (6.0.17: the v6.1 round's), so mlharness sets the chosen round's seeds explicitly on every run instead of
 relying on the installed LoadGen.
 
+A round also fixes its suite: the benchmark IDs (results folder names) its checker knows
+(``MODEL_CONFIG[<round>]["models"]``). The checker of a round cannot read a benchmark the round does not have
+(it fails on the tree), so a run made for a round refuses an MLPerf benchmark outside the round's suite.
+
 The submission rules mlharness enforces for its benchmarks (accuracy targets, required scenarios, minimum
 query counts, compliance tests) are the same in v6.0 and v6.1; they live in :mod:`mlharness.submission.rules`.
 """
@@ -26,20 +30,38 @@ MIN_DURATION_MS = 600_000
 class Round:
     name: str  # also the official checker's --version
     seeds: dict[str, int]  # SEED_KEYS -> value
+    benchmarks: frozenset[str]  # the benchmark IDs of the round's suite (MODEL_CONFIG[<round>]["models"])
     # TEST05's alternate seeds when the official constants list them for the round ("test05_seeds"); None:
     # LoadGen's embedded test05_* seeds apply (v6.0 and v6.1 list none).
     test05_seeds: dict[str, int] | None = None
 
 
+# The suites, from the checker's MODEL_CONFIG[<round>]["models"]. v6.1 dropped retinanet, pointpainting,
+# mixtral-8x7b, llama3.1-405b and llama2-70b-99 and added qwen3.6-27b and the two e2e-rag benchmarks.
+_V60_SUITE = frozenset({
+    "resnet", "retinanet", "bert-99", "bert-99.9", "3d-unet-99", "3d-unet-99.9", "llama3.1-8b",
+    "llama3.1-8b-edge", "llama2-70b-99", "llama2-70b-99.9", "stable-diffusion-xl", "mixtral-8x7b",
+    "llama3.1-405b", "rgat", "pointpainting", "deepseek-r1", "whisper", "gpt-oss-120b", "wan-2.2-t2v-a14b",
+    "qwen3-vl-235b-a22b", "dlrm-v3", "yolo-95", "yolo-99",
+})  # fmt: skip
+_V61_SUITE = frozenset({
+    "resnet", "bert-99", "bert-99.9", "3d-unet-99", "3d-unet-99.9", "llama3.1-8b", "llama3.1-8b-edge",
+    "llama2-70b-99.9", "stable-diffusion-xl", "rgat", "deepseek-r1", "whisper", "gpt-oss-120b",
+    "wan-2.2-t2v-a14b", "qwen3-vl-235b-a22b", "qwen3.6-27b", "dlrm-v3", "yolo-95", "yolo-99", "e2e-rag-qna",
+    "e2e-rag-db",
+})  # fmt: skip
+
 ROUNDS: dict[str, Round] = {
     r.name: r
     for r in (
         Round("v6.0", {"qsl_rng_seed": 2465351861681999779, "sample_index_rng_seed": 14276810075590677512,
-                       "schedule_rng_seed": 3936089224930324775}),
+                       "schedule_rng_seed": 3936089224930324775}, _V60_SUITE),
         Round("v6.1", {"qsl_rng_seed": 2085463073848966840, "sample_index_rng_seed": 2747215439041700203,
-                       "schedule_rng_seed": 16159082839903944936}),
+                       "schedule_rng_seed": 16159082839903944936}, _V61_SUITE),
     )
 }
+# Every benchmark ID some known round has: a name outside it is no MLPerf benchmark (an open-division model).
+MLPERF_BENCHMARKS = frozenset().union(*(r.benchmarks for r in ROUNDS.values()))
 # The newest round the pinned LoadGen (6.0.17) was released for: its embedded mlperf.conf carries these seeds.
 DEFAULT_ROUND = "v6.1"
 
@@ -52,6 +74,24 @@ def get_round(name: str | None) -> Round:
         raise SettingsError(f"unknown MLPerf Inference round '{name}': mlharness knows the seeds and rules of "
                             f"these rounds only.{suggest(name, list(ROUNDS))}")
     return ROUNDS[name]
+
+
+def rounds_with(benchmark: str) -> list[str]:
+    """The known rounds whose suite has ``benchmark``, oldest first."""
+    return [r.name for r in ROUNDS.values() if benchmark in r.benchmarks]
+
+
+def check_in_suite(round_name: str | None, benchmark: str | None, where: str = "") -> None:
+    """Refuse (SettingsError, exit 2) an MLPerf benchmark ID the round's suite does not have: that round's
+    official checker cannot read its results. Names no round has (open-division models) pass."""
+    r = get_round(round_name)
+    if benchmark is None or benchmark not in MLPERF_BENCHMARKS or benchmark in r.benchmarks:
+        return
+    have = rounds_with(benchmark)
+    which = f"rounds {', '.join(have)} have" if len(have) > 1 else f"round {have[0]} has"
+    raise SettingsError(f"{where + ': ' if where else ''}{benchmark} is not a benchmark of MLPerf Inference "
+                        f"round {r.name} (its official checker, --version {r.name}, cannot read its results); "
+                        f"{which} it: pass --round {have[-1]}")
 
 
 def round_of_seeds(seeds: dict[str, object]) -> str | None:

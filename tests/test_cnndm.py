@@ -267,9 +267,9 @@ def load(name: str):
 @pytest.mark.parametrize("name, lg_model, benchmark, file", [
     ("llama3.1-8b", "llama3_1-8b", "llama3.1-8b", "cnn_eval.json"),
     ("llama3.1-8b-edge", "llama3_1-8b-edge", "llama3.1-8b-edge", "sample_cnn_eval_5000.json"),
-    ("llama3.1-8b-oracle", "llama3_1-8b", "llama3.1-8b-oracle", "cnn_eval.json"),
-    ("llama3.1-8b-edge-oracle", "llama3_1-8b-edge", "llama3.1-8b-edge-oracle", "sample_cnn_eval_5000.json"),
-    ("llama3.1-8b-random", "llama3_1-8b", "llama3.1-8b-random", "cnn_eval.json")])
+    ("llama3.1-8b-oracle", "llama3_1-8b", "llama3.1-8b", "cnn_eval.json"),
+    ("llama3.1-8b-edge-oracle", "llama3_1-8b-edge", "llama3.1-8b-edge", "sample_cnn_eval_5000.json"),
+    ("llama3.1-8b-random", "llama3_1-8b", "llama3.1-8b", "cnn_eval.json")])
 def test_manifests(name, lg_model, benchmark, file):
     m = load(name).model
     assert (m.mlperf.model, m.mlperf.benchmark) == (lg_model, benchmark)

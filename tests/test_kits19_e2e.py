@@ -115,7 +115,8 @@ def test_oracle_offline_accuracy_and_outputs(oracle_offline, prepared: Path, env
     assert pred.shape == tuple(data.entry("case_00002")["image_shape"])
     assert np.allclose(pred.affine, data.entry("case_00002")["reshaped_affine"])
     meta = json.loads((out / "mlharness_run.json").read_text())
-    assert meta["benchmark"] == "3d-unet-oracle" and meta["conf_model"] == "3d-unet"
+    assert meta["benchmark"] == "3d-unet-99" and meta["conf_model"] == "3d-unet"
+    assert meta["manifest"]["name"] == "3d-unet-oracle"  # the variant that ran, under the official ID
     assert meta["accuracy"]["name"] == "mean_dice" and meta["accuracy"]["official"] is True
 
     # the standalone command prints exactly what accuracy.txt holds

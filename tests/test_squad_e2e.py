@@ -50,7 +50,8 @@ def test_oracle_scores_exactly_100(run_cli, squad_dir: Path, tmp_path: Path, sce
     assert total > 2 * QUESTIONS  # several features (doc spans) per question
     assert sorted({e["qsl_idx"] for e in entries}) == list(range(total))
     assert {len(e["data"]) for e in entries} == {384 * 2 * 4 * 2}  # (384, 2) float32, hex encoded
-    assert meta["conf_model"] == "bert" and meta["benchmark"] == "bert-oracle"
+    assert meta["conf_model"] == "bert" and meta["benchmark"] == "bert-99"
+    assert meta["manifest"]["name"] == "bert-oracle"  # the variant that ran, under the official ID
     predictions = json.loads((out / "predictions.json").read_text())
     truths = {qa["id"]: qa["answers"][0]["text"] for article in synthetic_squad(QUESTIONS)["data"]
               for paragraph in article["paragraphs"] for qa in paragraph["qas"]}

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import RunFailed
+from mlharness.loadgen import calibrate_dev
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.calibrate import (
     EARLY_STOPPING_QUERIES,
@@ -229,6 +230,18 @@ def for_run(opts: Any, plan: lgs.SettingsPlan, settings: Any, predictors: list[G
     """The runner's step for a token-stream model: calibrate when the run needs it (performance runs, and the
     accuracy runs of Server/Interactive), say so, write the effective user.conf beside the logs; returns what goes
     into the run metadata under 'calibration'."""
+    result = _calibrated(opts, plan, settings, predictors, store, loader, perf_count, warmup, outdir)
+    # a development run is then sized from the expected rate, not from the dataset (calibrate_dev)
+    sized = calibrate_dev.size(plan, settings, perf_count, floor=MIN_SAMPLES)
+    if sized is not None:
+        result["development_sizing"] = sized
+        if getattr(opts, "say", None):
+            opts.say(sized["message"])
+    return result
+
+
+def _calibrated(opts: Any, plan: lgs.SettingsPlan, settings: Any, predictors: list[GenerativePredictor],
+                store: Any, loader: Any, perf_count: int, warmup: int, outdir: Path) -> dict[str, Any]:
     if plan.mode != "performance" and plan.scenario != "Server":
         return {"calibrated": False, "reason": "accuracy mode"}
     if not getattr(opts, "calibrate", True):

@@ -17,6 +17,7 @@ from mlharness.manifest.hooks import HookSet
 from mlharness.manifest.loader import LoadedManifest
 from mlharness.manifest.names import check_path_component
 from mlharness.manifest.schema import streams_tokens
+from mlharness.rounds import check_in_suite
 from mlharness.telemetry.trace import LEVELS
 
 
@@ -63,6 +64,8 @@ def plan_run(loaded: LoadedManifest, opts: RunOptions) -> RunPlan:
     conf_model = lgs.conf_model_for(m.mlperf.model or m.name, opts.scenario)
     if official:
         lgs.check_model_name(conf_model)
+    # an MLPerf benchmark the round's suite lacks is refused before anything loads (not a name no round has)
+    check_in_suite(opts.round, m.mlperf.benchmark or m.mlperf.model, str(loaded.path))
     batch = opts.max_batchsize or m.batching.for_scenario(lgs.loadgen_scenario(opts.scenario))
     ctx = build_context(loaded, opts, batch)
     hooks = HookSet(loaded, ctx)

@@ -20,9 +20,10 @@ from mlharness.submission.steps import record_verdict
 log = logging.getLogger(__name__)
 
 
-def scorer_from_record(metadata_path: Path) -> Scorer | None:
+def scorer_from_record(metadata_path: Path, reference: str | None = None) -> Scorer | None:
     """A function scoring an accuracy log with the metric, options and dataset of a recorded accuracy run, or
-    None when the run's manifest declares no metric (or the record is gone)."""
+    None when the run's manifest declares no metric (or the record is gone). ``reference``: the metric option
+    naming the data file to score against instead (TEST07 of gpt-oss-120b: ``compliance_file``)."""
     try:
         meta = json.loads(Path(metadata_path).read_text())
     except (OSError, json.JSONDecodeError):
@@ -40,8 +41,11 @@ def scorer_from_record(metadata_path: Path) -> Scorer | None:
     if spec is None:
         return None
     metric = METRICS.get(spec.metric)()
+    options = dict(spec.options)
+    if reference is not None and reference in options:
+        options["reference_file"] = options[reference]
     ctx = AccuracyContext(dataset_path=Path(meta["dataset_path"]) if meta.get("dataset_path") else None,
-                          count=int(meta.get("samples", {}).get("total") or 0), options=dict(spec.options))
+                          count=int(meta.get("samples", {}).get("total") or 0), options=options)
     return lambda accuracy_log: metric.score(accuracy_log, ctx)
 
 
@@ -80,7 +84,9 @@ def scenario_verdicts(tree: Tree, ids: tuple[str, str, str], tests: list[str],
         dtype, source = response_dtype(record)
     scorer = scorer_from_record(record) if "TEST01" in tests else None
     eos = eos_ids_from_record(record) if "TEST06" in tests else None
-    verdicts = verify_scenario(tree.scenario_dir(*ids), tests, dtype, scorer, delta_percent(ids[1]), source, eos)
+    test07 = scorer_from_record(record, reference="compliance_file") if "TEST07" in tests else None
+    verdicts = verify_scenario(tree.scenario_dir(*ids), tests, dtype, scorer, delta_percent(ids[1]), source, eos,
+                               test07)
     checks: dict[str, dict[str, bool]] = {}
     for v in verdicts:
         checks.setdefault(v.test, {})[v.check] = v.passed

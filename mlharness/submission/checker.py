@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from mlharness.rounds import MLPERF_BENCHMARKS, rounds_with
 from mlharness.submission.findings import Findings, Report, Row
 from mlharness.submission.rules import (
     DIVISIONS,
@@ -106,7 +107,12 @@ class Checker(Findings):
         name = bench_dir.name
         benchmarks = self.rules.benchmarks
         info = benchmark_for(name, mapping if division == "open" else None, benchmarks)
-        if info is None:
+        official = mapping.get(name, name) if division == "open" else name
+        if official in MLPERF_BENCHMARKS and official not in self.rules.round.benchmarks:
+            # the official checker of the round has no rules for it and fails on the tree, in every division
+            self.error(bench_dir, f"{official} is not a benchmark of round {self.rules.round.name}; round(s) "
+                                  f"{', '.join(rounds_with(official))} have it: check with their --round")
+        elif info is None:
             self.by_division(division, bench_dir, f"'{name}' is not a {'/'.join(benchmarks)} benchmark: only "
                                                   f"structural rules apply")
         scenarios = sorted(p.name for p in bench_dir.iterdir() if p.is_dir())

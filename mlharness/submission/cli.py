@@ -21,7 +21,7 @@ DEV_FLAGS = (  # `mlharness run`'s development overrides: (flag, type)
 )  # fmt: skip
 EXECUTION_FLAGS = (("--device", str), ("--max-batchsize", int), ("--server-max-wait-ms", float),
                    ("--threads", int), ("--workers", int), ("--load-workers", int))
-AUDIT_TESTS = ("TEST01", "TEST04", "TEST05", "TEST06")
+AUDIT_TESTS = ("TEST01", "TEST04", "TEST05", "TEST06", "TEST07", "TEST09")
 ROUND_HELP = (f"MLPerf Inference round ({', '.join(ROUNDS)}; default: {DEFAULT_ROUND}, the round of the pinned "
               f"LoadGen)")
 DTYPES = ("byte", "float32", "int32", "int64")
@@ -34,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     r = actions.add_parser("run", help="accuracy, performance and compliance runs of a benchmark, one LoadGen "
                                        "test per process, into a results tree")
     r.add_argument("--manifest", default="demo", help="model manifest: a path or a built-in name (default: demo)")
-    r.add_argument("--scenarios", nargs="+", required=True, metavar="SCENARIO")
+    r.add_argument("--scenarios", nargs="+", required=True, metavar="SCENARIO",
+                   help="scenarios to run (a datacenter LLM: Offline plus Server, Interactive or both)")
     r.add_argument("--division", required=True, choices=DIVISIONS)
     r.add_argument("--submitter", required=True, help="organisation name (a directory name in the package)")
     r.add_argument("--system-name", default=os.environ.get("MLHARNESS_SYSTEM", "default"),

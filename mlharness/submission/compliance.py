@@ -242,7 +242,8 @@ def _test05_performance(reference_detail: Path, test_detail: Path) -> tuple[bool
 # ------------------------------------------------------------------------------------------------ scenario
 def verify_scenario(scenario_dir: Path, tests: list[str] | None = None, dtype: str = "byte",
                     scorer: Scorer | None = None, delta_percent: float = 1.0,
-                    dtype_source: str = "given", eos_ids: set[int] | None = None) -> list[Verdict]:
+                    dtype_source: str = "given", eos_ids: set[int] | None = None,
+                    test07_scorer: Scorer | None = None) -> list[Verdict]:
     """Verify the compliance directories of one <benchmark>/<scenario> directory and (re)write their verify
     files. ``tests`` defaults to every TEST0x directory present; TEST01 compares responses in ``dtype``
     (``dtype_source`` says where it came from, in verify_accuracy.txt)."""
@@ -254,6 +255,12 @@ def verify_scenario(scenario_dir: Path, tests: list[str] | None = None, dtype: s
         test_dir = scenario_dir / test
         if not test_dir.is_dir():
             raise MLHarnessError(f"{test_dir} does not exist: run the {test} audit first")
+        if test in ("TEST07", "TEST09"):  # gpt-oss-120b: every sample of a performance run logged
+            from mlharness.submission.test07 import verify_full_log
+
+            passed, text, reason = verify_full_log(scenario_dir, test, test07_scorer)
+            verdicts.append(Verdict(test, "accuracy" if test == "TEST07" else "output length", passed, text, reason))
+            continue
         if test == "TEST06":  # LLM output consistency: the sampled token streams, no performance comparison
             from mlharness.submission.test06 import verify
 

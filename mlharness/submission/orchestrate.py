@@ -26,7 +26,7 @@ from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.destination import exclusive
 from mlharness.manifest.loader import load_manifest
 from mlharness.paths import AUDIT_DIR
-from mlharness.rounds import DEFAULT_ROUND, get_round
+from mlharness.rounds import DEFAULT_ROUND, check_in_suite, get_round
 from mlharness.submission import records, sizing
 from mlharness.submission.audits import noise_note, scenario_verdicts
 from mlharness.submission.layout import Tree, check_system_name
@@ -88,20 +88,24 @@ def run_submission(req: SubmissionRequest, console: Any) -> Outcome:
     get_round(req.round)
     for scenario in req.scenarios:
         lgs.check_scenario(scenario, interactive=True)
+    loaded = load_manifest(req.manifest, req.dataset, req.framework)
+    check_in_suite(req.round, mlperf_benchmark(loaded.model), str(loaded.path))
     tree = Tree(req.results)  # made only once the request's own values are known good
     try:
         tree.archive.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise SettingsError(f"cannot create the results tree {tree.root}: {e.strerror}") from e
     with exclusive(tree.archive / "lock", f"results tree {tree.root}"):
-        return _run_submission(req, console)
+        return _run_submission(req, console, loaded)
 
 
-def _run_submission(req: SubmissionRequest, console: Any) -> Outcome:
-    get_round(req.round)
-    for scenario in req.scenarios:
-        lgs.check_scenario(scenario, interactive=True)
-    loaded = load_manifest(req.manifest, req.dataset, req.framework)
+def mlperf_benchmark(m: Any) -> str | None:
+    """The MLPerf benchmark ID a manifest names (``mlperf.benchmark``, else ``mlperf.model``), None for a
+    model that names neither (an open-division model, never refused by a round)."""
+    return m.mlperf.benchmark or m.mlperf.model
+
+
+def _run_submission(req: SubmissionRequest, console: Any, loaded: Any) -> Outcome:
     m = loaded.model
     if req.division == "closed" and m.mlperf.model is None:
         raise SettingsError(f"{loaded.path} names no MLPerf benchmark (mlperf.model): it can only be submitted in "
@@ -142,11 +146,14 @@ def _run_submission(req: SubmissionRequest, console: Any) -> Outcome:
         scen_conf = user_conf if req.user_conf else lgs.default_user_conf(lgs.conf_model_for(conf_model, scenario))
         argvs = {step: _child_argv(req, loaded.path, scenario, step, tree.work_dir(*ids) / step, scen_conf,
                                    audits.get(step)) for step in steps}
+        for step, argv in argvs.items():
+            if _audit_dataset(loaded, step):  # later flags win: the audit's own dataset manifest
+                argv += ["--dataset", str(_audit_dataset(loaded, step))]
         files = {
             "user.conf": records.effective_user_conf(scen_conf, conf_model, scenario, dev),
             "measurements.json": json.dumps(content, indent=2) + "\n",
             "README.md": records.readme(benchmark, scenario, req.system, req.command,
-                                        [(s, _display(a)) for s, a in argvs.items()], notes),
+                                        [(s, _display(a)) for s, a in argvs.items()], notes, m.name),
         }
         _run_scenario(tree, req, ids, argvs, files, loaded, scen_conf, console, outcome, progress, conf_model)
         row = {"benchmark": benchmark, "scenario": scenario,
@@ -240,8 +247,13 @@ def _update_state(tree: Tree, req: SubmissionRequest, loaded: Any, benchmark: st
                                                   "system_name": req.system})
     state["systems"][req.system] = {"fields": desc.fields, "sources": desc.sources, "overrides": overrides}
     entry = state.setdefault("benchmarks", {}).setdefault(f"{req.system}/{benchmark}", {})
-    entry.update(manifest=str(loaded.path), mlperf_model=loaded.model.mlperf.model, conf_model=conf_model,
-                 command=req.command)
+    # variants share their benchmark's folder (llama3.1-8b-oracle and -random both write llama3.1-8b/)
+    if entry.get("model") not in (None, loaded.model.name) and entry.get("scenarios"):
+        raise SettingsError(f"{tree.root} holds {benchmark} results of the manifest '{entry['model']}', not "
+                            f"'{loaded.model.name}': a benchmark's folder holds the results of one model; use "
+                            f"another --results folder")
+    entry.update(manifest=str(loaded.path), model=loaded.model.name, mlperf_model=loaded.model.mlperf.model,
+                 conf_model=conf_model, command=req.command)
     entry["scenarios"] = sorted(set(entry.get("scenarios", [])) | set(req.scenarios))
     return state
 
@@ -263,6 +275,13 @@ def _child_argv(req: SubmissionRequest, manifest: Path, scenario: str, step: str
     if audit is not None:
         argv += ["--audit-config", str(audit)]
     return argv
+
+
+def _audit_dataset(loaded: Any, step: str) -> str | None:
+    """The dataset manifest an audit runs on when the model names one (``attributes.audit_datasets``, e.g.
+    gpt-oss-120b's TEST07 on its GPQA compliance set)."""
+    datasets = loaded.model.attributes.get("audit_datasets") or {}
+    return str(datasets[step]) if isinstance(datasets, dict) and step in datasets else None
 
 
 def _applies(override: str, scenario: str) -> bool:

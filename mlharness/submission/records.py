@@ -90,12 +90,19 @@ def effective_user_conf(base: Path | None, conf_model: str, scenario: str, overr
 
 
 def readme(benchmark: str, scenario: str, system: str, command: str, steps: list[tuple[str, str]],
-           notes: list[str]) -> str:
+           notes: list[str], model: str | None = None) -> str:
+    """The scenario folder's README.md; ``model``: the manifest that ran (a variant such as
+    llama3.1-8b-oracle files its results under the official benchmark ID: the folder does not say which
+    one ran)."""
     lines = [
         f"# {benchmark} / {scenario} on {system}",
         "",
         f"Measured with mlharness {__version__} and the official MLPerf LoadGen {_loadgen_version()}.",
         "",
+    ]
+    if model is not None:
+        lines += [f"Model: `{model}` (mlharness manifest), submitted as the benchmark `{benchmark}`.", ""]
+    lines += [
         "## Reproduce",
         "",
         "```",

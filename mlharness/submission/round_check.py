@@ -1,6 +1,6 @@
 """One round per results tree: ``submission run`` records the round it ran for, and ``submission package``
 refuses a tree whose runs carry another round's seeds than the round it packages for (the official checker of
-that round would reject every such run)."""
+that round would reject every such run), or whose benchmark folders that round's checker cannot read."""
 
 from __future__ import annotations
 
@@ -9,7 +9,14 @@ from typing import Any
 
 from mlharness.errors import SettingsError
 from mlharness.loadgen.rundir import detail_values
-from mlharness.rounds import SEED_KEYS, get_round, round_of_seeds, wrong_seeds
+from mlharness.rounds import (
+    MLPERF_BENCHMARKS,
+    SEED_KEYS,
+    check_in_suite,
+    get_round,
+    round_of_seeds,
+    wrong_seeds,
+)
 from mlharness.submission.layout import Tree
 
 # the runs whose seeds the official checker checks, relative to a scenario directory (TEST05 has its own seeds)
@@ -37,6 +44,7 @@ def round_to_package(tree: Tree, state: dict[str, Any], requested: str | None) -
                             f"not {r.name}: its runs carry the seeds of {recorded}, which the official checker "
                             f"rejects with --version {r.name}. Package it with --round {recorded}, or redo the "
                             f"runs with `submission run --round {r.name}` into another --results folder")
+    _check_suite(tree, state, r.name)
     wrong = []
     for _system, _bench, _scen, path in tree.scenario_dirs():
         for rel in PERF_RUNS:
@@ -51,6 +59,24 @@ def round_to_package(tree: Tree, state: dict[str, Any], requested: str | None) -
                             f"official checker (--version {r.name}) would reject them: {'; '.join(wrong[:SHOWN])}"
                             f"{more}. Redo them with `submission run --round {r.name}`, or package for their round")
     return r.name
+
+
+def _check_suite(tree: Tree, state: dict[str, Any], round_name: str) -> None:
+    """Refuse benchmark folders the round's official checker cannot read: an MLPerf benchmark of another round
+    (any division), and in the closed and network divisions any name that is not one of the round's benchmark
+    IDs (the open division maps custom names through model_mapping.json)."""
+    suite = get_round(round_name).benchmarks
+    closed = state.get("division") in ("closed", "network")
+    for bench in sorted({bench for _system, bench, _scen, _path in tree.scenario_dirs()}):
+        if bench in suite:
+            continue
+        if bench in MLPERF_BENCHMARKS:
+            check_in_suite(round_name, bench, str(tree.root))
+        if closed:
+            raise SettingsError(f"{tree.root}: '{bench}' is not a benchmark ID of round {round_name}, so the "
+                                f"official checker cannot read its results in the {state['division']} division; "
+                                f"name the benchmark in the manifest's mlperf.benchmark "
+                                f"({', '.join(sorted(suite))}) and redo the runs")
 
 
 def _seed_problems(round_name: str, detail: Path) -> str:

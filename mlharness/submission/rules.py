@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from mlharness.rounds import MIN_DURATION_MS as MIN_DURATION_MS  # the checker's duration rule, re-exported
 from mlharness.rounds import ROUNDS, Round, get_round
-from mlharness.submission.llm_rules import LLM_ACC_PATTERNS, TEST06_MODELS
+from mlharness.submission.llm_rules import LLM_ACC_PATTERNS, TEST06_MODELS, TEST07_TEST09_MODELS
 
 DIVISIONS = ("closed", "open", "network")
 STATUSES = ("available", "preview", "rdi")
@@ -132,6 +132,29 @@ REQUIRED_SCENARIOS: dict[str, dict[str, tuple[str, ...]]] = {
 # Server latency bound (ns) the early-stopping target latency must respect.
 SERVER_LATENCY_NS = {"resnet": 15_000_000, "bert-99": 130_000_000, "bert-99.9": 130_000_000,
                      "retinanet": 100_000_000, "llama3.1-8b": 20_000_000_000}
+# deepseek-r1 (datacenter: Offline, plus Server or Interactive through llm_rules.DATACENTER_ONE_OF)
+BENCHMARKS["deepseek-r1"] = Benchmark("deepseek-r1", "deepseek-r1", 4388, "exact_match", 0.99 * 81.3582, 1.0,
+                                      ("TEST06",))
+DEFAULT_BENCHMARK_FOR_MODEL["deepseek-r1"] = "deepseek-r1"
+REQUIRED_SCENARIOS["datacenter"]["deepseek-r1"] = ("Offline",)
+REQUIRED_SCENARIOS["datacenter,edge"]["deepseek-r1"] = ("Offline",)
+SERVER_LATENCY_NS["deepseek-r1"] = 60_000_000_000
+# gpt-oss-120b (datacenter: Offline, plus Server or Interactive through llm_rules.DATACENTER_ONE_OF); its audits
+# are TEST07 (accuracy in performance mode) and TEST09 (mean output length)
+BENCHMARKS["gpt-oss-120b"] = Benchmark("gpt-oss-120b", "gpt-oss-120b", 4395, "exact_match", 83.13 * 0.99, 1.0,
+                                       ("TEST07", "TEST09"))
+DEFAULT_BENCHMARK_FOR_MODEL["gpt-oss-120b"] = "gpt-oss-120b"
+REQUIRED_SCENARIOS["datacenter"]["gpt-oss-120b"] = ("Offline",)
+REQUIRED_SCENARIOS["datacenter,edge"]["gpt-oss-120b"] = ("Offline",)
+SERVER_LATENCY_NS["gpt-oss-120b"] = 60_000_000_000
+# llama2-70b-99.9 (datacenter: Offline, plus Server or Interactive through llm_rules.DATACENTER_ONE_OF)
+BENCHMARKS["llama2-70b-99.9"] = Benchmark("llama2-70b-99.9", "llama2-70b", 24576, "ROUGE1", 44.4312 * 0.999, 0.1,
+                                          ("TEST06",))
+DEFAULT_BENCHMARK_FOR_MODEL["llama2-70b"] = "llama2-70b-99.9"
+REQUIRED_SCENARIOS["datacenter"]["llama2-70b-99.9"] = ("Offline",)
+REQUIRED_SCENARIOS["datacenter,edge"]["llama2-70b-99.9"] = ("Offline",)
+SERVER_LATENCY_NS["llama2-70b-99.9"] = 20_000_000_000
+COMPLIANCE_TESTS = (*COMPLIANCE_TESTS, "TEST07", "TEST09")
 # Scenarios whose result LoadGen derives with early stopping (no fixed minimum query count in the checker).
 EARLY_STOPPING_SCENARIOS = ("SingleStream", "MultiStream", "Server")
 
@@ -141,7 +164,8 @@ class RoundRules:
     """What the checker holds a tree of one round to. For the benchmarks mlharness ships (resnet, bert-99/99.9,
     3d-unet-99/99.9) the official constants of v6.0 and v6.1 agree on accuracy targets, dataset and performance
     sample sizes, required scenarios, minimum queries, Server latency bounds and the TEST01/TEST04 lists: the
-    rounds differ only in their seeds."""
+    rounds differ in their seeds and in their suites (``Round.benchmarks``: only those benchmarks are
+    here)."""
 
     round: Round
     benchmarks: dict[str, Benchmark]
@@ -149,14 +173,21 @@ class RoundRules:
     server_latency_ns: dict[str, int]
 
 
-ROUND_RULES: dict[str, RoundRules] = {
-    name: RoundRules(r, BENCHMARKS, REQUIRED_SCENARIOS, SERVER_LATENCY_NS) for name, r in ROUNDS.items()
-}
+def _in_suite(r: Round) -> RoundRules:
+    """The rules of the benchmarks the round's suite has (retinanet is no benchmark of v6.1)."""
+    benchmarks = {k: b for k, b in BENCHMARKS.items() if k in r.benchmarks}
+    required = {t: {k: v for k, v in by.items() if k in r.benchmarks} for t, by in REQUIRED_SCENARIOS.items()}
+    bounds = {k: v for k, v in SERVER_LATENCY_NS.items() if k in r.benchmarks}
+    return RoundRules(r, benchmarks, required, bounds)
+
+
+ROUND_RULES: dict[str, RoundRules] = {name: _in_suite(r) for name, r in ROUNDS.items()}
 
 
 def rules_for(round_name: str | None) -> RoundRules:
-    """The rules of a round (None: the default round); an unknown round is a SettingsError naming the known ones."""
-    return ROUND_RULES[get_round(round_name).name]
+    """The rules of a round (None: the default round); an unknown round is a SettingsError naming the known ones.
+    Made afresh from the tables, so that rows added to them after this module was imported count too."""
+    return _in_suite(get_round(round_name))
 
 
 def compliance_tests_for_model(mlperf_model: str | None) -> tuple[str, ...]:
@@ -164,6 +195,8 @@ def compliance_tests_for_model(mlperf_model: str | None) -> tuple[str, ...]:
     MLPerf benchmarks), TEST04 for ResNet50 only; LLMs: TEST06 only (none for llama3.1-8b-edge)."""
     if mlperf_model in TEST06_MODELS:
         return ("TEST06",)
+    if mlperf_model in TEST07_TEST09_MODELS:
+        return ("TEST07", "TEST09")
     if mlperf_model == "llama3_1-8b-edge":
         return ()
     if mlperf_model == "resnet50":

@@ -34,6 +34,8 @@ STEP_FILES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "TEST04": [("TEST04/performance/run_1", REQUIRED_PERF_FILES)],
     "TEST05": [("TEST05/performance/run_1", REQUIRED_PERF_FILES)],
     "TEST06": [("TEST06/accuracy", ("mlperf_log_accuracy.json",))],  # LLMs: sampled token streams only
+    "TEST07": [("TEST07/performance/run_1", REQUIRED_PERF_FILES), ("TEST07/accuracy", ("mlperf_log_accuracy.json",))],
+    "TEST09": [("TEST09/performance/run_1", REQUIRED_PERF_FILES), ("TEST09/accuracy", ("mlperf_log_accuracy.json",))],
 }
 
 

@@ -16,7 +16,8 @@ from mlharness.errors import AccuracyError
 from mlharness.registry import Registry
 from mlharness.tasks import legacy
 
-TASKS = ("demo", "imagenet", "squad", "kits19", "openimages", "coco", "cnndm", "generic")
+TASKS = ("demo", "imagenet", "squad", "kits19", "openimages", "coco", "cnndm", "openorca", "generic", "gpt_oss",
+         "deepseek_r1")
 
 
 def _task_entries(attr: str) -> dict[str, str]:

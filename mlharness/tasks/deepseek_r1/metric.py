@@ -1,0 +1,171 @@
+"""deepseek-r1 accuracy exactly as the official ``language/deepseek-r1/eval_accuracy.py`` computes it from an
+``mlperf_log_accuracy.json``.
+
+The official script keeps the first entry of each ``qsl_idx`` (and skips indices past the dataset), decodes each
+response's hex as int32 token ids with the model's tokenizer (``skip_special_tokens=True``), grades each answer
+with its dataset's parser and verdict (:mod:`.graders`; LiveCodeBench programs run in :mod:`.sandbox`), and
+prints ``"\\nResults\\n"`` and ``{'exact_match': <mean of 100/0 per sample>, 'tokens_per_sample': <mean response
+tokens>, 'num-samples': <n>}``: the line the submission checker's ``exact_match`` and ``TOKENS_PER_SAMPLE``
+patterns read. Means are numpy float64 sums divided by the count, as pandas takes them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mlharness.errors import AccuracyError, DatasetError, MLHarnessError
+from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult, accuracy_log_entries
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"int32": np.int32, "int64": np.int64}
+
+
+def grade_texts(texts: list[str], names: list[Any], truths: list[Any], tests: list[dict[str, Any] | None],
+                limits: Any = None, workers: int = 2) -> tuple[list[float], list[Any]]:
+    """(100.0 or 0.0 per answer, the extracted answers) as the official ``process_dataframe``."""
+    from mlharness.tasks.deepseek_r1 import graders
+    from mlharness.tasks.deepseek_r1.sandbox import run_program_tests
+
+    scores = [0.0] * len(texts)
+    extracted: list[Any] = [None] * len(texts)
+    code_jobs = []
+    for i, (text, name, truth) in enumerate(zip(texts, names, truths, strict=True)):
+        if graders.is_missing(name):  # pandas' groupby leaves such a row out: it keeps its 0
+            log.warning("deepseek-r1: sample %d has no dataset name; scored 0 as the official script does", i)
+            continue
+        kind = graders.kind_of(name, f"sample {i}: ")
+        extracted[i] = graders.PARSERS[kind](text)
+        if extracted[i] is None or graders.is_missing(truth):
+            continue
+        if kind == "livecodebench":
+            if extracted[i] and tests[i] is not None:
+                code_jobs.append(i)
+        elif graders.verdict(kind, extracted[i], truth):
+            scores[i] = 100.0
+
+    def run(i: int) -> bool:
+        t = tests[i] or {}
+        return run_program_tests(extracted[i], t["inputs"], t["outputs"], t.get("fn_name"), limits).passed
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        for i, passed in zip(code_jobs, pool.map(run, code_jobs), strict=True):
+            scores[i] = 100.0 if passed else 0.0
+    return scores, extracted
+
+
+def summarize(scores: list[float], token_counts: list[int]) -> dict[str, Any]:
+    n = len(scores)
+    return {"exact_match": float(np.asarray(scores, dtype=np.float64).sum() / n),
+            "tokens_per_sample": float(np.asarray(token_counts, dtype=np.float64).sum() / n), "num-samples": n}
+
+
+def result_text(result: dict[str, Any]) -> str:
+    return f"\nResults\n\n{result}\n"
+
+
+def load_lcb_tests(path: Path | str | None) -> dict[str, Any]:
+    if not path:
+        return {}
+    try:
+        tests = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise AccuracyError(f"deepseek-r1: cannot read the LiveCodeBench tests file {path}: {e}") from e
+    if not isinstance(tests, dict):
+        raise AccuracyError(f"deepseek-r1: {path}: expected a JSON object question_id -> tests")
+    return tests
+
+
+def score_log(accuracy_log: Path | str, dataset_pkl: Path | str, tokenizer_dir: Path | str, dtype: str = "int32",
+              lcb_tests: Path | str | None = None, limits: Any = None) -> AccuracyResult:
+    """The official figures of one mlperf_log_accuracy.json."""
+    from mlharness.tasks.cnndm.dataset import load_tokenizer
+    from mlharness.tasks.deepseek_r1.dataset import lcb_tests_of, read_frame
+
+    if dtype not in DTYPES:
+        raise AccuracyError(f"deepseek_r1_accuracy: unsupported dtype '{dtype}'; expected int32 or int64")
+    accuracy_log = Path(accuracy_log)
+    try:
+        frame = read_frame(dataset_pkl)
+        tokenizer = load_tokenizer(tokenizer_dir)
+        extra = load_lcb_tests(lcb_tests)
+        seen: set[int] = set()
+        ids: list[list[int]] = []
+        rows: list[int] = []
+        entries = accuracy_log_entries(accuracy_log)
+        for entry in entries:
+            if entry.qsl_idx in seen:
+                continue
+            seen.add(entry.qsl_idx)
+            if not 0 <= entry.qsl_idx < len(frame):
+                log.warning("%s: %s is outside the %d samples; skipped as the official script does",
+                            accuracy_log, entry.where, len(frame))
+                continue
+            data = entry.data(accuracy_log)
+            if len(data) % np.dtype(DTYPES[dtype]).itemsize:
+                raise AccuracyError(f"deepseek_r1_accuracy: {accuracy_log}: {entry.where}: {len(data)} bytes are "
+                                    f"not whole {dtype} token ids")
+            ids.append(np.frombuffer(data, DTYPES[dtype]).tolist())
+            rows.append(entry.qsl_idx)
+        if not ids:
+            raise AccuracyError(f"deepseek_r1_accuracy: accuracy log {accuracy_log} has no entries to score")
+        tests = [lcb_tests_of(frame, r, extra) if "livecodebench" in str(frame["dataset"].iloc[r]).lower()
+                 else None for r in rows]
+    except DatasetError as e:
+        raise AccuracyError(f"deepseek_r1_accuracy: {e}") from e
+    try:
+        texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
+    except (OverflowError, TypeError, ValueError, IndexError) as e:
+        raise AccuracyError(f"deepseek_r1_accuracy: cannot decode the token ids of {accuracy_log} with the "
+                            f"tokenizer in {tokenizer_dir}: {e}") from e
+    scores, extracted = grade_texts(texts, [frame["dataset"].iloc[r] for r in rows],
+                                    [frame["ground_truth"].iloc[r] for r in rows], tests, limits)
+    result = summarize(scores, [len(x) for x in ids])
+    per_kind: dict[str, list[float]] = {}
+    for r, s in zip(rows, scores, strict=True):
+        per_kind.setdefault(str(frame["dataset"].iloc[r]), []).append(s)
+    return AccuracyResult(text=result_text(result), value=result["exact_match"], name="exact_match",
+                          details={**result, "dupes": len(entries) - len(seen), "dtype": dtype,
+                                   "per_dataset": {k: float(np.mean(v)) for k, v in per_kind.items()},
+                                   "scores": scores, "extracted": [None if e is None else str(e) for e in extracted],
+                                   "dataset": str(dataset_pkl), "tokenizer": str(tokenizer_dir)})
+
+
+def resolve(path: str, base: Path | None) -> Path:
+    p = Path(path).expanduser()
+    return p if p.is_absolute() or base is None else base / p
+
+
+class DeepSeekR1AccuracyMetric(AccuracyMetric):
+    """exact_match of a deepseek-r1 accuracy log. Options: ``dataset_file`` (relative to the dataset path),
+    ``tokenizer`` (the checkpoint folder whose tokenizer decodes the responses), ``dtype`` (int32),
+    ``lcb_tests`` (JSON question_id -> tests, for a dataset without an ``lcb_tests`` column) and
+    ``code_timeout`` (seconds per LiveCodeBench test; 60 as the official script)."""
+
+    name = "deepseek_r1_accuracy"
+
+    def score(self, accuracy_log: Path, ctx: AccuracyContext) -> AccuracyResult:
+        from mlharness.tasks.deepseek_r1.dataset import DATASET_FILE
+        from mlharness.tasks.deepseek_r1.sandbox import Limits
+
+        opts = ctx.options
+        base = Path(ctx.dataset_path) if ctx.dataset_path is not None else None
+        if base is not None and base.is_file():
+            dataset, base = base, base.parent
+        else:
+            dataset = resolve(str(opts.get("dataset_file", DATASET_FILE)), base)
+        tokenizer = resolve(str(opts.get("tokenizer", "tokenizer")), base)
+        lcb = resolve(str(opts["lcb_tests"]), base) if opts.get("lcb_tests") else None
+        limits = Limits(timeout=int(opts.get("code_timeout", 60)))
+        try:
+            return score_log(accuracy_log, dataset, tokenizer, str(opts.get("dtype", "int32")), lcb, limits)
+        except MLHarnessError:
+            raise
+        except (OSError, ValueError) as e:
+            raise AccuracyError(f"deepseek_r1_accuracy: {e}") from e
