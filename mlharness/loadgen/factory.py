@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from mlharness.errors import AssetError, ManifestError, PredictorError
+from mlharness.errors import AssetError, ManifestError, MLHarnessError, PredictorError, RunFailed
 from mlharness.fileguard import check_regular_file
 from mlharness.loadgen.options import RunOptions
 from mlharness.loadgen.pinning import pinned
@@ -223,12 +223,14 @@ def check_outputs_by_running(loaded: LoadedManifest, pipeline: Any, loader: Any)
         return
     progress, loader.on_progress = loader.on_progress, None
     try:
-        loader.load([0])
-        outputs = pipeline.infer(pipeline.store.gather(np.asarray([0], dtype=np.int64)))
-    except Exception as e:  # noqa: BLE001 - a failing hook or model: the run meets it and reports it (exit 3)
-        log.debug("declared outputs not checked: the first sample failed (%s)", e)
-        return
-    finally:
-        loader.unload([0])
-        loader.on_progress = progress
+        try:
+            loader.load([0])
+            outputs = pipeline.infer(pipeline.store.gather(np.asarray([0], dtype=np.int64)))
+        finally:
+            loader.unload([0])
+            loader.on_progress = progress
+    except Exception as e:  # a sample's hook or the model failed: the run fails as it would have inside LoadGen
+        if isinstance(e, MLHarnessError):
+            raise RunFailed(f"the run failed: {e}") from e
+        raise RunFailed(f"the run failed: {type(e).__name__}: {e}") from e
     check_first_outputs(loaded, pipeline.predictor, outputs)
