@@ -4,7 +4,6 @@ and the tiny random Llama."""
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ pytest.importorskip("punkt")
 
 from mlharness.predictors.base import PredictorConfig  # noqa: E402
 from mlharness.predictors.generative import TokenRequest  # noqa: E402
+from tests.helpers.llm_submission import pattern_values  # noqa: E402
 
 # The official prompt (language/llama3.1-8b/download_cnndm.py), written out here rather than imported.
 TEMPLATE = ("Summarize the following news article in 128 tokens. Please output the summary only, without any other "
@@ -28,13 +28,7 @@ CHECKER = {"rouge1": r".*'rouge1':\s+'?([\d.]+)'?.*", "rouge2": r".*'rouge2':\s+
 
 
 def checker_values(text: str) -> dict[str, float]:
-    found = {}
-    for line in text.splitlines():
-        for key, pattern in CHECKER.items():
-            m = re.match(pattern, line)
-            if m:
-                found[key] = float(m.group(1))
-    return found
+    return pattern_values(text, CHECKER)
 
 
 @pytest.fixture(scope="module")

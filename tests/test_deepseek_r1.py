@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import pickle
-import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.helpers.llm_submission import pattern_values
 
 pytest.importorskip("pandas")
 pytest.importorskip("pylatexenc")
@@ -23,7 +24,7 @@ OFFICIAL_COLUMNS = {"dataset", "question", "text_input", "tok_input", "ground_tr
 
 
 def checker_values(text: str) -> dict[str, float]:
-    return {k: float(m.group(1)) for line in text.splitlines() for k, p in CHECKER.items() if (m := re.match(p, line))}
+    return pattern_values(text, CHECKER)
 
 
 def test_synthetic_set_has_the_official_layout(run_cli, tmp_path):

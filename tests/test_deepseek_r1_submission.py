@@ -8,31 +8,21 @@ from __future__ import annotations
 import re
 
 import pytest
-import yaml
 
-from tests.helpers.cli import cli
+from tests.helpers.llm_submission import check_development_only, package, submission_tree, summary_row
 
 pytest.importorskip("pandas")
 
 pytestmark = pytest.mark.slow
 
 SYSTEM = "dsbox"
-OVERRIDES = {"status": "available", "system_type": "datacenter", "cooling": "air",
-             "host_memory_configuration": "1x 24 GB", "host_networking_topology": "N/A",
-             "host_storage_capacity": "256 GB", "host_storage_type": "SSD"}
 SCENARIOS = ("Offline", "Server")
 
 
 @pytest.fixture(scope="module")
 def tree(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    work = tmp_path_factory.mktemp("deepseek-submission")
-    overrides = work / "system.yaml"
-    overrides.write_text(yaml.safe_dump(OVERRIDES))
-    results = work / "results"
-    proc = cli(env, "submission", "run", "--manifest", "deepseek-r1-oracle", "--scenarios", *SCENARIOS,
-               "--division", "open", "--submitter", "Acme", "--system-name", SYSTEM, "--results", str(results),
-               "--system-overrides", str(overrides), "--min-duration-ms", "1000")
-    return {"work": work, "results": results, "proc": proc}
+    return submission_tree(env, tmp_path_factory.mktemp("deepseek-submission"), "deepseek-r1-oracle", SYSTEM,
+                           SCENARIOS)
 
 
 def test_runs_are_valid_exact_match_100_and_test06_passes(tree):
@@ -52,18 +42,7 @@ def test_runs_are_valid_exact_match_100_and_test06_passes(tree):
 
 
 def test_package_checks_with_only_development_findings(tree, env):
-    out = tree["work"] / "package"
-    proc = cli(env, "submission", "package", "--results", str(tree["results"]), "--out", str(out))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lenient = cli(env, "submission", "check", str(out), "--allow-development")
-    assert lenient.returncode == 0, lenient.stdout + lenient.stderr
-    assert "PASSED: 0 problem(s)" in lenient.stdout
-    tolerated = {line.removeprefix("WARNING ").removesuffix(" (tolerated: --allow-development)")
-                 for line in lenient.stdout.splitlines() if line.endswith("(tolerated: --allow-development)")}
-    assert any("deepseek-r1 needs the whole dataset (4388)" in t for t in tolerated), lenient.stdout
-    strict = cli(env, "submission", "check", str(out))
-    errors = {line.removeprefix("ERROR ") for line in strict.stdout.splitlines() if line.startswith("ERROR ")}
-    assert strict.returncode == 2 and errors == tolerated, strict.stdout
+    stdout = check_development_only(env, package(env, tree), "deepseek-r1 needs the whole dataset (4388)")
     for scenario in SCENARIOS:
-        row = [line for line in lenient.stdout.splitlines() if " deepseek-r1 " in line and f" {scenario} " in line]
-        assert row and "exact_match 100" in row[0] and "TEST06 PASS" in row[0], lenient.stdout
+        row = summary_row(stdout, "deepseek-r1", scenario)
+        assert "exact_match 100" in row and "TEST06 PASS" in row, stdout

@@ -5,7 +5,10 @@ random GptOss generating Offline and Server with token latencies.
 ``tests/fixtures/gpt_oss/``: a 9-sample accuracy file and its tokenizer (``mlharness dataset synth gpt-oss``), an
 accuracy log of hand-perturbed answers (wrong letters, a wrong integer, bold and ``ANSWER:`` forms, an answer cut
 off before its final channel, a qsl_idx outside the file) and ``eval_mlperf_accuracy.stdout.txt``, the official
-script's stdout on them (language/gpt-oss-120b, MLCommons inference v6.1).
+script's stdout on them (language/gpt-oss-120b, MLCommons inference v6.1). ``tests/fixtures/gpt_oss/lcb/``: the
+same for LiveCodeBench (right, wrong and crashing programs, code found only in the analysis channel, functional
+problems, repeats) with MATH500, AIME and GPQA answers, the problems' tests in ``lcb_tests.json``, the official
+stdout and its per-entry verdicts (``make_fixture.py`` writes the input).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ pytest.importorskip("pyarrow")
 harmony_pkg = pytest.importorskip("openai_harmony")
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpt_oss"
+LCB = FIXTURES / "lcb"
 
 
 def test_synth_writes_the_official_layout(env, tmp_path):
@@ -40,7 +44,10 @@ def test_synth_writes_the_official_layout(env, tmp_path):
     acc = pd.read_parquet(out / "acc/acc_eval_inputs.parquet")
     perf = pd.read_parquet(out / "perf/perf_eval_ref.parquet")
     gpqa = pd.read_parquet(out / "acc/acc_eval_compliance_gpqa.parquet")
-    assert set(acc["dataset"]) == {"gpqa_diamond", "aime25", "mmlu_pro"} and set(gpqa["dataset"]) == {"gpqa_diamond"}
+    assert set(acc["dataset"]) == {"gpqa_diamond", "aime25", "mmlu_pro", "livecodebench_v6", "math500"}
+    assert set(gpqa["dataset"]) == {"gpqa_diamond"}
+    code_rows = acc[acc["dataset"] == "livecodebench_v6"]
+    assert all(json.loads(t)["inputs"] for t in code_rows["lcb_tests"]) and code_rows["ground_truth"].is_unique
     # accuracy prompts reason hard, performance prompts lightly (the reference's generation configs)
     assert all("Reasoning: high" in t for t in acc["text_input"])
     assert all("Reasoning: low" in t for t in perf["text_input"])
@@ -87,16 +94,77 @@ def test_accuracy_is_byte_identical_to_the_official_script(env):
     assert "'exact_match': 63.522" in proc.stdout.splitlines()
 
 
-def test_answers_of_families_graded_elsewhere_are_refused(tmp_path):
+def test_livecodebench_accuracy_is_byte_identical_to_the_official_script(env):
+    proc = cli(env, "accuracy", "gpt-oss", "--log", str(LCB / "mlperf_log_accuracy.json"), "--reference-data",
+               str(LCB / "acc_eval_inputs.parquet"), "--tokenizer", str(FIXTURES / "tokenizer"), "--lcb-tests",
+               str(LCB / "lcb_tests.json"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == (LCB / "eval_mlperf_accuracy.stdout.txt").read_text()
+    assert "livecodebench_v6                 7       14        3       2.33     50.00%" in proc.stdout
+    assert proc.stdout.splitlines()[-1] == "'exact_match': 49.464"
+
+
+def test_livecodebench_verdicts_per_entry_and_tests_from_a_column(tmp_path):
+    from mlharness.tasks.base import AccuracyContext
+    from mlharness.tasks.gpt_oss.metric import GptOssExactMatchMetric, score_log
+
+    official = json.loads((LCB / "official_verdicts.json").read_text())
+    result = score_log(LCB / "mlperf_log_accuracy.json", LCB / "acc_eval_inputs.parquet", FIXTURES / "tokenizer",
+                       LCB / "lcb_tests.json")
+    assert result.details["verdicts"] == [official[str(i)] for i in range(len(official))]
+    assert result.details["programs_run"] == 13  # as the official "Evaluating 13 ... code samples"; no code: wrong
+    # the same tests in an lcb_tests column (as the synthetic set writes them), found without a tests file
+    tests = json.loads((LCB / "lcb_tests.json").read_text())
+    frame = pd.read_parquet(LCB / "acc_eval_inputs.parquet")
+    frame["lcb_tests"] = [json.dumps(tests[t]) if t in tests else None for t in frame["ground_truth"]]
+    (tmp_path / "acc").mkdir()
+    frame.to_parquet(tmp_path / "acc" / "acc_eval_inputs.parquet", index=False)
+    again = score_log(LCB / "mlperf_log_accuracy.json", tmp_path / "acc" / "acc_eval_inputs.parquet",
+                      FIXTURES / "tokenizer")
+    assert again.text == result.text
+    # the metric reads lcb_tests.json beside the data files when the file has no column
+    frame.drop(columns="lcb_tests").to_parquet(tmp_path / "acc" / "acc_eval_inputs.parquet", index=False)
+    (tmp_path / "lcb_tests.json").write_text(json.dumps(tests))
+    ctx = AccuracyContext(dataset_path=tmp_path, count=len(frame),
+                          options={"tokenizer": str(FIXTURES / "tokenizer")})
+    assert GptOssExactMatchMetric().score(LCB / "mlperf_log_accuracy.json", ctx).text == result.text
+
+
+def test_livecodebench_without_tests_is_refused_naming_the_problem(tmp_path):
     from mlharness.errors import AccuracyError
     from mlharness.tasks.gpt_oss.metric import score_log
 
-    frame = pd.read_parquet(FIXTURES / "acc_eval_inputs.parquet")
-    frame.loc[0, "dataset"] = "livecodebench_v6"
-    ref = tmp_path / "ref.parquet"
-    frame.to_parquet(ref, index=False)
-    with pytest.raises(AccuracyError, match="livecodebench_v6.*LiveCodeBench runner"):
-        score_log(FIXTURES / "mlperf_log_accuracy.json", ref, FIXTURES / "tokenizer")
+    with pytest.raises(AccuracyError, match=r"row 0 is a LiveCodeBench problem \(question_id 'lcb_add_1'\) "
+                                            r"without tests.*--lcb-tests"):
+        score_log(LCB / "mlperf_log_accuracy.json", LCB / "acc_eval_inputs.parquet", FIXTURES / "tokenizer")
+    partial = json.loads((LCB / "lcb_tests.json").read_text())
+    del partial["lcb_even_2"]
+    (tmp_path / "tests.json").write_text(json.dumps(partial))
+    with pytest.raises(AccuracyError, match=r"row 7 .*'lcb_even_2'.*tests file .*tests.json has none"):
+        score_log(LCB / "mlperf_log_accuracy.json", LCB / "acc_eval_inputs.parquet", FIXTURES / "tokenizer",
+                  tmp_path / "tests.json")
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    with pytest.raises(AccuracyError, match="bad.json: expected a JSON object question_id -> tests"):
+        score_log(LCB / "mlperf_log_accuracy.json", LCB / "acc_eval_inputs.parquet", FIXTURES / "tokenizer",
+                  tmp_path / "bad.json")
+
+
+def test_oracle_answers_of_the_synthetic_set_score_100(small_set, tmp_path):
+    from mlharness.tasks.gpt_oss.dataset import load_tokenizer
+    from mlharness.tasks.gpt_oss.metric import score_log
+    from mlharness.tasks.gpt_oss.synth import encode
+
+    acc = small_set / "acc/acc_eval_inputs.parquet"
+    tok = load_tokenizer(small_set / "tokenizer")
+    entries = [{"seq_id": i, "qsl_idx": i, "token_count": 0,
+                "data": np.asarray(encode(tok, text), "<i4").tobytes().hex().upper()}
+               for i, text in enumerate(pd.read_parquet(acc)["ref_output"])]
+    log = tmp_path / "mlperf_log_accuracy.json"
+    log.write_text(json.dumps(entries))
+    result = score_log(log, acc, small_set / "tokenizer")
+    assert result.value == 100.0 and result.details["programs_run"] == 1, result.text
+    assert set(result.details["per_dataset"]) == {"gpqa_diamond", "aime25", "mmlu_pro", "livecodebench_v6",
+                                                  "math500"}
 
 
 def test_test09_and_test07_verdicts_on_cut_logs(tmp_path):

@@ -21,9 +21,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.helpers.cli import cli
+from tests.helpers.llm_submission import check_development_only, package, submission_tree, summary_row
 
 pytest.importorskip("pandas")
 pytest.importorskip("pyarrow")
@@ -33,22 +33,13 @@ pytestmark = pytest.mark.slow
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpt_oss"
 SYSTEM = "box"
-OVERRIDES = {"status": "available", "system_type": "datacenter", "cooling": "air",
-             "host_memory_configuration": "1x 24 GB", "host_networking_topology": "N/A",
-             "host_storage_capacity": "256 GB", "host_storage_type": "SSD"}
 SCENARIOS = ("Offline", "Server")
 
 
 @pytest.fixture(scope="module")
 def tree(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    work = tmp_path_factory.mktemp("gpt-oss-submission")
-    overrides = work / "system.yaml"
-    overrides.write_text(yaml.safe_dump(OVERRIDES))
-    results = work / "results"
-    proc = cli(env, "submission", "run", "--manifest", "gpt-oss-120b-oracle", "--scenarios", *SCENARIOS,
-               "--division", "open", "--submitter", "Acme", "--system-name", SYSTEM, "--results", str(results),
-               "--system-overrides", str(overrides), "--min-duration-ms", "1000")
-    return {"work": work, "results": results, "proc": proc}
+    return submission_tree(env, tmp_path_factory.mktemp("gpt-oss-submission"), "gpt-oss-120b-oracle", SYSTEM,
+                           SCENARIOS)
 
 
 def scen_dir(tree, scenario: str) -> Path:
@@ -109,21 +100,10 @@ def test_test07_and_test09_fail_on_cut_logs_as_the_official_scripts_say(tree, en
 
 
 def test_package_checks_with_only_development_findings(tree, env):
-    out = tree["work"] / "package"
-    proc = cli(env, "submission", "package", "--results", str(tree["results"]), "--out", str(out))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lenient = cli(env, "submission", "check", str(out), "--allow-development")
-    assert lenient.returncode == 0, lenient.stdout + lenient.stderr
-    assert "PASSED: 0 problem(s)" in lenient.stdout
-    tolerated = {line.removeprefix("WARNING ").removesuffix(" (tolerated: --allow-development)")
-                 for line in lenient.stdout.splitlines() if line.endswith("(tolerated: --allow-development)")}
-    assert any("min_duration is 1000 ms" in t for t in tolerated), lenient.stdout
-    strict = cli(env, "submission", "check", str(out))
-    errors = {line.removeprefix("ERROR ") for line in strict.stdout.splitlines() if line.startswith("ERROR ")}
-    assert strict.returncode == 2 and errors == tolerated, strict.stdout
+    stdout = check_development_only(env, package(env, tree), "min_duration is 1000 ms")
     for scenario in SCENARIOS:
-        row = [line for line in lenient.stdout.splitlines() if " gpt-oss-120b " in line and f" {scenario} " in line]
-        assert row and "exact_match 100" in row[0] and "TEST07 PASS" in row[0] and "TEST09 PASS" in row[0], row
+        row = summary_row(stdout, "gpt-oss-120b", scenario)
+        assert "exact_match 100" in row and "TEST07 PASS" in row and "TEST09 PASS" in row, row
 
 
 def _official_checker() -> Path | None:

@@ -5,7 +5,6 @@ included. The random model and the submission path are in test_openorca_e2e.py."
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ import pytest
 pytest.importorskip("rouge_score")
 pytest.importorskip("punkt")
 pd = pytest.importorskip("pandas")
+from tests.helpers.llm_submission import pattern_values  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures" / "openorca"
 PICKLE = "open_orca_gpt4_tokenized_llama.sampled_24576.pkl"
@@ -28,13 +28,7 @@ CHECKER = {"ROUGE1": r".*'rouge1':\s+'?([\d.]+)'?.*", "ROUGE2": r".*'rouge2':\s+
 
 
 def checker_values(text: str) -> dict[str, float]:
-    found = {}
-    for line in text.splitlines():
-        for key, pattern in CHECKER.items():
-            m = re.match(pattern, line)
-            if m:
-                found[key] = float(m.group(1))
-    return found
+    return pattern_values(text, CHECKER)
 
 
 def test_synthetic_set_has_the_official_layout(run_cli, tmp_path):

@@ -8,10 +8,9 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 
 from mlharness.loadgen.rundir import detail_values
-from tests.helpers.cli import cli
+from tests.helpers.llm_submission import check_development_only, package, submission_tree, summary_row
 
 pytest.importorskip("rouge_score")
 pytest.importorskip("punkt")
@@ -23,9 +22,6 @@ PERF = {"Offline": ["--min-duration-ms", "100", "--min-query-count", "8", "--tar
         "Server": ["--min-duration-ms", "300", "--min-query-count", "8", "--target-qps", "20"]}
 SYSTEM = "orcabox"
 SCENARIOS = ("Offline", "Interactive")
-OVERRIDES = {"status": "available", "system_type": "datacenter", "cooling": "air",
-             "host_memory_configuration": "1x 24 GB", "host_networking_topology": "N/A",
-             "host_storage_capacity": "256 GB", "host_storage_type": "SSD"}
 
 
 @pytest.mark.parametrize("scenario", ["Offline", "Server"])
@@ -48,15 +44,11 @@ def test_random_model_runs_with_token_latencies(run_cli, tmp_path, scenario):
 
 @pytest.fixture(scope="module")
 def tree(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    work = tmp_path_factory.mktemp("orca-submission")
-    overrides = work / "system.yaml"
-    overrides.write_text(yaml.safe_dump(OVERRIDES))
-    results = work / "results"
-    proc = cli(env, "submission", "run", "--manifest", "llama2-70b-99.9-oracle", "--scenarios", *SCENARIOS,
-               "--division", "open", "--submitter", "Acme", "--system-name", SYSTEM, "--results", str(results),
-               "--system-overrides", str(overrides), "--min-duration-ms", "1000")
+    tree = submission_tree(env, tmp_path_factory.mktemp("orca-submission"), "llama2-70b-99.9-oracle", SYSTEM,
+                           SCENARIOS)
+    proc = tree["proc"]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return {"work": work, "results": results}
+    return tree
 
 
 def test_submission_runs_accuracy_performance_and_test06(tree):
@@ -79,18 +71,7 @@ def test_submission_runs_accuracy_performance_and_test06(tree):
 
 
 def test_package_checks_with_only_development_findings(tree, env):
-    out = tree["work"] / "package"
-    proc = cli(env, "submission", "package", "--results", str(tree["results"]), "--out", str(out))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lenient = cli(env, "submission", "check", str(out), "--allow-development")
-    assert lenient.returncode == 0, lenient.stdout + lenient.stderr
-    assert "PASSED: 0 problem(s)" in lenient.stdout
-    tolerated = {line.removeprefix("WARNING ").removesuffix(" (tolerated: --allow-development)")
-                 for line in lenient.stdout.splitlines() if line.endswith("(tolerated: --allow-development)")}
-    assert any("min_duration is 1000 ms" in t for t in tolerated), lenient.stdout
-    strict = cli(env, "submission", "check", str(out))
-    errors = {line.removeprefix("ERROR ") for line in strict.stdout.splitlines() if line.startswith("ERROR ")}
-    assert strict.returncode == 2 and errors == tolerated, strict.stdout
+    stdout = check_development_only(env, package(env, tree), "min_duration is 1000 ms")
     for scenario in SCENARIOS:
-        row = [line for line in lenient.stdout.splitlines() if " llama2-70b-99.9 " in line and f" {scenario} " in line]
-        assert row and "ROUGE1 100" in row[0] and "TEST06 PASS" in row[0], lenient.stdout
+        row = summary_row(stdout, "llama2-70b-99.9", scenario)
+        assert "ROUGE1 100" in row and "TEST06 PASS" in row, stdout

@@ -17,6 +17,7 @@ import numpy as np
 
 from mlharness.errors import DatasetError
 from mlharness.fileguard import DATA_FILE_LIMIT, read_text_bounded
+from mlharness.tasks.generative import PromptSet, find_data_file, local_tokenizer
 
 PROMPT_TEMPLATE = ("Summarize the following news article in 128 tokens. Please output the summary only, without any "
                    "other text.\n\nArticle:\n{input}\n\nSummary:")
@@ -29,12 +30,9 @@ FIELDS = ("instruction", "input", "tok_input", "output")
 
 def dataset_file(root: Path | str, name: str = DATASET_FILE) -> Path:
     """The dataset JSON: ``root`` itself when it is a file, else ``root/name``."""
-    root = Path(root).expanduser()
-    path = root if root.is_file() else root / name
-    if not path.is_file():
-        raise DatasetError(f"CNN/DailyMail: {path} not found (pass --dataset-path: a folder holding {name} or the "
-                           f"JSON file itself; `mlharness dataset synth cnndm --out DIR` writes a synthetic one)")
-    return path
+    return find_data_file(root, name, "CNN/DailyMail: {path} not found (pass --dataset-path: a folder holding "
+                                      "{name} or the JSON file itself; `mlharness dataset synth cnndm --out DIR` "
+                                      "writes a synthetic one)")
 
 
 def read_records(path: Path | str) -> list[dict[str, Any]]:
@@ -58,7 +56,7 @@ def read_records(path: Path | str) -> list[dict[str, Any]]:
     return records
 
 
-class CnnDm:
+class CnnDm(PromptSet):
     """One cnn_eval.json in memory: the prompts as int32 arrays (what ``preprocess`` returns) and the targets."""
 
     def __init__(self, path: Path | str):
@@ -68,27 +66,12 @@ class CnnDm:
         self.targets = [r["output"] for r in records]
         self.articles = [r["input"] for r in records]
 
-    def __len__(self) -> int:
-        return len(self.prompts)
-
-    def prompt(self, index: int) -> np.ndarray:
-        """The prompt token ids of sample ``index``, 1-D int32."""
-        return self.prompts[index]
-
 
 def load_tokenizer(path: Path | str) -> Any:
     """The tokenizer of a local checkpoint folder, loaded as the official evaluation.py loads it (no download)."""
-    from transformers import AutoTokenizer
-
-    path = Path(path).expanduser()
-    if not path.is_dir():
-        raise DatasetError(f"tokenizer folder {path} not found (the model's checkpoint folder, or the 'tokenizer' "
-                           f"folder `mlharness dataset synth cnndm` writes beside cnn_eval.json)")
-    try:
-        return AutoTokenizer.from_pretrained(str(path), model_max_length=128000, padding_side="left", use_fast=False,
-                                             local_files_only=True)
-    except (OSError, ValueError) as e:
-        raise DatasetError(f"cannot load the tokenizer in {path}: {e}") from e
+    return local_tokenizer(path, "the model's checkpoint folder, or the 'tokenizer' folder `mlharness dataset synth "
+                                 "cnndm` writes beside cnn_eval.json", model_max_length=128000, padding_side="left",
+                           use_fast=False)
 
 
 def encode_prompt(tokenizer: Any, article: str) -> list[int]:

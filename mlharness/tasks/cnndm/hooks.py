@@ -5,24 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlharness.errors import DatasetError
 from mlharness.tasks.cnndm.dataset import DATASET_FILE, CnnDm, dataset_file
 from mlharness.tasks.cnndm.synth import ensure_synthetic_cnndm, synthetic_dir
+from mlharness.tasks.generative import hook_dataset
 
 
 def cnndm_dataset(ctx: dict[str, Any]) -> CnnDm:
     """For the dataset manifest's ``init``: the file named by ``dataset_attributes.file`` in ``ctx["dataset_path"]``
     or, for manifests whose ``attributes.synthetic_cnndm`` is set and no path was given, the synthetic set in the
     cache. Sets ``ctx["dataset_path"]`` (the folder) for the accuracy metric."""
-    attrs = ctx.get("dataset_attributes") or {}
-    name = str((ctx.get("attributes") or {}).get("dataset_file") or attrs.get("file") or DATASET_FILE)
-    root = ctx.get("dataset_path")
-    if not root:
-        if not (ctx.get("attributes") or {}).get("synthetic_cnndm"):
-            raise DatasetError(f"llama3.1-8b needs --dataset-path: a folder holding {name} (the MLCommons R2 "
-                               f"download of the CNN/DailyMail validation set, see docs/llm.md)")
-        root = ensure_synthetic_cnndm(synthetic_dir())
-    path = dataset_file(root, name)
-    data = CnnDm(path)
-    ctx["dataset_path"] = str(path.parent)
-    return data
+    return hook_dataset(ctx, DATASET_FILE, "synthetic_cnndm", lambda: ensure_synthetic_cnndm(synthetic_dir()),
+                        "llama3.1-8b needs --dataset-path: a folder holding {name} (the MLCommons R2 download of the "
+                        "CNN/DailyMail validation set, see docs/llm.md)", dataset_file, CnnDm)

@@ -23,13 +23,20 @@ from typing import Any
 
 import numpy as np
 
-from mlharness.errors import AccuracyError, DatasetError, MLHarnessError
-from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult, accuracy_log_entries
+from mlharness.errors import AccuracyError, DatasetError
+from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult
+from mlharness.tasks.generative import (  # noqa: F401 - DTYPES and resolve are used by importers of this module
+    DTYPES,
+    data_and_base,
+    decode_responses,
+    first_responses,
+    guarded,
+    resolve,
+)
 
 log = logging.getLogger(__name__)
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
-DTYPES = {"int32": np.int32, "int64": np.int64}
 
 
 @functools.lru_cache(maxsize=1)
@@ -88,11 +95,6 @@ def result_text(result: dict[str, Any]) -> str:
     return f"\nResults\n\n{result}\n"
 
 
-def resolve(path: str, base: Path | None) -> Path:
-    p = Path(path).expanduser()
-    return p if p.is_absolute() or base is None else base / p
-
-
 def score_log(accuracy_log: Path | str, dataset_json: Path | str, tokenizer_dir: Path | str,
               dtype: str = "int32") -> AccuracyResult:
     """The official figures of one mlperf_log_accuracy.json."""
@@ -106,33 +108,11 @@ def score_log(accuracy_log: Path | str, dataset_json: Path | str, tokenizer_dir:
         tokenizer = load_tokenizer(tokenizer_dir)
     except DatasetError as e:
         raise AccuracyError(f"cnndm_rouge: {e}") from e
-    seen: set[int] = set()
-    ids: list[list[int]] = []
-    refs: list[str] = []
-    entries = accuracy_log_entries(accuracy_log)
-    for entry in entries:
-        if entry.qsl_idx in seen:
-            continue  # the first response of a sample counts
-        if not 0 <= entry.qsl_idx < len(targets):
-            raise AccuracyError(f"cnndm_rouge: {accuracy_log}: {entry.where} is outside the {len(targets)} samples "
-                                f"of {dataset_json}")
-        seen.add(entry.qsl_idx)
-        data = entry.data(accuracy_log)
-        if len(data) % np.dtype(DTYPES[dtype]).itemsize:
-            raise AccuracyError(f"cnndm_rouge: {accuracy_log}: {entry.where}: {len(data)} bytes are not whole "
-                                f"{dtype} token ids")
-        ids.append(np.frombuffer(data, DTYPES[dtype]).tolist())
-        refs.append(targets[entry.qsl_idx])
-    if not ids:
-        raise AccuracyError(f"cnndm_rouge: accuracy log {accuracy_log} has no entries; nothing to score")
-    try:
-        decoded = tokenizer.batch_decode(ids, skip_special_tokens=True)
-    except (OverflowError, TypeError, ValueError, IndexError) as e:
-        raise AccuracyError(f"cnndm_rouge: cannot decode the token ids of {accuracy_log} with the tokenizer in "
-                            f"{tokenizer_dir}: {e}") from e
-    result = summarize(decoded, refs, [len(x) for x in ids])
+    ids, rows, dupes = first_responses(accuracy_log, len(targets), "cnndm_rouge", dataset_json, dtype)
+    decoded = decode_responses(tokenizer, ids, "cnndm_rouge", accuracy_log, tokenizer_dir)
+    result = summarize(decoded, [targets[r] for r in rows], [len(x) for x in ids])
     return AccuracyResult(text=result_text(result), value=float(result["rouge1"]), name="rouge1",
-                          details={**result, "dupes": len(entries) - len(ids), "dtype": dtype,
+                          details={**result, "dupes": dupes, "dtype": dtype,
                                    "dataset": str(dataset_json), "tokenizer": str(tokenizer_dir)})
 
 
@@ -147,15 +127,7 @@ class CnnDmRougeMetric(AccuracyMetric):
         from mlharness.tasks.cnndm.dataset import DATASET_FILE
 
         opts = ctx.options
-        base = Path(ctx.dataset_path) if ctx.dataset_path is not None else None
-        if base is not None and base.is_file():
-            dataset_json, base = base, base.parent
-        else:
-            dataset_json = resolve(str(opts.get("dataset_file", DATASET_FILE)), base)
+        dataset_json, base = data_and_base(ctx, DATASET_FILE)
         tokenizer = resolve(str(opts.get("tokenizer", "tokenizer")), base)
-        try:
-            return score_log(accuracy_log, dataset_json, tokenizer, str(opts.get("dtype", "int32")))
-        except MLHarnessError:
-            raise
-        except (OSError, ValueError) as e:
-            raise AccuracyError(f"cnndm_rouge: {e}") from e
+        return guarded(self.name, lambda: score_log(accuracy_log, dataset_json, tokenizer,
+                                                    str(opts.get("dtype", "int32"))))

@@ -10,10 +10,7 @@ Llama-3.1-8B-Instruct's).
 from __future__ import annotations
 
 import json
-import logging
 import random
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +24,13 @@ from mlharness.tasks.cnndm.dataset import (
     load_tokenizer,
 )
 from mlharness.tasks.cnndm.text import article_and_highlights
-
-log = logging.getLogger(__name__)
+from mlharness.tasks.generative import (
+    ensure_synthetic,
+    place_tokenizer,
+    replace_file,
+    synthetic_cache,
+    write_synthetic,
+)
 
 DEFAULT_COUNT = 64
 TOKENIZER_DIR = "tokenizer"
@@ -60,43 +62,22 @@ def write_synthetic_cnndm(out: Path | str, count: int = DEFAULT_COUNT, seed: int
     """Write cnn_eval.json, sample_cnn_eval_5000.json and tokenizer/ into ``out``; cnn_eval.json last."""
     from mlharness.tasks.cnndm.tiny_tokenizer import save_tokenizer
 
-    out = Path(out)
-    if count < 1:
-        raise DatasetError(f"synthetic CNN/DailyMail: count must be >= 1, got {count}")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / DATASET_FILE).unlink(missing_ok=True)  # its presence marks the set complete
-        tok_dir = out / TOKENIZER_DIR
-        shutil.rmtree(tok_dir, ignore_errors=True)
-        if tokenizer is None:
-            save_tokenizer(tok_dir)
-        else:
-            load_tokenizer(tokenizer).save_pretrained(str(tok_dir))
-        records = synthetic_records(load_tokenizer(tok_dir), count, seed)
+    def write(out: Path) -> None:
+        place_tokenizer(out / TOKENIZER_DIR, tokenizer, save_tokenizer, load_tokenizer)
+        records = synthetic_records(load_tokenizer(out / TOKENIZER_DIR), count, seed)
         (out / EDGE_DATASET_FILE).write_text(json.dumps(edge_records(records), indent=1), encoding="utf-8")
-        with tempfile.NamedTemporaryFile("w", dir=out, suffix=".tmp", delete=False, encoding="utf-8") as f:
-            json.dump(records, f, indent=1)
-        Path(f.name).replace(out / DATASET_FILE)
-    except OSError as e:
-        raise DatasetError(f"synthetic CNN/DailyMail: cannot write {out}: {e}") from e
-    log.info("wrote %d synthetic CNN/DailyMail samples to %s", count, out)
-    return out
+        replace_file(out / DATASET_FILE,
+                     lambda tmp: tmp.write_text(json.dumps(records, indent=1), encoding="utf-8"))
+
+    return write_synthetic(out, count, "CNN/DailyMail", DATASET_FILE, write)
 
 
 def synthetic_dir() -> Path:
     """Where the oracle and random manifests keep the synthetic set when no --dataset-path is given."""
-    from mlharness.manifest.assets import cache_dir
-
-    return cache_dir() / "cnndm_synth"
+    return synthetic_cache("cnndm_synth")
 
 
 def ensure_synthetic_cnndm(out: Path | str, count: int = DEFAULT_COUNT, seed: int = 0) -> Path:
     """The synthetic set in ``out``, written unless a complete one of ``count`` samples is there."""
-    out = Path(out)
-    try:
-        if (out / TOKENIZER_DIR / "tokenizer.json").is_file() and len(
-                json.loads((out / DATASET_FILE).read_text(encoding="utf-8"))) == count:
-            return out
-    except (OSError, ValueError):
-        pass
-    return write_synthetic_cnndm(out, count, seed)
+    return ensure_synthetic(out, lambda o: len(json.loads((o / DATASET_FILE).read_text(encoding="utf-8"))) == count,
+                            lambda o: write_synthetic_cnndm(o, count, seed))

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError
+from mlharness.tasks.generative import PromptSet, find_data_file
 
 DATASET_FILE = "mlperf_deepseek_r1_dataset_4388_fp8_eval.pkl"
 FULL_COUNT = 4388
@@ -35,12 +36,9 @@ MAX_OUTPUT_TOKENS = 20000  # the reference's max output sequence length
 
 
 def dataset_file(root: Path | str, name: str = DATASET_FILE) -> Path:
-    root = Path(root).expanduser()
-    path = root if root.is_file() else root / name
-    if not path.is_file():
-        raise DatasetError(f"deepseek-r1: {path} not found (pass --dataset-path: a folder holding {name} or the "
-                           f"file itself; `mlharness dataset synth deepseek-r1 --out DIR` writes a synthetic one)")
-    return path
+    return find_data_file(root, name, "deepseek-r1: {path} not found (pass --dataset-path: a folder holding {name} "
+                                      "or the file itself; `mlharness dataset synth deepseek-r1 --out DIR` writes a "
+                                      "synthetic one)")
 
 
 def read_frame(path: Path | str) -> Any:
@@ -81,16 +79,10 @@ def lcb_tests_of(frame: Any, row: int, extra: dict[str, Any] | None = None) -> d
     return tests
 
 
-class DeepSeekR1Data:
+class DeepSeekR1Data(PromptSet):
     """One dataset file in memory: the prompts as int32 arrays (what ``preprocess`` returns) and the frame."""
 
     def __init__(self, path: Path | str):
         self.path = Path(path)
         self.frame = read_frame(self.path)
         self.prompts = [np.asarray(list(ids), dtype=np.int32) for ids in self.frame["tok_input"]]
-
-    def __len__(self) -> int:
-        return len(self.prompts)
-
-    def prompt(self, index: int) -> np.ndarray:
-        return self.prompts[index]

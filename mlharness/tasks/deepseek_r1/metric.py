@@ -13,25 +13,30 @@ from __future__ import annotations
 
 import json
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from mlharness.errors import AccuracyError, DatasetError, MLHarnessError
-from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult, accuracy_log_entries
+from mlharness.errors import AccuracyError, DatasetError
+from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult
+from mlharness.tasks.generative import (
+    DTYPES,
+    data_and_base,
+    decode_responses,
+    first_responses,
+    guarded,
+    resolve,
+)
 
 log = logging.getLogger(__name__)
-
-DTYPES = {"int32": np.int32, "int64": np.int64}
 
 
 def grade_texts(texts: list[str], names: list[Any], truths: list[Any], tests: list[dict[str, Any] | None],
                 limits: Any = None, workers: int = 2) -> tuple[list[float], list[Any]]:
     """(100.0 or 0.0 per answer, the extracted answers) as the official ``process_dataframe``."""
     from mlharness.tasks.deepseek_r1 import graders
-    from mlharness.tasks.deepseek_r1.sandbox import run_program_tests
+    from mlharness.tasks.deepseek_r1.sandbox import run_programs
 
     scores = [0.0] * len(texts)
     extracted: list[Any] = [None] * len(texts)
@@ -50,13 +55,9 @@ def grade_texts(texts: list[str], names: list[Any], truths: list[Any], tests: li
         elif graders.verdict(kind, extracted[i], truth):
             scores[i] = 100.0
 
-    def run(i: int) -> bool:
-        t = tests[i] or {}
-        return run_program_tests(extracted[i], t["inputs"], t["outputs"], t.get("fn_name"), limits).passed
-
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for i, passed in zip(code_jobs, pool.map(run, code_jobs), strict=True):
-            scores[i] = 100.0 if passed else 0.0
+    passed = run_programs([(extracted[i], tests[i] or {}) for i in code_jobs], limits, workers)
+    for i, ok in zip(code_jobs, passed, strict=True):
+        scores[i] = 100.0 if ok else 0.0
     return scores, extracted
 
 
@@ -70,15 +71,16 @@ def result_text(result: dict[str, Any]) -> str:
     return f"\nResults\n\n{result}\n"
 
 
-def load_lcb_tests(path: Path | str | None) -> dict[str, Any]:
+def load_lcb_tests(path: Path | str | None, who: str = "deepseek-r1") -> dict[str, Any]:
+    """The JSON file of LiveCodeBench tests (question_id -> tests); empty without a file. ``who`` starts errors."""
     if not path:
         return {}
     try:
         tests = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise AccuracyError(f"deepseek-r1: cannot read the LiveCodeBench tests file {path}: {e}") from e
+        raise AccuracyError(f"{who}: cannot read the LiveCodeBench tests file {path}: {e}") from e
     if not isinstance(tests, dict):
-        raise AccuracyError(f"deepseek-r1: {path}: expected a JSON object question_id -> tests")
+        raise AccuracyError(f"{who}: {path}: expected a JSON object question_id -> tests")
     return tests
 
 
@@ -95,35 +97,13 @@ def score_log(accuracy_log: Path | str, dataset_pkl: Path | str, tokenizer_dir: 
         frame = read_frame(dataset_pkl)
         tokenizer = load_tokenizer(tokenizer_dir)
         extra = load_lcb_tests(lcb_tests)
-        seen: set[int] = set()
-        ids: list[list[int]] = []
-        rows: list[int] = []
-        entries = accuracy_log_entries(accuracy_log)
-        for entry in entries:
-            if entry.qsl_idx in seen:
-                continue
-            seen.add(entry.qsl_idx)
-            if not 0 <= entry.qsl_idx < len(frame):
-                log.warning("%s: %s is outside the %d samples; skipped as the official script does",
-                            accuracy_log, entry.where, len(frame))
-                continue
-            data = entry.data(accuracy_log)
-            if len(data) % np.dtype(DTYPES[dtype]).itemsize:
-                raise AccuracyError(f"deepseek_r1_accuracy: {accuracy_log}: {entry.where}: {len(data)} bytes are "
-                                    f"not whole {dtype} token ids")
-            ids.append(np.frombuffer(data, DTYPES[dtype]).tolist())
-            rows.append(entry.qsl_idx)
-        if not ids:
-            raise AccuracyError(f"deepseek_r1_accuracy: accuracy log {accuracy_log} has no entries to score")
+        ids, rows, dupes = first_responses(accuracy_log, len(frame), "deepseek_r1_accuracy", dataset_pkl, dtype,
+                                           outside="skip")
         tests = [lcb_tests_of(frame, r, extra) if "livecodebench" in str(frame["dataset"].iloc[r]).lower()
                  else None for r in rows]
     except DatasetError as e:
         raise AccuracyError(f"deepseek_r1_accuracy: {e}") from e
-    try:
-        texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
-    except (OverflowError, TypeError, ValueError, IndexError) as e:
-        raise AccuracyError(f"deepseek_r1_accuracy: cannot decode the token ids of {accuracy_log} with the "
-                            f"tokenizer in {tokenizer_dir}: {e}") from e
+    texts = decode_responses(tokenizer, ids, "deepseek_r1_accuracy", accuracy_log, tokenizer_dir)
     scores, extracted = grade_texts(texts, [frame["dataset"].iloc[r] for r in rows],
                                     [frame["ground_truth"].iloc[r] for r in rows], tests, limits)
     result = summarize(scores, [len(x) for x in ids])
@@ -131,15 +111,10 @@ def score_log(accuracy_log: Path | str, dataset_pkl: Path | str, tokenizer_dir: 
     for r, s in zip(rows, scores, strict=True):
         per_kind.setdefault(str(frame["dataset"].iloc[r]), []).append(s)
     return AccuracyResult(text=result_text(result), value=result["exact_match"], name="exact_match",
-                          details={**result, "dupes": len(entries) - len(seen), "dtype": dtype,
+                          details={**result, "dupes": dupes, "dtype": dtype,
                                    "per_dataset": {k: float(np.mean(v)) for k, v in per_kind.items()},
                                    "scores": scores, "extracted": [None if e is None else str(e) for e in extracted],
                                    "dataset": str(dataset_pkl), "tokenizer": str(tokenizer_dir)})
-
-
-def resolve(path: str, base: Path | None) -> Path:
-    p = Path(path).expanduser()
-    return p if p.is_absolute() or base is None else base / p
 
 
 class DeepSeekR1AccuracyMetric(AccuracyMetric):
@@ -155,17 +130,9 @@ class DeepSeekR1AccuracyMetric(AccuracyMetric):
         from mlharness.tasks.deepseek_r1.sandbox import Limits
 
         opts = ctx.options
-        base = Path(ctx.dataset_path) if ctx.dataset_path is not None else None
-        if base is not None and base.is_file():
-            dataset, base = base, base.parent
-        else:
-            dataset = resolve(str(opts.get("dataset_file", DATASET_FILE)), base)
+        dataset, base = data_and_base(ctx, DATASET_FILE)
         tokenizer = resolve(str(opts.get("tokenizer", "tokenizer")), base)
         lcb = resolve(str(opts["lcb_tests"]), base) if opts.get("lcb_tests") else None
         limits = Limits(timeout=int(opts.get("code_timeout", 60)))
-        try:
-            return score_log(accuracy_log, dataset, tokenizer, str(opts.get("dtype", "int32")), lcb, limits)
-        except MLHarnessError:
-            raise
-        except (OSError, ValueError) as e:
-            raise AccuracyError(f"deepseek_r1_accuracy: {e}") from e
+        return guarded(self.name, lambda: score_log(accuracy_log, dataset, tokenizer, str(opts.get("dtype", "int32")),
+                                                    lcb, limits))

@@ -110,6 +110,20 @@ def run_program_tests(code: str, inputs: list[str], outputs: list[str], fn_name:
         shutil.rmtree(control, ignore_errors=True)
 
 
+def run_programs(jobs: list[tuple[str, dict[str, Any]]], limits: Limits | None = None,
+                 workers: int = 2) -> list[bool]:
+    """Whether each (program, tests) passes every one of its tests (``inputs``, ``outputs``, ``fn_name``), run by
+    :func:`run_program_tests`, ``workers`` at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(job: tuple[str, dict[str, Any]]) -> bool:
+        code, tests = job
+        return run_program_tests(code, tests["inputs"], tests["outputs"], tests.get("fn_name"), limits).passed
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        return list(pool.map(run, jobs))
+
+
 def _processes_of(uid: int) -> list[int]:
     """The processes whose real uid is ``uid`` (a run's own uid: nothing else has it)."""
     found = []

@@ -14,19 +14,19 @@ the text a correct model would answer in ``reference_answer``.
 from __future__ import annotations
 
 import json
-import logging
 import pickle
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from mlharness.errors import DatasetError
 from mlharness.tasks.deepseek_r1.dataset import DATASET_FILE
-
-log = logging.getLogger(__name__)
+from mlharness.tasks.generative import (
+    ensure_synthetic,
+    replace_file,
+    synthetic_cache,
+    write_synthetic,
+)
 
 DEFAULT_COUNT = 20
 TOKENIZER_DIR = "tokenizer"
@@ -135,13 +135,7 @@ def write_synthetic_deepseek(out: Path | str, count: int = DEFAULT_COUNT, seed: 
     from mlharness.tasks.cnndm.dataset import load_tokenizer
     from mlharness.tasks.cnndm.tiny_tokenizer import save_tokenizer
 
-    out = Path(out)
-    if count < 1:
-        raise DatasetError(f"synthetic deepseek-r1: count must be >= 1, got {count}")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / DATASET_FILE).unlink(missing_ok=True)
-        shutil.rmtree(out / TOKENIZER_DIR, ignore_errors=True)
+    def write(out: Path) -> None:
         tokenizer = load_tokenizer(save_tokenizer(out / TOKENIZER_DIR))
         rows = synthetic_rows(count, seed)
         for row in rows:
@@ -154,29 +148,19 @@ def write_synthetic_deepseek(out: Path | str, count: int = DEFAULT_COUNT, seed: 
         for column in columns:  # text as plain object columns, as pandas 2 (and the official file) store them
             if column != "tok_input_len":
                 frame[column] = frame[column].astype(object)
-        with tempfile.NamedTemporaryFile("wb", dir=out, suffix=".tmp", delete=False) as f:
-            pickle.dump(frame, f)
-        Path(f.name).replace(out / DATASET_FILE)
-    except OSError as e:
-        raise DatasetError(f"synthetic deepseek-r1: cannot write {out}: {e}") from e
-    log.info("wrote %d synthetic deepseek-r1 samples to %s", count, out)
-    return out
+        replace_file(out / DATASET_FILE, lambda tmp: tmp.write_bytes(pickle.dumps(frame)))
+
+    return write_synthetic(out, count, "deepseek-r1", DATASET_FILE, write)
 
 
 def synthetic_dir() -> Path:
-    from mlharness.manifest.assets import cache_dir
-
-    return cache_dir() / "deepseek_r1_synth"
+    """Where the oracle and random manifests keep the synthetic set when no --dataset-path is given."""
+    return synthetic_cache("deepseek_r1_synth")
 
 
 def ensure_synthetic_deepseek(out: Path | str, count: int = DEFAULT_COUNT, seed: int = 0) -> Path:
     """The synthetic set in ``out``, written unless a complete one of ``count`` samples is there."""
     from mlharness.tasks.deepseek_r1.dataset import read_frame
 
-    out = Path(out)
-    try:
-        if (out / TOKENIZER_DIR / "tokenizer.json").is_file() and len(read_frame(out / DATASET_FILE)) == count:
-            return out
-    except (OSError, DatasetError):
-        pass
-    return write_synthetic_deepseek(out, count, seed)
+    return ensure_synthetic(out, lambda o: len(read_frame(o / DATASET_FILE)) == count,
+                            lambda o: write_synthetic_deepseek(o, count, seed))

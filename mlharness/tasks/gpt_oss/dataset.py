@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError
+from mlharness.tasks.generative import PromptSet, find_data_file, local_tokenizer
 
 ACCURACY_FILE = "acc/acc_eval_inputs.parquet"
 PERFORMANCE_FILE = "perf/perf_eval_ref.parquet"
@@ -34,13 +35,9 @@ REQUIRED_COLUMNS = ("dataset", "ground_truth")
 
 def data_file(root: Path | str, name: str) -> Path:
     """The data file ``name`` under ``root`` (or ``root`` itself when it is a file)."""
-    root = Path(root).expanduser()
-    path = root if root.is_file() else root / name
-    if not path.is_file():
-        raise DatasetError(f"gpt-oss-120b: {path} not found (pass --dataset-path: the folder of the mlperf_gpt_oss "
-                           f"download, holding {name}; `mlharness dataset synth gpt-oss --out DIR` writes a "
-                           f"synthetic one)")
-    return path
+    return find_data_file(root, name, "gpt-oss-120b: {path} not found (pass --dataset-path: the folder of the "
+                                      "mlperf_gpt_oss download, holding {name}; `mlharness dataset synth gpt-oss "
+                                      "--out DIR` writes a synthetic one)")
 
 
 def read_frame(path: Path | str) -> Any:
@@ -74,7 +71,7 @@ def token_column(frame: Any, path: Path | str) -> str:
                        f"(columns: {', '.join(map(str, frame.columns))})")
 
 
-class GptOssData:
+class GptOssData(PromptSet):
     """One data file in memory: the prompts as int32 arrays (what ``preprocess`` returns), each sample's
     family and ground truth."""
 
@@ -94,23 +91,8 @@ class GptOssData:
         self.families = [str(d) for d in frame["dataset"].tolist()]
         self.ground_truth = frame["ground_truth"].tolist()
 
-    def __len__(self) -> int:
-        return len(self.prompts)
-
-    def prompt(self, index: int) -> np.ndarray:
-        """The prompt token ids of sample ``index``, 1-D int32."""
-        return self.prompts[index]
-
 
 def load_tokenizer(path: Path | str) -> Any:
     """The tokenizer of a local folder, loaded as the reference loads it (``AutoTokenizer``), no download."""
-    from transformers import AutoTokenizer
-
-    path = Path(path).expanduser()
-    if not path.is_dir():
-        raise DatasetError(f"tokenizer folder {path} not found (the model's checkpoint folder, or the 'tokenizer' "
-                           f"folder `mlharness dataset synth gpt-oss` writes beside the data files)")
-    try:
-        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    except (OSError, ValueError) as e:
-        raise DatasetError(f"cannot load the tokenizer in {path}: {e}") from e
+    return local_tokenizer(path, "the model's checkpoint folder, or the 'tokenizer' folder `mlharness dataset synth "
+                                 "gpt-oss` writes beside the data files")

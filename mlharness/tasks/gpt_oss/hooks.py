@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mlharness.errors import DatasetError
+from mlharness.tasks.generative import dataset_root
 from mlharness.tasks.gpt_oss.dataset import ACCURACY_FILE, PERFORMANCE_FILE, GptOssData, data_file
 from mlharness.tasks.gpt_oss.synth import ensure_synthetic_gpt_oss, synthetic_dir
 
@@ -18,12 +18,9 @@ def gpt_oss_dataset(ctx: dict[str, Any]) -> GptOssData:
     accuracy metric."""
     attrs = ctx.get("dataset_attributes") or {}
     name = str(attrs.get("file") or (ACCURACY_FILE if ctx.get("mode") == "accuracy" else PERFORMANCE_FILE))
-    root = ctx.get("dataset_path")
-    if not root:
-        if not (ctx.get("attributes") or {}).get("synthetic_gpt_oss"):
-            raise DatasetError(f"gpt-oss-120b needs --dataset-path: the folder of the mlperf_gpt_oss download "
-                               f"holding {name} (see docs/llm.md)")
-        root = ensure_synthetic_gpt_oss(synthetic_dir())
+    root = dataset_root(ctx, "synthetic_gpt_oss", lambda: ensure_synthetic_gpt_oss(synthetic_dir()),
+                        f"gpt-oss-120b needs --dataset-path: the folder of the mlperf_gpt_oss download holding {name} "
+                        f"(see docs/llm.md)")
     path = data_file(root, name)
     data = GptOssData(path)
     ctx["dataset_path"] = str(Path(root).expanduser())  # the folder, or the file given (the metric finds the root)

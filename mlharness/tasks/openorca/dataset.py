@@ -21,6 +21,7 @@ import numpy as np
 
 from mlharness.errors import DatasetError
 from mlharness.fileguard import DATA_FILE_LIMIT, check_regular_file
+from mlharness.tasks.generative import PromptSet, find_data_file, local_tokenizer
 
 DATASET_FILE = "open_orca_gpt4_tokenized_llama.sampled_24576.pkl"
 FULL_COUNT = 24576
@@ -42,12 +43,9 @@ def format_prompt(system_prompt: str, question: str) -> str:
 
 def dataset_file(root: Path | str, name: str = DATASET_FILE) -> Path:
     """The dataset pickle: ``root`` itself when it is a file, else ``root/name``."""
-    root = Path(root).expanduser()
-    path = root if root.is_file() else root / name
-    if not path.is_file():
-        raise DatasetError(f"OpenOrca: {path} not found (pass --dataset-path: a folder holding {name} or the pickle "
-                           f"itself; `mlharness dataset synth openorca --out DIR` writes a synthetic one)")
-    return path
+    return find_data_file(root, name, "OpenOrca: {path} not found (pass --dataset-path: a folder holding {name} or "
+                                      "the pickle itself; `mlharness dataset synth openorca --out DIR` writes a "
+                                      "synthetic one)")
 
 
 def read_frame(path: Path | str) -> Any:
@@ -93,7 +91,7 @@ def targets_of(frame: Any, path: Path | str) -> list[str]:
     return targets
 
 
-class OpenOrca:
+class OpenOrca(PromptSet):
     """One OpenOrca pickle in memory: the prompts as int32 arrays (what ``preprocess`` returns) and the targets."""
 
     def __init__(self, path: Path | str):
@@ -103,27 +101,12 @@ class OpenOrca:
                         for i, v in enumerate(frame["tok_input"])]
         self.targets = targets_of(frame, self.path)
 
-    def __len__(self) -> int:
-        return len(self.prompts)
-
-    def prompt(self, index: int) -> np.ndarray:
-        """The prompt token ids of sample ``index``, 1-D int32."""
-        return self.prompts[index]
-
 
 def load_tokenizer(path: Path | str) -> Any:
     """The tokenizer of a local checkpoint folder, loaded as the official evaluate-accuracy.py loads it."""
-    from transformers import AutoTokenizer
-
-    path = Path(path).expanduser()
-    if not path.is_dir():
-        raise DatasetError(f"tokenizer folder {path} not found (the model's checkpoint folder, or the 'tokenizer' "
-                           f"folder `mlharness dataset synth openorca` writes beside the pickle)")
-    try:
-        return AutoTokenizer.from_pretrained(str(path), model_max_length=2048, padding_side="left", use_fast=False,
-                                             local_files_only=True)
-    except (OSError, ValueError) as e:
-        raise DatasetError(f"cannot load the tokenizer in {path}: {e}") from e
+    return local_tokenizer(path, "the model's checkpoint folder, or the 'tokenizer' folder `mlharness dataset synth "
+                                 "openorca` writes beside the pickle", model_max_length=2048, padding_side="left",
+                           use_fast=False)
 
 
 def encode_prompt(tokenizer: Any, text: str, response_init_id: int) -> list[int]:

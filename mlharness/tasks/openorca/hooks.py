@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlharness.errors import DatasetError
+from mlharness.tasks.generative import hook_dataset
 from mlharness.tasks.openorca.dataset import DATASET_FILE, OpenOrca, dataset_file
 from mlharness.tasks.openorca.synth import ensure_synthetic_openorca, synthetic_dir
 
@@ -14,15 +14,6 @@ def openorca_dataset(ctx: dict[str, Any]) -> OpenOrca:
     """For the dataset manifest's ``init``: the pickle named by ``dataset_attributes.file`` in
     ``ctx["dataset_path"]`` or, for manifests whose ``attributes.synthetic_openorca`` is set and no path was given,
     the synthetic set in the cache. Sets ``ctx["dataset_path"]`` (the folder) for the accuracy metric."""
-    attrs = ctx.get("dataset_attributes") or {}
-    name = str((ctx.get("attributes") or {}).get("dataset_file") or attrs.get("file") or DATASET_FILE)
-    root = ctx.get("dataset_path")
-    if not root:
-        if not (ctx.get("attributes") or {}).get("synthetic_openorca"):
-            raise DatasetError(f"llama2-70b needs --dataset-path: a folder holding {name} (the MLCommons R2 "
-                               f"download of the OpenOrca set, see docs/llm.md)")
-        root = ensure_synthetic_openorca(synthetic_dir())
-    path = dataset_file(root, name)
-    data = OpenOrca(path)
-    ctx["dataset_path"] = str(path.parent)
-    return data
+    return hook_dataset(ctx, DATASET_FILE, "synthetic_openorca", lambda: ensure_synthetic_openorca(synthetic_dir()),
+                        "llama2-70b needs --dataset-path: a folder holding {name} (the MLCommons R2 download of the "
+                        "OpenOrca set, see docs/llm.md)", dataset_file, OpenOrca)

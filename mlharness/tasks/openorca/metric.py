@@ -20,9 +20,17 @@ from typing import Any
 
 import numpy as np
 
-from mlharness.errors import AccuracyError, DatasetError, MLHarnessError
-from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult, accuracy_log_entries
-from mlharness.tasks.cnndm.metric import DTYPES, resolve, result_text, rouge_scores, sent_split
+from mlharness.errors import AccuracyError, DatasetError
+from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult
+from mlharness.tasks.cnndm.metric import result_text, rouge_scores, sent_split
+from mlharness.tasks.generative import (
+    DTYPES,
+    data_and_base,
+    decode_responses,
+    first_responses,
+    guarded,
+    resolve,
+)
 
 
 def summarize(predictions: list[str], references: list[str], token_counts: list[int]) -> dict[str, Any]:
@@ -50,33 +58,11 @@ def score_log(accuracy_log: Path | str, dataset_pickle: Path | str, tokenizer_di
         tokenizer = load_tokenizer(tokenizer_dir)
     except DatasetError as e:
         raise AccuracyError(f"openorca_rouge: {e}") from e
-    seen: set[int] = set()
-    ids: list[list[int]] = []
-    refs: list[str] = []
-    entries = accuracy_log_entries(accuracy_log)
-    for entry in entries:
-        if entry.qsl_idx in seen:
-            continue  # the first response of a sample counts
-        if not 0 <= entry.qsl_idx < len(targets):
-            raise AccuracyError(f"openorca_rouge: {accuracy_log}: {entry.where} is outside the {len(targets)} "
-                                f"samples of {dataset_pickle}")
-        seen.add(entry.qsl_idx)
-        data = entry.data(accuracy_log)
-        if len(data) % np.dtype(DTYPES[dtype]).itemsize:
-            raise AccuracyError(f"openorca_rouge: {accuracy_log}: {entry.where}: {len(data)} bytes are not whole "
-                                f"{dtype} token ids")
-        ids.append(np.frombuffer(data, DTYPES[dtype]).tolist())
-        refs.append(targets[entry.qsl_idx])
-    if not ids:
-        raise AccuracyError(f"openorca_rouge: accuracy log {accuracy_log} has no entries; nothing to score")
-    try:
-        decoded = tokenizer.batch_decode(ids, skip_special_tokens=True)
-    except (OverflowError, TypeError, ValueError, IndexError) as e:
-        raise AccuracyError(f"openorca_rouge: cannot decode the token ids of {accuracy_log} with the tokenizer in "
-                            f"{tokenizer_dir}: {e}") from e
-    result = summarize(decoded, refs, [len(x) for x in ids])
+    ids, rows, dupes = first_responses(accuracy_log, len(targets), "openorca_rouge", dataset_pickle, dtype)
+    decoded = decode_responses(tokenizer, ids, "openorca_rouge", accuracy_log, tokenizer_dir)
+    result = summarize(decoded, [targets[r] for r in rows], [len(x) for x in ids])
     return AccuracyResult(text=result_text(result), value=result["rouge1"], name="rouge1",
-                          details={**result, "dupes": len(entries) - len(ids), "dtype": dtype,
+                          details={**result, "dupes": dupes, "dtype": dtype,
                                    "dataset": str(dataset_pickle), "tokenizer": str(tokenizer_dir)})
 
 
@@ -91,15 +77,7 @@ class OpenOrcaRougeMetric(AccuracyMetric):
         from mlharness.tasks.openorca.dataset import DATASET_FILE
 
         opts = ctx.options
-        base = Path(ctx.dataset_path) if ctx.dataset_path is not None else None
-        if base is not None and base.is_file():
-            dataset_pickle, base = base, base.parent
-        else:
-            dataset_pickle = resolve(str(opts.get("dataset_file", DATASET_FILE)), base)
+        dataset_pickle, base = data_and_base(ctx, DATASET_FILE)
         tokenizer = resolve(str(opts.get("tokenizer", "tokenizer")), base)
-        try:
-            return score_log(accuracy_log, dataset_pickle, tokenizer, str(opts.get("dtype", "int32")))
-        except MLHarnessError:
-            raise
-        except (OSError, ValueError) as e:
-            raise AccuracyError(f"openorca_rouge: {e}") from e
+        return guarded(self.name, lambda: score_log(accuracy_log, dataset_pickle, tokenizer,
+                                                    str(opts.get("dtype", "int32"))))

@@ -8,13 +8,17 @@ tokenizer (:mod:`.tokenizer`) by default or any checkpoint folder's (e.g. the re
 
 from __future__ import annotations
 
-import logging
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from mlharness.errors import DatasetError
+from mlharness.tasks.generative import (
+    ensure_synthetic,
+    place_tokenizer,
+    replace_file,
+    synthetic_cache,
+    write_synthetic,
+)
 from mlharness.tasks.openorca.dataset import (
     COLUMNS,
     DATASET_FILE,
@@ -25,8 +29,6 @@ from mlharness.tasks.openorca.dataset import (
     read_frame,
 )
 from mlharness.tasks.openorca.text import sample
-
-log = logging.getLogger(__name__)
 
 DEFAULT_COUNT = 64
 TOKENIZER_DIR = "tokenizer"
@@ -67,42 +69,20 @@ def write_synthetic_openorca(out: Path | str, count: int = DEFAULT_COUNT, seed: 
     complete)."""
     from mlharness.tasks.openorca.tokenizer import save_tokenizer
 
-    out = Path(out)
-    if count < 1:
-        raise DatasetError(f"synthetic OpenOrca: count must be >= 1, got {count}")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / DATASET_FILE).unlink(missing_ok=True)
-        tok_dir = out / TOKENIZER_DIR
-        shutil.rmtree(tok_dir, ignore_errors=True)
-        if tokenizer is None:
-            save_tokenizer(tok_dir)
-        else:
-            load_tokenizer(tokenizer).save_pretrained(str(tok_dir))
-        frame = synthetic_frame(load_tokenizer(tok_dir), count, seed)
-        with tempfile.NamedTemporaryFile(dir=out, suffix=".tmp", delete=False) as f:
-            tmp = Path(f.name)
-        frame.to_pickle(tmp)
-        tmp.replace(out / DATASET_FILE)
-    except OSError as e:
-        raise DatasetError(f"synthetic OpenOrca: cannot write {out}: {e}") from e
-    log.info("wrote %d synthetic OpenOrca samples to %s", count, out)
-    return out
+    def write(out: Path) -> None:
+        place_tokenizer(out / TOKENIZER_DIR, tokenizer, save_tokenizer, load_tokenizer)
+        frame = synthetic_frame(load_tokenizer(out / TOKENIZER_DIR), count, seed)
+        replace_file(out / DATASET_FILE, frame.to_pickle)
+
+    return write_synthetic(out, count, "OpenOrca", DATASET_FILE, write)
 
 
 def synthetic_dir() -> Path:
     """Where the oracle and random manifests keep the synthetic set when no --dataset-path is given."""
-    from mlharness.manifest.assets import cache_dir
-
-    return cache_dir() / "openorca_synth"
+    return synthetic_cache("openorca_synth")
 
 
 def ensure_synthetic_openorca(out: Path | str, count: int = DEFAULT_COUNT, seed: int = 0) -> Path:
     """The synthetic set in ``out``, written unless a complete one of ``count`` samples is there."""
-    out = Path(out)
-    try:
-        if (out / TOKENIZER_DIR / "tokenizer.json").is_file() and len(read_frame(out / DATASET_FILE)) == count:
-            return out
-    except (OSError, DatasetError):
-        pass
-    return write_synthetic_openorca(out, count, seed)
+    return ensure_synthetic(out, lambda o: len(read_frame(o / DATASET_FILE)) == count,
+                            lambda o: write_synthetic_openorca(o, count, seed))
