@@ -10,8 +10,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# open-clip-torch only for the CLIP vocabulary file it ships (stable-diffusion-xl's CLIP score): without its
+# dependencies, since the torchvision it requires has no CPU build (mlharness never imports open_clip)
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet --no-deps "open-clip-torch==3.3.0"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -16,6 +16,7 @@ from mlharness.submission.findings import Findings
 from mlharness.submission.llm_rules import conf_model_for, is_llm, loadgen_scenario
 from mlharness.submission.rules import (
     ACC_PATTERNS,
+    ACCURACY_WINDOWS,
     COMPLIANCE_TESTS,
     EARLY_STOPPING_SCENARIOS,
     HASH_PATTERN,
@@ -120,12 +121,28 @@ def check_accuracy_value(c: Findings, division: str, info: Benchmark | None, acc
     value, kind = accuracy_value(lines, kinds)
     if value is not None:
         c.row.accuracy = f"{kind} {value:g}"
-    if division != "open" and info is not None:
+    if division != "open" and info is not None and info.name in ACCURACY_WINDOWS:
+        check_accuracy_windows(c, info, acc, lines)
+    elif division != "open" and info is not None:
         if value is None:
             c.error(acc / "accuracy.txt", f"holds no {info.accuracy_kind} figure")
         elif value < info.accuracy_target:
             c.error(acc / "accuracy.txt", f"{info.accuracy_kind} {value:g} is below the closed-division target "
                                           f"{info.accuracy_target:.7g} for {info.name}")
+
+
+def check_accuracy_windows(c: Findings, info: Benchmark, acc: Path, lines: list[str]) -> None:
+    """Benchmarks whose figures must each lie inside a two-sided window (stable-diffusion-xl: CLIP and FID)."""
+    for kind, (low, high) in ACCURACY_WINDOWS[info.name].items():
+        value, _ = accuracy_value(lines, [kind])
+        if value is None:
+            c.error(acc / "accuracy.txt", f"holds no {kind} figure")
+        elif value < low:
+            c.error(acc / "accuracy.txt", f"{kind} {value:g} is below the lower bound {low:.10g} of its window "
+                                          f"[{low:.10g}, {high:.10g}] for {info.name}")
+        elif value > high:
+            c.error(acc / "accuracy.txt", f"{kind} {value:g} is above the upper limit {high:.10g} of its window "
+                                          f"[{low:.10g}, {high:.10g}] for {info.name}")
 
 
 def accuracy_value(lines: list[str], kinds: list[str]) -> tuple[float | None, str | None]:

@@ -87,6 +87,13 @@ DATACENTER_ONE_OF["gpt-oss-120b"] = ("Server", "Interactive")
 LLM_MODELS.update({"gpt-oss-120b": "gpt-oss-120b", "gpt-oss-120b-interactive": "gpt-oss-120b"})
 TEST07_TEST09_MODELS = frozenset({"gpt-oss-120b", "gpt-oss-120b-interactive"})
 
+# whisper (speech2text/accuracy_eval.py prints "Word Error Rate: X%, accuracy=Y%"): accuracy = 100 - WER at 99 % of
+# 100 - 2.0671; Offline only for edge and datacenter; measured with token latencies (mlperf.conf
+# whisper.*.use_token_latencies = 1), its Offline result in tokens/s (RESULT_FIELD_BENCHMARK_OVERWRITE); TEST01.
+LLM_ACC_PATTERNS["ACCURACY"] = r"Word Error Rate\:.*, accuracy=([0-9\.]+)%"
+LLM_ACCURACY_TARGETS["whisper"] = {"ACCURACY": (100.0 - 2.0671) * 0.99}
+LLM_MODELS["whisper"] = "whisper"
+
 TEST06_LINES = ("First token check pass", "EOS check pass", "Sample length check pass")
 
 

@@ -154,7 +154,28 @@ DEFAULT_BENCHMARK_FOR_MODEL["llama2-70b"] = "llama2-70b-99.9"
 REQUIRED_SCENARIOS["datacenter"]["llama2-70b-99.9"] = ("Offline",)
 REQUIRED_SCENARIOS["datacenter,edge"]["llama2-70b-99.9"] = ("Offline",)
 SERVER_LATENCY_NS["llama2-70b-99.9"] = 20_000_000_000
+# whisper (edge and datacenter: Offline only; TEST01; its accuracy figure through llm_rules, as it is measured with
+# token latencies)
+BENCHMARKS["whisper"] = Benchmark("whisper", "whisper", 1633, "ACCURACY", (100.0 - 2.0671) * 0.99, 1.0, ("TEST01",))
+DEFAULT_BENCHMARK_FOR_MODEL["whisper"] = "whisper"
+for _system_type in REQUIRED_SCENARIOS:
+    REQUIRED_SCENARIOS[_system_type]["whisper"] = ("Offline",)
 COMPLIANCE_TESTS = (*COMPLIANCE_TESTS, "TEST07", "TEST09")
+# stable-diffusion-xl (text_to_image/tools/accuracy_coco.py prints CLIP_SCORE and FID_SCORE): each figure inside
+# its two-sided window (the checker's accuracy-target and accuracy-upper-limit); edge SingleStream and Offline,
+# datacenter Offline and Server (20 s); TEST01 and TEST04 (models_TEST01, models_TEST04).
+ACC_PATTERNS["CLIP_SCORE"] = r".*'CLIP_SCORE':\s+'?([\d.]+).*"
+ACC_PATTERNS["FID_SCORE"] = r".*'FID_SCORE':\s+'?([\d.]+).*"
+ACCURACY_WINDOWS: dict[str, dict[str, tuple[float, float]]] = {
+    "stable-diffusion-xl": {"CLIP_SCORE": (31.68631873, 31.81331801), "FID_SCORE": (23.01085758, 23.95007626)},
+}
+BENCHMARKS["stable-diffusion-xl"] = Benchmark("stable-diffusion-xl", "stable-diffusion-xl", 5000, "CLIP_SCORE",
+                                              31.68631873, 1.0, ("TEST01", "TEST04"))
+DEFAULT_BENCHMARK_FOR_MODEL["stable-diffusion-xl"] = "stable-diffusion-xl"
+REQUIRED_SCENARIOS["edge"]["stable-diffusion-xl"] = ("SingleStream", "Offline")
+REQUIRED_SCENARIOS["datacenter"]["stable-diffusion-xl"] = ("Server", "Offline")
+REQUIRED_SCENARIOS["datacenter,edge"]["stable-diffusion-xl"] = ("SingleStream", "Offline", "Server")
+SERVER_LATENCY_NS["stable-diffusion-xl"] = 20_000_000_000
 # Scenarios whose result LoadGen derives with early stopping (no fixed minimum query count in the checker).
 EARLY_STOPPING_SCENARIOS = ("SingleStream", "MultiStream", "Server")
 
@@ -192,14 +213,14 @@ def rules_for(round_name: str | None) -> RoundRules:
 
 def compliance_tests_for_model(mlperf_model: str | None) -> tuple[str, ...]:
     """Audits `submission run` performs: TEST01 for every benchmark (and for models that are not official
-    MLPerf benchmarks), TEST04 for ResNet50 only; LLMs: TEST06 only (none for llama3.1-8b-edge)."""
+    MLPerf benchmarks), TEST04 for ResNet50 and stable-diffusion-xl; LLMs: TEST06 only (none for llama3.1-8b-edge)."""
     if mlperf_model in TEST06_MODELS:
         return ("TEST06",)
     if mlperf_model in TEST07_TEST09_MODELS:
         return ("TEST07", "TEST09")
     if mlperf_model == "llama3_1-8b-edge":
         return ()
-    if mlperf_model == "resnet50":
+    if mlperf_model in ("resnet50", "stable-diffusion-xl"):
         return ("TEST01", "TEST04")
     return ("TEST01",)
 

@@ -17,7 +17,8 @@ from mlharness.registry import Registry
 from mlharness.tasks import legacy
 
 TASKS = ("demo", "imagenet", "squad", "kits19", "openimages", "coco", "cnndm", "openorca", "generic", "gpt_oss",
-         "deepseek_r1")
+         "deepseek_r1", "librispeech")
+TASKS += ("coco_t2i",)  # stable-diffusion-xl: captions in, images out
 
 
 def _task_entries(attr: str) -> dict[str, str]:

@@ -1,0 +1,67 @@
+"""``mlharness dataset synth coco-captions`` and ``mlharness accuracy coco-t2i``.
+
+Kept light: torch, numpy and Pillow are imported inside the handlers so ``mlharness --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(synth: Any, prepare: Any, accuracy: Any) -> None:
+    p = synth.add_parser("coco-captions", help="a synthetic COCO-2014 captions set (stable-diffusion-xl layout)",
+                         description="Write captions/captions.tsv, latents/latents.pt (one float32 (1, 4, 128, "
+                                     "128) latent) and the 1024x1024 reference images/ the stable-diffusion-xl-"
+                                     "oracle model answers with.")
+    p.add_argument("--out", type=Path, required=True, help="folder to write (use it as --dataset-path)")
+    p.add_argument("--count", type=int, default=10, help="number of captions (default: 10)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--stand-in-networks", action="store_true",
+                   help="also write random-weight CLIP and FID Inception networks to OUT/networks and the FID "
+                        "statistics of the reference images under them (OUT/val2014.npz)")
+    p.add_argument("--force", action="store_true", help="write into a folder that already has files")
+    p.set_defaults(func=cmd_synth)
+
+    a = accuracy.add_parser("coco-t2i", help="CLIP score and FID of an image accuracy log (accuracy_coco.py)",
+                            description="Score an mlperf_log_accuracy.json of 1024x1024x3 uint8 images against "
+                                        "the captions and the FID statistics as the MLPerf reference script does "
+                                        "and print its line.")
+    a.add_argument("--log", type=Path, required=True, help="mlperf_log_accuracy.json")
+    a.add_argument("--caption-path", type=Path, required=True, help="captions.tsv")
+    a.add_argument("--statistics-path", type=Path, required=True, help="FID statistics (val2014.npz)")
+    a.add_argument("--networks", type=Path, default=None,
+                   help="folder with clip.pt and inception.pth to score with instead of the official weights")
+    a.set_defaults(func=cmd_accuracy)
+
+
+def cmd_synth(args: argparse.Namespace, console: Any) -> int:
+    from mlharness.tasks.coco_t2i.synth import write_synthetic_captions
+    from mlharness.userfiles import check_free
+
+    check_free(args.out, args.force)
+    networks = None
+    if args.stand_in_networks:
+        from mlharness.tasks.coco_t2i.networks import write_standin_networks
+
+        networks = write_standin_networks(args.out / "networks", seed=args.seed).clip.parent
+    out = write_synthetic_captions(args.out, count=args.count, seed=args.seed, networks=networks)
+    extra = " with stand-in networks and their FID statistics" if networks else ""
+    console.print(f"wrote {args.count} captions, the latent and the reference images{extra} to {out}",
+                  highlight=False, soft_wrap=True)
+    return 0
+
+
+def cmd_accuracy(args: argparse.Namespace, console: Any) -> int:
+    from mlharness.tasks.base import AccuracyContext
+    from mlharness.tasks.coco_t2i.metric import CocoT2IMetric
+
+    options = {"captions": str(args.caption_path.resolve()), "statistics": str(args.statistics_path.resolve())}
+    if args.networks:
+        options["networks"] = str(args.networks.resolve())
+    result = CocoT2IMetric().score(args.log, AccuracyContext(dataset_path=None, count=0, options=options))
+    sys.stdout.write(result.text)  # exactly what accuracy.txt holds, as the official script prints it
+    sys.stdout.flush()
+    return 0
