@@ -20,6 +20,7 @@ from mlharness.loadgen import calibrate as cal
 from mlharness.loadgen import estimate
 from mlharness.loadgen.rundir import parse_summary
 from mlharness.predictors.threads import intra_op_threads, usable_cores
+from tests.helpers.busy import busy_core
 
 MANIFEST = """\
 name: tiny_mlp
@@ -38,7 +39,6 @@ preprocess: |
   def preprocess(ctx, index):
       return (np.arange(4, dtype=np.float32) + index) / 7.0
 """
-BUSY = "import time\nend = time.monotonic() + {s}\nwhile time.monotonic() < end:\n    pass\n"
 ESTIMATE = re.compile(r"; about ([0-9.]+) s at ")
 
 
@@ -82,15 +82,8 @@ def _performance_seconds(detail: Path) -> float:
 @pytest.mark.parametrize("busy", [False, True], ids=["idle", "one-core-busy"])
 @pytest.mark.parametrize("scenario", ["Offline", "SingleStream"])
 def test_tiny_pytorch_run_is_valid_and_lasts_what_was_announced(manifest, tmp_path, scenario, busy):
-    hog = subprocess.Popen([sys.executable, "-c", BUSY.format(s=60)]) if busy else None
-    try:
-        if hog is not None:
-            time.sleep(0.2)  # the loop is spinning before calibration starts
+    with busy_core(busy, seconds=60):
         proc = _run(tmp_path, manifest, scenario)
-    finally:
-        if hog is not None:
-            hog.kill()
-            hog.wait(timeout=10)
     assert proc.returncode == 0, proc.stderr
     out = tmp_path / "run"
     summary = (out / "mlperf_log_summary.txt").read_text()
@@ -163,3 +156,53 @@ def test_the_estimate_uses_the_calibrated_rate_over_the_headroom():
     estimate.note_expected(settings, 1000.0)
     e = estimate.estimate_run(settings)
     assert e.samples == 2750 and e.seconds == pytest.approx(2.75) and "calibrated 1,000.0 samples/s" in e.line()
+
+
+def test_a_paced_trial_halves_a_rate_whose_waits_break_the_bound():
+    from mlharness.loadgen import server_probe
+
+    def two_ms(i):  # a model of 2 ms a sample: 1,000 arrivals/s pile up, 125/s keep well within 40 ms
+        time.sleep(0.002)
+
+    probes = server_probe.probe_rate(two_ms, 8, 1000.0, 40.0)
+    assert not probes[0].ok and probes[0].p99_ms > 20.0  # over half the bound: halved
+    assert [p.qps for p in probes] == [1000.0 / 2 ** k for k in range(len(probes))]
+    assert server_probe.rate_after(probes, 1000.0) < 1000.0
+    text = server_probe.describe([p.as_dict() for p in probes], 40.0)
+    assert "lowered by paced trials" in text and "1,000 QPS gave p99" in text
+    kept = server_probe.probe_rate(two_ms, 8, 100.0, 40.0)  # a rate the host keeps: probed once, unchanged
+    assert len(kept) == 1 and kept[0].ok and server_probe.rate_after(kept, 100.0) == 100.0
+    assert server_probe.describe([kept[0].as_dict()], 40.0) == ""
+    assert server_probe.probe_rate(two_ms, 8, 50.0, 40.0) == []  # too slow to say anything within 2 s
+
+
+class _Timed:
+    """A pipeline whose batches take about 1 ms."""
+
+    def run(self, indices):
+        time.sleep(0.001)
+
+    def warmup(self, indices, n):
+        pass
+
+
+class _NoLoader:
+    on_progress = None
+
+    def load(self, indices):
+        pass
+
+    def unload(self, indices):
+        pass
+
+
+@pytest.mark.parametrize(("min_duration_ms", "headroom"), [(2000, cal.SHORT_OFFLINE_HEADROOM),
+                                                           (600_000, cal.OFFLINE_HEADROOM)])
+def test_short_offline_runs_ask_for_more_samples(min_duration_ms, headroom):
+    import mlperf_loadgen as lg
+
+    settings = lg.TestSettings()
+    settings.min_duration_ms = min_duration_ms
+    c = cal.calibrate("Offline", settings, [_Timed()], _NoLoader(), 16, 4, budget_s=0.05)
+    assert c.headroom == headroom and c.value == pytest.approx(headroom * c.extra["expected_samples_per_second"],
+                                                              rel=1e-3)

@@ -10,18 +10,17 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from mlharness.loadgen.rundir import parse_summary
 from tests.helpers import user_models
+from tests.helpers.busy import busy_core
 
 pytestmark = pytest.mark.slow
 
 SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
-BUSY = "import time\nend = time.monotonic() + {s}\nwhile time.monotonic() < end:\n    pass\n"
 # each scenario once, in one process: exit status per scenario as the last line
 DRIVER = """\
 import json, sys
@@ -52,16 +51,9 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.mark.parametrize("kind", list(BUILDERS))
 def test_valid_in_every_scenario_on_the_first_try(models, tmp_path, kind, busy):
     env = dict(os.environ, MLHARNESS_CACHE=str(tmp_path / "cache"))
-    hog = subprocess.Popen([sys.executable, "-c", BUSY.format(s=240)]) if busy else None
-    try:
-        if hog is not None:
-            time.sleep(0.2)  # the loop is spinning before anything is measured
+    with busy_core(busy):
         proc = subprocess.run([sys.executable, "-c", DRIVER, str(models[kind]), str(tmp_path / "runs"), *SCENARIOS],
                               capture_output=True, text=True, timeout=280, cwd=tmp_path, env=env)
-    finally:
-        if hog is not None:
-            hog.kill()
-            hog.wait(timeout=10)
     assert proc.returncode == 0, proc.stderr[-4000:]
     codes = json.loads(proc.stdout.strip().splitlines()[-1])
     assert codes == dict.fromkeys(SCENARIOS, 0), proc.stderr[-4000:]
