@@ -56,7 +56,8 @@ def test_the_isolation_in_force_is_reported():
 def test_hostile_programs_fail_and_leave_the_host_untouched(tmp_path, namespaces):
     canary = tmp_path / "canary.txt"
     canary.write_text("original")
-    stray = Path("/tmp") / f"mlharness-sandbox-escape-{os.getpid()}-{namespaces}"
+    # outside the test's folder too (pytest's base temp, under /tmp, which the sandbox hides behind its own)
+    stray = tmp_path.parent / f"sandbox-escape-{os.getpid()}-{namespaces}"
     hostile = {
         "write outside": f"open({str(canary)!r}, 'w').write('owned')\nopen({str(stray)!r}, 'w').write('x')\n"
                          f"import shutil\nshutil.rmtree({str(tmp_path)!r})\n" + ADD,
