@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.loadgen.calibrate import EARLY_STOPPING_QUERIES, LATENCY_HEADROOM
+from mlharness.loadgen.rundir import read_detail
 
 # the fix for a query that ended early: 1.75 x the rate the run reached (a measured rate, not a timed batch's)
 FIX_OFFLINE_HEADROOM = 1.75
-from mlharness.loadgen.rundir import read_detail
 
 REQUIREMENTS = {  # summary line -> what it means
     "Performance constraints satisfied": "latency bound (the target latency percentile at target_qps)",
