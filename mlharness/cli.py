@@ -286,7 +286,7 @@ def cmd_manifest(args: argparse.Namespace) -> int:
 
 
 def cmd_parity(args: argparse.Namespace) -> int:
-    from mlharness.parity import compare, format_report, passes
+    from mlharness.measurement.parity import compare, format_report, passes
 
     report = compare(args.a, args.b, args.dataset_path, args.count, args.batch, args.device)
     out.print(format_report(report, args.tolerance), highlight=False)
@@ -296,10 +296,10 @@ def cmd_parity(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     import json
 
-    from mlharness.bench import BenchConfig, bench_overhead, default_dataset, format_figures
+    from mlharness.measurement.bench import BenchConfig, bench_overhead, default_dataset, format_figures
 
     if args.action == "generate":
-        from mlharness.bench_generate import run_cli
+        from mlharness.measurement.bench_generate import run_cli
 
         return run_cli(args, lambda text: out.print(text, highlight=False), lambda t: err.print(f"[dim]{escape(t)}[/]"))
     dataset_path = default_dataset(args.manifest, args.dataset_path, args.count)
@@ -318,7 +318,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from mlharness.loadgen.bounds import check_args
-    from mlharness.tune import TuneConfig, tune
+    from mlharness.measurement.tune import TuneConfig, tune
 
     check_args(args)  # counts, batch sizes, instances and durations in range before any trial
     cfg = TuneConfig(manifest=args.manifest, scenario=args.scenario, dataset_path=args.dataset_path,

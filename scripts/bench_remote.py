@@ -83,7 +83,7 @@ def main() -> int:
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
 
-    from mlharness.bench import default_dataset
+    from mlharness.measurement.bench import default_dataset
 
     dataset_path = default_dataset(args.manifest, args.dataset_path, args.count)
 

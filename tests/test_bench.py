@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from mlharness.bench import format_figures
+from mlharness.measurement.bench import format_figures
 
 pytestmark = pytest.mark.slow
 

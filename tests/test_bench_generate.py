@@ -21,7 +21,7 @@ KEYS = ("offline_bare_tokens_per_s", "offline_harness_tokens_per_s", "offline_ra
 
 
 def test_new_token_counts_stop_at_the_first_eos_after_the_minimum():
-    from mlharness.bench_generate import new_token_counts
+    from mlharness.measurement.bench_generate import new_token_counts
 
     # two prompt columns, then new tokens; EOS is 2, padding after it is 2 as well
     out = np.array([[7, 7, 5, 2, 2, 2], [7, 7, 2, 5, 2, 2], [7, 7, 5, 6, 8, 9]])
@@ -30,7 +30,7 @@ def test_new_token_counts_stop_at_the_first_eos_after_the_minimum():
 
 
 def test_bench_generate_quick_reports_every_figure(run_cli):
-    from mlharness.bench_generate import format_generate_figures
+    from mlharness.measurement.bench_generate import format_generate_figures
 
     proc = run_cli("bench", "generate", "--quick", "--count", "8", "--seconds", "0.3", "--server-queries", "3",
                    "--json", timeout=300)

@@ -211,7 +211,7 @@ def test_parity_command(run_cli, variant_manifest):
 
 def test_parity_detects_a_different_model(tmp_path, monkeypatch, variant_manifest):
     """A model with other weights disagrees: exit status 1 and an l-inf above the tolerance."""
-    from mlharness.parity import compare, passes
+    from mlharness.measurement.parity import compare, passes
 
     monkeypatch.setenv("MLHARNESS_CACHE", str(tmp_path / "cache"))
     other = tmp_path / "other.yaml"

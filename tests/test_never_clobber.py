@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from mlharness import cli
-from mlharness.tune import Tuner
+from mlharness.measurement.tune import Tuner
 
 USER_CONF = "# mine, tuned by hand\ndemo.Offline.target_qps = 123\n"
 

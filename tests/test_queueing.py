@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mlharness.queueing import batch_time_fn, early_stopping_percentile, server_ceiling, simulate_server
+from mlharness.measurement.queueing import batch_time_fn, early_stopping_percentile, server_ceiling, simulate_server
 
 
 @pytest.mark.parametrize("rho", [0.3, 0.6, 0.8])
@@ -65,7 +65,7 @@ def test_early_stopping_percentile():
 def test_same_trial_ideal_replays_a_trial_with_its_own_predict_times():
     """The bench's same-trial ideal: the trial's arrivals through the zero-overhead queue, each batch taking the
     predict time it took in the trial; LoadGen's p99 is the sorted latency at index n x 0.99."""
-    from mlharness.bench_server import same_trial_ideal
+    from mlharness.measurement.bench_server import same_trial_ideal
 
     arrivals = np.array([0.0, 0.0, 0.0, 1000.0])  # three at once, then one alone
     sizes = np.ones(4, dtype=np.int64)
@@ -77,7 +77,7 @@ def test_same_trial_ideal_replays_a_trial_with_its_own_predict_times():
 
 
 def test_same_trial_ideal_turns_the_harness_cost_into_a_ceiling_ratio():
-    from mlharness.bench_server import same_trial_ideal
+    from mlharness.measurement.bench_server import same_trial_ideal
 
     arrivals = np.cumsum(np.random.default_rng(0).exponential(100.0, 1000))  # 10 QPS
     sizes, predict = np.ones(1000, dtype=np.int64), np.full(1000, 40.0)

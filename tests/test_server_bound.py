@@ -16,7 +16,7 @@ from mlharness.loadgen.explain import explain
 from mlharness.loadgen.options import RunResult
 from mlharness.loadgen.rundir import Summary
 from mlharness.loadgen.server_bound import derived_ms, resolve
-from mlharness.tune import gave_up_reason
+from mlharness.measurement.tune import gave_up_reason
 from tests.helpers.toy_manifest import toy_manifest
 
 DATA = Path(__file__).parent / "data" / "loadgen_invalid"

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from mlharness.loadgen.settings import validate_user_conf
-from mlharness.tune import TuneConfig, Tuner
+from mlharness.measurement.tune import TuneConfig, Tuner
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from mlharness.bench_server import server_search
+from mlharness.measurement.bench_server import server_search
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.rundir import parse_summary
 from mlharness.loadgen.runner import RunOptions, RunResult, run

@@ -15,11 +15,11 @@ RATIO_MAX_QUERIES = 5_000  # the harness's Server cost is turned into a ceiling 
 
 def ideal_ceilings(batch_ms: dict[int, float], bound_ms: float, server_batch: int,
                    percentile: float, only: str | None = None) -> dict[str, float]:
-    """The ideal-queue Server ceiling (:func:`mlharness.queueing.server_ceiling`) of greedy batching capped at
+    """The ideal-queue Server ceiling (:func:`mlharness.measurement.queueing.server_ceiling`) of greedy batching capped at
     each measured batch size, and of the harness's own policy (:mod:`mlharness.loadgen.server_queue`) on the
     same batch times; the best of them is the ceiling the harness is held to."""
     from mlharness.loadgen.server_queue import BatchPolicy
-    from mlharness.queueing import server_ceiling
+    from mlharness.measurement.queueing import server_ceiling
 
     caps = sorted({k for k in batch_ms if k <= server_batch} | {server_batch})
     out = {f"greedy up to {k}": server_ceiling(batch_ms, bound_ms, max_batch=k, percentile=percentile)
@@ -54,7 +54,7 @@ def same_trial_ideal(arrivals: np.ndarray, sizes: np.ndarray, predict_ms: np.nda
     a ceiling ratio: the highest rate at which the ideal queue (on this schedule, median batch times) meets the
     bound less that cost, over the highest at which it meets the bound."""
     from mlharness.loadgen.server_queue import BatchPolicy
-    from mlharness.queueing import batch_time_fn, early_stopping_late, replay_ceiling, serve
+    from mlharness.measurement.queueing import batch_time_fn, early_stopping_late, replay_ceiling, serve
 
     one = float(np.median(predict_ms[sizes == 1])) if np.any(sizes == 1) else None
     measured = batch_time_fn(batch_ms)
@@ -80,17 +80,17 @@ def server_search(cfg: Any, run_trial: Callable[[int, float, float, int], Any], 
                   bare_probe: Callable[[], np.ndarray]) -> dict[str, Any]:
     """Highest VALID Server QPS with p99 <= bound, by bisection below the ideal ceiling (``run_trial(step, qps,
     bound_ms, queries)`` runs one traced trial and returns its :class:`~mlharness.loadgen.runner.RunResult`; ``cfg``
-    is the :class:`~mlharness.bench.BenchConfig`); and what the harness
+    is the :class:`~mlharness.measurement.bench.BenchConfig`); and what the harness
     costs in each trial against the same trial through the zero-overhead queue (:func:`same_trial_ideal`).
 
     The ceiling is what a harness with no overhead could reach with the same batching on this machine (see
-    :mod:`mlharness.queueing`), for the percentile early stopping demands of a trial this long: no trial can
+    :mod:`mlharness.measurement.queueing`), for the percentile early stopping demands of a trial this long: no trial can
     be VALID above it (and real service times vary, so not at it either): the search bisects between 30% of
     it and it. A shared VM's speed drifts by ±10% over minutes, which moves the highest VALID rate more than the
     harness does; so each trial is also compared with the ideal queue on its own arrivals and its own predict
     times, and the bare model is timed just before it (``bare_probe``) to show whether the model was slower
     inside the harness than alone."""
-    from mlharness.queueing import early_stopping_percentile
+    from mlharness.measurement.queueing import early_stopping_percentile
 
     # LoadGen's early stopping lets a short run have far fewer than 1% of its samples late: trials of ~1,500
     # queries must meet about p99.6 (--quick: one trial of ~600 queries, none of them late). The ceiling for that

@@ -1,0 +1,11 @@
+"""Measurement beyond one LoadGen run: overhead benches, framework parity, Server tuning and queueing models.
+
+Each module is one question asked of a model or a system:
+
+- ``bench``: harness overhead against the bare pipeline in the same process (``mlharness bench``);
+- ``bench_generate``: the same for token-stream models;
+- ``bench_server``: the Server ceiling a trial of that length can reach;
+- ``queueing``: ideal-queue and replay models of the Server scenario;
+- ``parity``: two frameworks' outputs on the same samples;
+- ``tune``: the highest VALID Server rate by a search over LoadGen runs.
+"""
