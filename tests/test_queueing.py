@@ -6,7 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mlharness.measurement.queueing import batch_time_fn, early_stopping_percentile, server_ceiling, simulate_server
+from mlharness.measurement.queueing import (
+    batch_time_fn,
+    early_stopping_percentile,
+    server_ceiling,
+    simulate_server,
+)
 
 
 @pytest.mark.parametrize("rho", [0.3, 0.6, 0.8])

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from mlharness.measurement.bench_server import server_search
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.rundir import parse_summary
 from mlharness.loadgen.runner import RunOptions, RunResult, run
+from mlharness.measurement.bench_server import server_search
 from mlharness.session import ModelSession
 
 ADJACENT_BARE_S = 3.0  # bare batch-1 timing before each Server trial: the machine's speed at that time
