@@ -115,49 +115,6 @@ def build_parser() -> argparse.ArgumentParser:
     si.add_argument("--overrides", type=Path, default=None, help="YAML of fields to set or correct")
     si.add_argument("--out", type=Path, default=None, help="write the system description JSON to this file")
     si.add_argument("--force", action="store_true", help="replace an existing --out file")
-    par = sub.add_parser("parity", help="compare two manifests / framework variants on the same samples")
-    par.add_argument("a", help="NAME_OR_PATH[@FRAMEWORK]")
-    par.add_argument("b", help="NAME_OR_PATH[@FRAMEWORK]")
-    par.add_argument("--dataset-path", default=None)
-    par.add_argument("--count", type=int, default=None)
-    par.add_argument("--batch", type=int, default=8)
-    par.add_argument("--device", default="cpu")
-    par.add_argument("--tolerance", type=float, default=1e-4, help="largest allowed l-inf difference")
-    bench = sub.add_parser("bench", help="benchmarks of the harness itself").add_subparsers(dest="action",
-                                                                                           required=True)
-    bo = bench.add_parser("overhead", help="mlharness vs the bare framework and LoadGen's null floor")
-    bo.add_argument("--manifest", default="resnet50-random")
-    bo.add_argument("--dataset-path", default=None, help="default: a synthetic ImageNet in the cache")
-    bo.add_argument("--count", type=int, default=64)
-    bo.add_argument("--rounds", type=int, default=3)
-    bo.add_argument("--seconds", type=float, default=5.0, help="duration of each timed run")
-    bo.add_argument("--threads", type=int, default=None)
-    bo.add_argument("--quick", action="store_true", help="one round of short runs (a few minutes)")
-    bo.add_argument("--server-bound-ms", type=float, default=None,
-                    help="Server latency bound of the trials (default: 6x the bare batch-1 p90)")
-    bo.add_argument("--server-queries", type=int, default=None, help="queries per Server trial (default: 1500)")
-    bo.add_argument("--json", action="store_true", help="print the figures as one JSON object")
-    bg = bench.add_parser("generate", help="mlharness vs the bare transformers engine on a generative model")
-    bg.add_argument("--manifest", default="llama3.1-8b-random")
-    bg.add_argument("--dataset-path", default=None, help="default: the manifest's (a synthetic set in the cache)")
-    for flag, kind, default in (("--count", int, 32), ("--rounds", int, 3), ("--seconds", float, 5.0),
-                                ("--server-queries", int, 32), ("--threads", int, None)):
-        bg.add_argument(flag, type=kind, default=default)
-    bg.add_argument("--quick", action="store_true", help="one round of short runs")
-    bg.add_argument("--json", action="store_true", help="print the figures as one JSON object")
-    tn = sub.add_parser("tune", help="find the settings a VALID run needs and write them as a user.conf")
-    tn.add_argument("--manifest", default="demo")
-    tn.add_argument("--scenario", required=True)
-    tn.add_argument("--dataset-path", default=None)
-    tn.add_argument("--count", type=int, default=None)
-    tn.add_argument("--seconds", type=float, default=5.0, help="duration of each trial run")
-    tn.add_argument("--batch-sizes", type=int, nargs="*", default=[], help="Offline/Server batch sizes to try")
-    tn.add_argument("--instances", type=int, nargs="*", default=[], help="instance counts to try")
-    tn.add_argument("--target-latency-ms", type=float, default=None, help="Server p99 bound (default: mlperf.conf)")
-    tn.add_argument("--steps", type=int, default=5, help="Server search steps")
-    tn.add_argument("--output", type=Path, default=Path("user.conf"), help="the user.conf to write (default: "
-                    "./user.conf); an existing one is left alone and the result goes to <output>.new")
-    tn.add_argument("--force", action="store_true", help="replace an existing --output (the diff is shown)")
     _add_task_commands(sub)
     _add_group_commands(sub)
     return parser
@@ -165,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Command groups living beside their package: each module exposes ``register(subparsers)`` adding its parser(s)
 # with ``set_defaults(func=handler)``; ``handler(args, console) -> int``. Heavy imports stay inside handlers.
-GROUP_CLI_MODULES = ("mlharness.agent.cli", "mlharness.submission.cli", "mlharness.report.cli")
+GROUP_CLI_MODULES = ("mlharness.agent.cli", "mlharness.submission.cli", "mlharness.report.cli",
+                     "mlharness.measurement.cli")
 
 
 def _add_group_commands(sub: argparse._SubParsersAction) -> None:
@@ -285,66 +243,6 @@ def cmd_manifest(args: argparse.Namespace) -> int:
     return commands.init(out, args.name, args.output)
 
 
-def cmd_parity(args: argparse.Namespace) -> int:
-    from mlharness.measurement.parity import compare, format_report, passes
-
-    report = compare(args.a, args.b, args.dataset_path, args.count, args.batch, args.device)
-    out.print(format_report(report, args.tolerance), highlight=False)
-    return 0 if passes(report, args.tolerance) else 1
-
-
-def cmd_bench(args: argparse.Namespace) -> int:
-    import json
-
-    from mlharness.measurement.bench import BenchConfig, bench_overhead, default_dataset, format_figures
-
-    if args.action == "generate":
-        from mlharness.measurement.bench_generate import run_cli
-
-        return run_cli(args, lambda text: out.print(text, highlight=False), lambda t: err.print(f"[dim]{escape(t)}[/]"))
-    dataset_path = default_dataset(args.manifest, args.dataset_path, args.count)
-    cfg = BenchConfig(manifest=args.manifest, dataset_path=dataset_path, count=args.count,
-                      rounds=1 if args.quick else args.rounds, seconds=min(args.seconds, 3.0) if args.quick
-                      else args.seconds, threads=args.threads, server_search_steps=1 if args.quick else 5,
-                      quick=args.quick, server_bound_ms=args.server_bound_ms, server_queries=args.server_queries,
-                      progress=lambda text: err.print(f"[dim]{escape(text)}[/]"))
-    figures = bench_overhead(cfg)
-    if args.json:
-        print(json.dumps(figures, default=float))
-    else:
-        out.print(format_figures(figures), highlight=False)
-    return 0
-
-
-def cmd_tune(args: argparse.Namespace) -> int:
-    from mlharness.loadgen.bounds import check_args
-    from mlharness.measurement.tune import TuneConfig, tune
-
-    check_args(args)  # counts, batch sizes, instances and durations in range before any trial
-    cfg = TuneConfig(manifest=args.manifest, scenario=args.scenario, dataset_path=args.dataset_path,
-                     count=args.count, seconds=args.seconds, batch_sizes=args.batch_sizes,
-                     instances=args.instances, target_latency_ms=args.target_latency_ms, steps=args.steps,
-                     output=args.output, progress=lambda text: err.print(f"[dim]{escape(text)}[/]"),
-                     force=args.force, show_diff=lambda text: out.print(escape(text), highlight=False, end=""))
-    if args.output.exists() and not args.force:
-        err.print(f"{escape(str(args.output))} exists: it is left as it is and the tuned settings go to "
-                  f"{escape(str(args.output))}.new (--force replaces it)", highlight=False)
-    result = tune(cfg)
-    table = Table("trial", "settings", "metric", "valid")
-    for t in result.trials:
-        settings = ", ".join(f"{k}={v}" for k, v in t.settings.items())
-        metric = "n/a" if t.metric is None else f"{t.metric:,.2f}"
-        table.add_row(escape(t.what), escape(settings), metric, "VALID" if t.valid else "INVALID")
-    out.print(table)
-    out.print(f"wrote {escape(str(result.path))}" + (f" ({escape(str(args.output))} exists and was left as it "
-              "was; the diff is above; --force replaces it)" if result.kept_existing else "") + ":")
-    for line in result.conf_lines:
-        out.print(f"  {line}", highlight=False)
-    out.print("confirmation run: " + ("[green]VALID[/]" if result.confirmed else
-                                      f"[red]INVALID[/] ({escape(str(args.output))} left as it was)"))
-    return 0 if result.confirmed else 1
-
-
 def cmd_sysinfo(args: argparse.Namespace) -> int:
     from mlharness.submission.system import sysinfo_command
 
@@ -373,8 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet_grpc(args.verbose)  # before anything imports grpc
     logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
     hookguard.on_overrun(hook_overran)
-    handlers = {"run": cmd_run, "manifest": cmd_manifest, "sysinfo": cmd_sysinfo, "parity": cmd_parity,
-                "bench": cmd_bench, "tune": cmd_tune}
+    handlers = {"run": cmd_run, "manifest": cmd_manifest, "sysinfo": cmd_sysinfo}
     try:
         with handle_signals(args.command in SIGNAL_COMMANDS):
             if hasattr(args, "func"):
