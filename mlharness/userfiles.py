@@ -39,14 +39,24 @@ def unified_diff(old: str, new: str, path: Path) -> str:
                                         fromfile=f"{path} (existing)", tofile=f"{path} (new)"))
 
 
+def new_file_mode() -> int:
+    """The mode ``open()`` gives a new file: 0666 less the process's umask (0644 usually)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def replace_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (a temporary file beside it, then a rename)."""
+    """Write ``text`` to ``path`` atomically (a temporary file beside it, then a rename). The file gets the mode
+    of the one it replaces, or a new file's mode: never the private 0600 of the temporary file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = path.stat().st_mode & 0o7777 if path.is_file() else new_file_mode()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -120,3 +120,23 @@ def test_write_text_diff_and_refusal(tmp_path):
     write_text(path, "x = 2\n", force=True, show=shown.append)
     assert path.read_text() == "x = 2\n" and "+x = 2" in shown[-1]
     assert Path(tmp_path).glob(".a.conf.*") is not None and not list(tmp_path.glob(".a.conf.*"))
+
+
+def test_written_files_get_a_normal_mode(tmp_path):
+    """A user's output file gets a new file's mode (0666 less the umask), not the atomic write's private 0600;
+    a replaced file keeps its own mode."""
+    import os
+
+    from mlharness.userfiles import write_text
+
+    mask = os.umask(0o027)
+    try:
+        write_text(tmp_path / "new.conf", "x = 1\n", force=False)
+        assert (tmp_path / "new.conf").stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(mask)
+    kept = tmp_path / "kept.conf"
+    kept.write_text("x = 1\n")
+    kept.chmod(0o604)
+    write_text(kept, "x = 2\n", force=True)
+    assert kept.stat().st_mode & 0o777 == 0o604 and kept.read_text() == "x = 2\n"

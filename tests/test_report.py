@@ -85,15 +85,21 @@ def test_markdown_numbers_equal_loadgen_summaries(run_cli, results, tmp_path):
         assert r["scenario"] == meta["scenario"] and r["mode"] == meta["mode"]
         assert r["batch"] == str(meta["batching"]["max_batchsize"])
         if r["mode"] == "performance":
-            assert r["value"] == fields[r["metric"]] and r["result"] == fields["Result is"]
-            assert r["p50 (ns)"] == fields["50.00 percentile latency (ns)"]
-            assert r["p90 (ns)"] == fields["90.00 percentile latency (ns)"]
-            assert r["p99 (ns)"] == fields["99.00 percentile latency (ns)"]
+            metric = next(k for k in fields if k.replace(" (ns)", "") == r["metric"])
+            value, unit = r["value"].split(" ", 1)
+            if unit == "ms":  # a latency metric: LoadGen's ns in ms, with separators
+                assert value == f"{int(fields[metric]) / 1e6:,.3f}" and metric.endswith("(ns)")
+            else:
+                assert unit == "samples/s" and value == f"{float(fields[metric]):,.2f}"
+            assert r["result"] == fields["Result is"]
+            for p in ("50", "90", "99"):
+                assert r[f"p{p} (ms)"] == f"{int(fields[f'{p}.00 percentile latency (ns)']) / 1e6:,.3f}"
             # the metric is the number mlharness reported for the run
-            assert float(r["value"]) == meta["result"]["metric_value"]
+            assert float(fields[metric]) == meta["result"]["metric_value"]
             checked += 1
-        else:
-            assert r["accuracy"] == f"{meta['accuracy']['value']:.5g}" == "100"
+        else:  # the metric's name beside its value; the demo has no MLPerf target, and says so
+            assert r["accuracy"] == f"{meta['accuracy']['name']} = {meta['accuracy']['value']:.5g}" == "top1 = 100"
+            assert r["target"] == "no MLPerf target"
         assert r["submittable"] == f"no ({len(meta['not_submittable_reasons'])})"
     assert checked == 5
     # why the INVALID run is INVALID, in LoadGen's words, and why none is submittable
@@ -122,7 +128,11 @@ def test_html_is_self_contained_and_opens_cleanly(run_cli, results, tmp_path):
         assert f"<figcaption>{caption}" in html
     figures = html.count("<svg")
     assert figures == html.count("<figcaption>") >= 4
-    assert ">sys/demo/MultiStream/performance/run_1<" in html and 'class="INVALID"' in html
+    assert ">sys/<wbr>demo/<wbr>MultiStream/<wbr>performance/<wbr>run_1<" in html
+    assert '<td class="FAIL long">INVALID</td>' in html
+    # the host and its GPUs once, at the top, not once per run
+    assert html.count("GPUs: ") == 1 and html.index("GPUs: ") < html.index("<h2>Runs</h2>")
+    assert not re.findall(r">\d{7,}<", html)  # no raw nanosecond counts
     if CHROMIUM is None:
         pytest.skip("no chromium binary")
     # the detector itself must see a console error on a page that has one
@@ -161,8 +171,8 @@ def test_compare_gives_ratios(run_cli, results, tmp_path):
     assert proc.returncode == 0, proc.stderr
     rows = {r["run"]: r for r in _md_rows(md_path.read_text(), "| run | other run |")}
     server = rows["sys/demo/Server/performance/run_1"]
-    assert server["value"] == value
-    assert float(server["other value"]) == pytest.approx(2 * float(value), abs=0.01)
+    assert server["value"] == f"{float(value):,.2f} samples/s"
+    assert float(server["other value"].split()[0].replace(",", "")) == pytest.approx(2 * float(value), abs=0.01)
     assert float(server["other / this"]) == pytest.approx(2.0, abs=2e-3)
     assert rows["sys/demo/Offline/accuracy"]["other / this"] == "1.000"
     assert "only in" in md_path.read_text() and "sys-b8/demo/Offline/performance/run_1" in md_path.read_text()
@@ -176,13 +186,16 @@ def test_accuracy_targets(tmp_path):
     (run / "accuracy.txt").write_text("accuracy=76.000%, good=38000, total=50000\n")
     (runs, skipped) = find_runs(tmp_path / "res")
     assert not skipped and runs[0].accuracy_value == 76.0 and runs[0].mode == "accuracy"
-    assert runs[0].accuracy_status() == [("99% = 75.695", True)]
+    assert runs[0].accuracy_status() == [("≥ 75.695 (99% of 76.46)", True)]
     bert = target_for({"conf_model": "bert", "benchmark": "bert-99.9"}, "x")
     assert bert.thresholds() == [(0.999, pytest.approx(90.874 * 0.999))]
     unet = target_for(None, "sys/3d-unet-99/Offline/accuracy")
     assert unet.thresholds() == [(0.99, pytest.approx(0.86170 * 0.99))]
     assert len(target_for({"conf_model": "3d-unet", "benchmark": "3d-unet-random"}, "x").thresholds()) == 2
     assert target_for({"conf_model": "demo", "benchmark": "demo"}, "sys/demo/Offline/accuracy") is None
+    # the checker's closed-division targets for the rest: the LLMs' primary figure
+    llama = target_for({"conf_model": "llama3_1-8b", "benchmark": "llama3.1-8b"}, "x")
+    assert (llama.metric, llama.thresholds()) == ("ROUGE1", [(1.0, pytest.approx(38.7792 * 0.99))])
 
 
 def test_layers_needs_a_framework_trace(run_cli, tmp_path):
@@ -193,3 +206,44 @@ def test_layers_needs_a_framework_trace(run_cli, tmp_path):
     assert proc.returncode == 2 and "--trace framework" in proc.stderr
     proc = run_cli("report", str(tmp_path))
     assert proc.returncode == 2 and "no runs under" in proc.stderr
+
+
+FIXTURES = Path(__file__).parent / "fixtures" / "report_test04"
+
+
+def test_verdict_of_the_official_test04_output(tmp_path):
+    """tests/fixtures/report_test04: the summaries of a performance run and of the TEST04 run of a SUT that
+    caches answers, and what compliance/TEST04/verify_performance.py -r reference_summary.txt -t test_summary.txt
+    printed for them. The report reads the official output and mlharness's own (for the same summaries) alike."""
+    from mlharness.report.verdicts import find_verdicts, parse_verify
+    from mlharness.submission.compliance_perf import test04_performance
+
+    official = (FIXTURES / "official_verify_performance.txt").read_text()
+    passed, line, numbers = parse_verify(official)
+    ref = float(re.search(r"reference score = (\S+)", official).group(1))
+    test = float(re.search(r"test score = (\S+)", official).group(1))
+    assert (passed, line) == (False, "TEST FAIL: Test score invalid")
+    assert numbers[0] == f"test score {test:,.2f} vs reference {ref:,.2f} ({(test / ref - 1) * 100:+.1f}%)"
+    ok, lines, _ = test04_performance(FIXTURES / "reference_summary.txt", FIXTURES / "test_summary.txt")
+    own = parse_verify("\n".join(lines) + "\n")
+    assert own[0] is ok is False and own[2][0].startswith(numbers[0] + "; scores in queries per second")
+    # a verify file of a scenario's TESTnn folder is found and named by its place in the tree
+    t04 = tmp_path / "sys" / "resnet" / "SingleStream" / "TEST04"
+    t04.mkdir(parents=True)
+    (t04 / "verify_performance.txt").write_text(official)
+    (v,) = find_verdicts(tmp_path)
+    assert (v.benchmark, v.scenario, v.test, v.check, v.label) == ("resnet", "SingleStream", "TEST04",
+                                                                 "performance", "FAIL")
+    assert v.summary().startswith("TEST04 performance FAIL: TEST FAIL: Test score invalid; test score")
+
+
+def test_verdict_of_test06_words():
+    from mlharness.report.verdicts import parse_verify
+    from mlharness.submission.test06 import Test06Result
+
+    failed = Test06Result(first_token=True, eos=False, length=True, problems=[]).text()
+    passed, line, numbers = parse_verify(failed)
+    assert (passed, line) == (False, "TEST06 verification failed")
+    assert numbers[0] == "EOS check pass = False"  # the failing check first
+    assert parse_verify(Test06Result(None, True, True, []).text())[0] is True
+    assert parse_verify("nothing decided here\n")[0] is None

@@ -16,10 +16,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                                       "'report layers TRACE' for a per-layer breakdown",
                        description="Summarise every run found under RESULTS_DIR (any folder holding "
                        "mlperf_log_summary.txt): metric, VALID/INVALID and why, accuracy against the MLPerf "
-                       "targets, latency percentiles, non-submittable settings, telemetry and figures. "
+                       "targets, compliance verdicts, latency percentiles, token latencies, non-submittable "
+                       "settings, telemetry, load-sweep curves and figures. "
                        "'mlharness report layers TRACE_JSON' prints the per-operator breakdown of a trace "
                        "recorded with --trace framework.")
-    p.add_argument("path", type=Path, help="results directory (or 'layers' followed by a trace file)")
+    p.add_argument("path", type=Path, help="results directory, submission tree (compliance verdicts included) or "
+                   "sweep.json / a folder holding one (or 'layers' followed by a trace file)")
     p.add_argument("trace", type=Path, nargs="?", default=None, help=argparse.SUPPRESS)
     p.add_argument("--html", type=Path, default=None, metavar="OUT", help="write the report as one HTML page")
     p.add_argument("--md", type=Path, default=None, metavar="OUT", help="write the report as Markdown")
@@ -70,6 +72,13 @@ def cmd_layers(path: Path, top: int, as_json: bool, console: Any) -> int:
     return 0
 
 
+def _write(path: Path, text: str) -> None:
+    """Write a report file atomically, with the mode of any new file (0666 less the umask, 0644 usually)."""
+    from mlharness.userfiles import replace_text
+
+    replace_text(path, text)
+
+
 def cmd_report(args: argparse.Namespace, console: Any) -> int:
     from rich.markup import escape
     from rich.table import Table
@@ -84,29 +93,46 @@ def cmd_report(args: argparse.Namespace, console: Any) -> int:
         return cmd_layers(args.trace, args.top, args.json, console)
     if args.layers:
         return cmd_layers(args.path, args.top, args.json, console)
-    from mlharness.userfiles import check_free, replace_text
+    from mlharness.userfiles import check_free
 
     for path in (args.md, args.html):
         if path is not None:
             check_free(path, args.force)
     report = render.build(args.path, args.compare)
     if args.md is not None:
-        replace_text(args.md, render.markdown(report))
+        _write(args.md, render.markdown(report))
     if args.html is not None:
         from mlharness.report import html
 
-        replace_text(args.html, html.render(report))
+        _write(args.html, html.render(report))
     # the terminal gets the essentials; the files carry every column
-    table = Table("run", "scenario", "mode", "batch", "value", "result", "accuracy", "p99 (ns)")
+    for line in render.host_lines(report):
+        console.print(escape(line), highlight=False)
+    if report.sweep is not None:
+        from mlharness.report import sweep
+
+        points = Table(*sweep.COLUMNS[:7], title=f"sweep {escape(str(report.sweep.path))}", title_justify="left")
+        for cells in sweep.rows(report.sweep):
+            style = "green" if cells[3].startswith("VALID") else "red"
+            points.add_row(*(escape(c) for c in cells[:3]), f"[{style}]{escape(cells[3])}[/]",
+                           *(escape(c) for c in cells[4:7]))
+        console.print(points)
+        for line in sweep.facts(report.sweep):
+            console.print(escape(line), highlight=False)
+    table = Table("run", "scenario", "mode", "batch", "value", "result", "accuracy", "p99 (ms)")
     for r in report.runs:
-        cells = render.row(r)
-        result = cells[7]
-        styled = f"[green]{result}[/]" if result == "VALID" else f"[red]{result}[/]" if result else ""
-        value = f"{r.metric_text} {r.metric_unit}" if r.metric_text else ""
-        acc = " ".join(x for x in (cells[8], cells[9]) if x)
-        table.add_row(escape(r.rel), escape(cells[2]), escape(cells[3]), cells[4], escape(value), styled,
-                      escape(acc), cells[12])
-    console.print(table)
+        cells = dict(zip(render.COLUMNS, render.row(r), strict=True))
+        result = cells["result"]
+        styled = f"[green]{escape(result)}[/]" if result == "VALID" else f"[red]{escape(result)}[/]" if result \
+            else ""
+        acc = " ".join(x for x in (cells["accuracy"], cells["target"]) if x)
+        table.add_row(escape(r.rel), escape(cells["scenario"]), escape(cells["mode"]), cells["batch"],
+                      escape(cells["value"]), styled, escape(acc), cells["p99 (ms)"])
+    if report.runs:
+        console.print(table)
+    for v in report.verdicts:
+        style = "green" if v.passed else "red"
+        console.print(f"{escape(v.rel)}: [{style}]{escape(v.summary())}[/]", highlight=False)
     if report.other is not None:
         rows, only_a, only_b = render.compare_rows(report)
         cmp = Table(*render.COMPARE_COLUMNS, title=f"compared with {escape(str(args.compare))}",

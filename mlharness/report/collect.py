@@ -11,10 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import MLHarnessError
-from mlharness.loadgen.rundir import METRIC_LINES
+from mlharness.loadgen.rundir import METRIC_LINES, TOKEN_METRIC_LINES
+from mlharness.report.verdicts import Verdict, test_of
 
 SUMMARY = "mlperf_log_summary.txt"
 PERCENTILES = ("50.00", "90.00", "95.00", "97.00", "99.00", "99.90")
+# token latencies of a generative run's summary: (min line, percentile line pattern, max line, limit line)
+TOKEN_FIELDS = {
+    "TTFT": ("Min First Token latency (ns)", "{} percentile first token latency (ns)",
+             "Max First Token latency (ns)", "ttft_latency (ns)"),
+    "TPOT": ("Min Time per Output Token (ns)", "{} percentile time to output token (ns)",
+             "Max Time per Output Token (ns)", "tpot_latency (ns)"),
+}
 
 # MLPerf Inference reference accuracies and the fractions closed-division results must reach
 REFERENCE = {
@@ -58,6 +66,20 @@ class Run:
     target: Target | None = None
     series: dict[str, Any] | None = None
     trace: Path | None = None
+    verdicts: list[Verdict] = field(default_factory=list)  # of the compliance folder the run lies in
+
+    @property
+    def test(self) -> str | None:
+        """TESTnn when the run is a compliance run (it lies in a TESTnn folder)."""
+        found = test_of(self.rel)
+        return found[1] if found else None
+
+    @property
+    def accuracy_name(self) -> str | None:
+        acc = (self.meta or {}).get("accuracy")
+        if isinstance(acc, dict) and acc.get("name"):
+            return str(acc["name"])
+        return self.target.metric if self.target else None
 
     @property
     def metric_value(self) -> float | None:
@@ -71,6 +93,9 @@ class Run:
         if self.meta and self.meta.get("benchmark"):
             return str(self.meta["benchmark"])
         parts = Path(self.rel).parts
+        found = test_of(self.rel)
+        if found is not None:  # <benchmark>/<scenario>/TESTnn/...
+            return parts[found[0] - 2] if found[0] >= 2 else self.rel
         return parts[-4] if self.mode == "performance" and len(parts) >= 4 else (parts[-3] if len(parts) >= 3
                                                                                    else self.rel)
 
@@ -99,11 +124,34 @@ class Run:
         t = (self.meta or {}).get("telemetry")
         return t if isinstance(t, dict) and t.get("enabled") else None
 
+    def token_quantiles(self, kind: str) -> list[tuple[float, float]]:
+        """(fraction of samples, latency in ns) of a generative run's TTFT or TPOT, from LoadGen's summary:
+        its minimum, percentiles and maximum (the summary holds no per-sample values)."""
+        low, pattern, high, _ = TOKEN_FIELDS[kind]
+        points = [(0.0, self.fields.get(low))]
+        points += [(float(p) / 100, self.fields.get(pattern.format(p))) for p in PERCENTILES]
+        points.append((1.0, self.fields.get(high)))
+        out = []
+        for q, v in points:
+            try:
+                out.append((q, float(v)))  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                continue
+        return out if len(out) > 2 else []
+
+    def token_limit_ns(self, kind: str) -> float | None:
+        try:
+            value = float(self.fields[TOKEN_FIELDS[kind][3]])
+        except (KeyError, ValueError):
+            return None
+        return value if self.scenario == "Server" and value > 0 else None
+
     def accuracy_status(self) -> list[tuple[str, bool]]:
         """(label, reached) per target fraction."""
         if self.target is None or self.accuracy_value is None:
             return []
-        return [(f"{100 * f:g}% = {t:.5g}", self.accuracy_value >= t) for f, t in self.target.thresholds()]
+        return [(f"≥ {t:.5g}" + (f" ({100 * f:g}% of {self.target.reference:g})" if f != 1.0 else ""),
+                 self.accuracy_value >= t) for f, t in self.target.thresholds()]
 
 
 def parse_summary_text(text: str) -> dict[str, Any]:
@@ -114,6 +162,9 @@ def parse_summary_text(text: str) -> dict[str, Any]:
     current: str | None = None
     for line in text.splitlines():
         stripped = line.strip()
+        if stripped.endswith(":") and stripped.rstrip(":").endswith("Early Stopping Result") and \
+                stripped.rstrip(":") not in sections:  # a generative run's TTFT / TPOT results
+            sections[stripped.rstrip(":")] = []
         if stripped.rstrip(":") in sections and stripped.endswith(":"):
             current = stripped.rstrip(":")
             continue
@@ -133,7 +184,9 @@ def parse_summary_text(text: str) -> dict[str, Any]:
             satisfied.append((key, value.strip()))
         fields.setdefault(key, value.strip())
     return {"fields": fields, "satisfied": satisfied, "recommendations": sections["Recommendations"],
-            "early_stopping": sections["Early Stopping Result"]}
+            "early_stopping": sections["Early Stopping Result"] + [
+                f"{name.split()[0]}: {x}" for name, notes in sections.items()
+                if name not in ("Recommendations", "Early Stopping Result") for x in notes]}
 
 
 def _mode(fields: dict[str, str]) -> str:
@@ -153,6 +206,22 @@ def target_for(meta: dict[str, Any] | None, rel: str) -> Target | None:
                 elif name.endswith("-99"):
                     fractions = (0.99,)
                 return Target(model, metric, ref, fractions)
+    return _checker_target(names)
+
+
+def _checker_target(names: list[str]) -> Target | None:
+    """The closed-division target the submission checker applies to a benchmark the table above lacks (the
+    LLMs' primary figure, detection mAP): an absolute threshold."""
+    from mlharness.submission.llm_rules import LLM_ACCURACY_TARGETS
+    from mlharness.submission.rules import BENCHMARKS
+
+    for name in names:
+        if name in LLM_ACCURACY_TARGETS:
+            metric, value = next(iter(LLM_ACCURACY_TARGETS[name].items()))
+            return Target(name, metric, value, (1.0,))
+        if name in BENCHMARKS:
+            b = BENCHMARKS[name]
+            return Target(name, b.accuracy_kind, b.accuracy_target, (1.0,))
     return None
 
 
@@ -163,14 +232,23 @@ def _json(path: Path) -> dict[str, Any] | None:
         return None
 
 
+def _scenario_in_path(d: Path, root: Path) -> str | None:
+    """The scenario folder of a results tree a run lies in (``<benchmark>/<scenario>/accuracy``)."""
+    parts = d.relative_to(root).parts if d != root else ()
+    return next((p for p in reversed(parts) if p in METRIC_LINES or p == "Interactive"), None)
+
+
 def read_run(summary_path: Path, root: Path) -> Run:
     d = summary_path.parent
     parsed = parse_summary_text(summary_path.read_text(errors="replace"))
     fields = parsed["fields"]
     meta = _json(d / "mlharness_run.json")
     # an accuracy run's summary names no scenario: mlharness's metadata does
-    scenario = fields.get("Scenario") or (meta or {}).get("scenario")
+    scenario = fields.get("Scenario") or (meta or {}).get("scenario") or _scenario_in_path(d, root)
     metric_name, unit = METRIC_LINES.get(scenario or "", (None, ""))
+    token_line = TOKEN_METRIC_LINES.get(scenario or "")
+    if token_line and token_line[0] in fields:  # a generative run: LoadGen's metric is tokens per second
+        metric_name, unit = token_line
     run = Run(
         path=d, rel=str(d.relative_to(root)) if d != root else ".", fields=fields, scenario=scenario,
         mode=_mode(fields) if fields.get("Mode") else str((meta or {}).get("mode") or "unknown"),
@@ -216,6 +294,14 @@ def find_runs(root: Path) -> tuple[list[Run], list[Path]]:
             continue
         runs.append(read_run(summary, root))
     return runs, skipped
+
+
+def attach_verdicts(runs: list[Run], verdicts: list[Verdict]) -> None:
+    """Give each compliance run the verdicts of the TESTnn folder it lies in."""
+    for r in runs:
+        for v in verdicts:
+            if r.path == v.path.parent or v.path.parent in r.path.parents:
+                r.verdicts.append(v)
 
 
 def pair_runs(a: list[Run], b: list[Run]) -> tuple[list[tuple[Run, Run]], list[Run], list[Run]]:

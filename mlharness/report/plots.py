@@ -12,10 +12,10 @@ from mlharness.report.collect import PERCENTILES, Run
 
 STAGES = ("queue_wait", "gather", "predict", "postprocess", "complete")
 # legends beside the axes (run paths are long and would hide the lines); bbox_inches="tight" keeps them in
-_OUTSIDE = {"fontsize": "x-small", "loc": "upper left", "bbox_to_anchor": (1.01, 1.0)}
+LEGEND_OUTSIDE = {"fontsize": "x-small", "loc": "upper left", "bbox_to_anchor": (1.01, 1.0)}
 
 
-def _svg(fig: Any) -> str:
+def svg(fig: Any) -> str:
     import matplotlib
 
     buf = io.StringIO()
@@ -27,7 +27,19 @@ def _svg(fig: Any) -> str:
     return text[text.index("<svg"):]  # drop the XML prolog and DOCTYPE: the SVG is inlined in HTML
 
 
-def _figure(width: float = 7.0, height: float = 3.6) -> tuple[Any, Any]:
+def log_axis(ax: Any) -> None:
+    """A log-scale y axis labelled in plain numbers (``40``, ``1,000``), not powers of ten; intermediate ticks
+    are labelled only when the data span less than a decade (call it after plotting)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    ax.set_yscale("log")
+    plain = FuncFormatter(lambda v, _: f"{v:,.3g}")
+    low, high = ax.get_ylim()
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain if low > 0 and high / low < 10 else NullFormatter())
+
+
+def figure(width: float = 7.0, height: float = 3.6) -> tuple[Any, Any]:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, height), dpi=100)
@@ -39,7 +51,7 @@ def latency_percentiles(runs: list[Run]) -> str | None:
     runs = [r for r in runs if r.mode == "performance" and r.latencies]
     if not runs:
         return None
-    fig, ax = _figure()
+    fig, ax = figure()
     xs = list(range(len(PERCENTILES)))
     for r in runs:
         lat = r.latencies
@@ -47,11 +59,11 @@ def latency_percentiles(runs: list[Run]) -> str | None:
         ax.plot(xs, ys, marker="o", label=r.rel)
     ax.set_xticks(xs, [f"p{float(p):g}" for p in PERCENTILES])
     ax.set_ylabel("latency (ms)")
-    ax.set_yscale("log")
+    log_axis(ax)
     ax.set_title("Latency percentiles (LoadGen)")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(**_OUTSIDE)
-    return _svg(fig)
+    ax.legend(**LEGEND_OUTSIDE)
+    return svg(fig)
 
 
 def throughput_vs_batch(runs: list[Run]) -> str | None:
@@ -63,7 +75,7 @@ def throughput_vs_batch(runs: list[Run]) -> str | None:
     groups = {k: sorted(v) for k, v in groups.items() if len({b for b, _ in v}) > 1}
     if not groups:
         return None
-    fig, ax = _figure()
+    fig, ax = figure()
     for (bench, scenario), points in sorted(groups.items()):
         ax.plot([b for b, _ in points], [v for _, v in points], marker="o", label=f"{bench} {scenario}")
     ax.set_xscale("log", base=2)
@@ -71,8 +83,8 @@ def throughput_vs_batch(runs: list[Run]) -> str | None:
     ax.set_ylabel("samples/s")
     ax.set_title("Throughput vs batch size")
     ax.grid(True, alpha=0.3)
-    ax.legend(**_OUTSIDE)
-    return _svg(fig)
+    ax.legend(**LEGEND_OUTSIDE)
+    return svg(fig)
 
 
 def stage_totals(events: list[dict[str, Any]]) -> dict[str, float]:
@@ -89,7 +101,7 @@ def stage_breakdown(per_run: dict[str, dict[str, float]]) -> str | None:
     per_run = {k: v for k, v in per_run.items() if v}
     if not per_run:
         return None
-    fig, ax = _figure(height=max(1.8, 0.5 * len(per_run) + 1.2))
+    fig, ax = figure(height=max(1.8, 0.5 * len(per_run) + 1.2))
     names = list(per_run)
     left = [0.0] * len(names)
     for stage in STAGES:
@@ -101,7 +113,7 @@ def stage_breakdown(per_run: dict[str, dict[str, float]]) -> str | None:
     ax.set_title("Stage breakdown (model-level trace)")
     ax.invert_yaxis()
     ax.legend(fontsize="x-small", ncols=len(STAGES), loc="upper center", bbox_to_anchor=(0.5, -0.3))
-    return _svg(fig)
+    return svg(fig)
 
 
 def gpu_utilisation(runs: list[Run]) -> str | None:
@@ -132,7 +144,7 @@ def _over_time(lines: list[tuple[str, list, list]], ylabel: str, title: str,
     """One line per (label, times, values) series; missing samples (None) are left out."""
     if not lines:
         return None
-    fig, ax = _figure()
+    fig, ax = figure()
     for label, t, values in lines:
         pts = [(a, b) for a, b in zip(t, values, strict=False) if b is not None]
         ax.plot([a for a, _ in pts], [b for _, b in pts], label=label)
@@ -142,5 +154,5 @@ def _over_time(lines: list[tuple[str, list, list]], ylabel: str, title: str,
         ax.set_ylim(*ylim)
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
-    ax.legend(**_OUTSIDE)
-    return _svg(fig)
+    ax.legend(**LEGEND_OUTSIDE)
+    return svg(fig)

@@ -4,20 +4,23 @@ LoadGen's summary), the reasons behind INVALID and non-submittable runs, telemet
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mlharness.errors import MLHarnessError
-from mlharness.report.collect import Run, find_runs, pair_runs
+from mlharness.report import units
+from mlharness.report.collect import TOKEN_FIELDS, Run, attach_verdicts, find_runs, pair_runs
+from mlharness.report.verdicts import Verdict, find_verdicts
 from mlharness.telemetry.breakdown import Breakdown, layer_breakdown, load_events
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ("run", "benchmark", "scenario", "mode", "batch", "metric", "value", "result", "accuracy", "target",
-           "p50 (ns)", "p90 (ns)", "p99 (ns)", "submittable")
+COLUMNS = ("run", "benchmark", "test", "scenario", "mode", "batch", "metric", "value", "result", "compliance",
+           "accuracy", "target", "p50 (ms)", "p90 (ms)", "p99 (ms)", "submittable")
 TELEMETRY_KEYS = (("host_cpu_percent", "host CPU %"), ("process_cpu_percent", "process CPU % (100 = 1 core)"),
-                  ("process_rss_mib", "process RSS MiB"))
+                  ("process_rss_mib", "process RSS (MiB)"))
 GPU_KEYS = (("utilization_percent", "util %"), ("memory_used_mib", "mem MiB"), ("power_w", "power W"),
             ("sm_clock_mhz", "SM MHz"), ("temperature_c", "temp C"))
 
@@ -29,16 +32,27 @@ class Report:
     skipped: list[Path]
     stages: dict[str, dict[str, float]] = field(default_factory=dict)  # run rel -> stage -> ms
     layers: dict[str, Breakdown] = field(default_factory=dict)  # run rel -> per-layer breakdown
+    rates: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)  # run rel -> samples/s
     other: Report | None = None
+    verdicts: list[Verdict] = field(default_factory=list)  # compliance verdicts of the tree
+    sweep: Any = None  # a sweep.json at the root (report.sweep.Sweep)
 
 
 def build(root: Path, compare: Path | None = None) -> Report:
     from mlharness.report.plots import stage_totals
+    from mlharness.report.plots_time import completions_over_time
+    from mlharness.report.sweep import find_sweep
 
+    sweep = find_sweep(Path(root))
+    if sweep is not None and Path(root).is_file():
+        root = Path(root).parent
     runs, skipped = find_runs(root)
-    if not runs:
-        raise MLHarnessError(f"no runs under {root}: a run is a folder holding mlperf_log_summary.txt")
-    report = Report(Path(root), runs, skipped)
+    if not runs and sweep is None:
+        raise MLHarnessError(f"no runs under {root}: a run is a folder holding mlperf_log_summary.txt (or a "
+                             "sweep.json written by `mlharness sweep`)")
+    verdicts = find_verdicts(Path(root))
+    attach_verdicts(runs, verdicts)
+    report = Report(Path(root), runs, skipped, verdicts=verdicts, sweep=sweep)
     for r in runs:
         if r.trace is None:
             continue
@@ -48,6 +62,7 @@ def build(root: Path, compare: Path | None = None) -> Report:
             log.warning("%s", e)
             continue
         report.stages[r.rel] = stage_totals(events)
+        report.rates[r.rel] = completions_over_time(events)
         try:
             report.layers[r.rel] = layer_breakdown(events)
         except MLHarnessError:
@@ -60,35 +75,112 @@ def build(root: Path, compare: Path | None = None) -> Report:
 def accuracy_cell(r: Run) -> str:
     if r.accuracy_value is None:
         return r.accuracy_text.splitlines()[0] if r.accuracy_text else ""
-    return f"{r.accuracy_value:.5g}"
+    name = r.accuracy_name
+    return f"{name} = {r.accuracy_value:.5g}" if name else f"{r.accuracy_value:.5g}"
 
 
 def target_cell(r: Run) -> str:
     status = r.accuracy_status()
     if not status:
-        return ""
-    return "; ".join(f"{label} {'met' if ok else 'MISSED'}" for label, ok in status)
+        return "no MLPerf target" if r.accuracy_value is not None else ""
+    return "; ".join(f"{label}: {'met' if ok else 'MISSED'}" for label, ok in status)
+
+
+def compliance_cell(r: Run) -> str:
+    """Each verdict of a compliance run, with the first deciding number of a failure (the compliance table
+    has them all)."""
+    return "; ".join(f"{v.test} {v.check} {v.label}" + (f" ({v.numbers[0].split('; ')[0]})"
+                                                        if v.passed is not True and v.numbers else "")
+                     for v in r.verdicts)
+
+
+def result_cell(r: Run) -> str:
+    """LoadGen's verdict, and the compliance verdict of a compliance run (a VALID run can fail its test)."""
+    failed = [f"{v.test} {v.check} {v.label}" for v in r.verdicts if v.passed is not True]
+    if r.result and failed:
+        return f"{r.result} run, " + ", ".join(failed)
+    return r.result or ""
+
+
+def value_cell(r: Run) -> str:
+    return units.metric(r.metric_text, r.metric_unit)
 
 
 def row(r: Run) -> list[str]:
     lat = r.latencies
     sub = "" if r.meta is None else ("yes" if not r.not_submittable else f"no ({len(r.not_submittable)})")
-    return [r.rel, r.benchmark, r.scenario or "", r.mode, str(r.batch or ""), r.metric_name or "",
-            r.metric_text or "", r.result or "", accuracy_cell(r), target_cell(r), lat.get("50.00", ""),
-            lat.get("90.00", ""), lat.get("99.00", ""), sub]
+    metric = (r.metric_name or "").replace(" (ns)", "")  # the value is shown in ms
+    return [r.rel, r.benchmark, r.test or "", r.scenario or "", r.mode, str(r.batch or ""), metric,
+            value_cell(r), result_cell(r), compliance_cell(r), accuracy_cell(r), target_cell(r),
+            units.ms_from_ns(lat.get("50.00")), units.ms_from_ns(lat.get("90.00")),
+            units.ms_from_ns(lat.get("99.00")), sub]
+
+
+def cell(r: Run, column: str) -> str:
+    return row(r)[COLUMNS.index(column)]
 
 
 def notes(r: Run) -> list[str]:
-    """Why a run is INVALID or not submittable, in LoadGen's and mlharness's words."""
+    """Why a run is INVALID, failed its compliance test or is not submittable, in LoadGen's and mlharness's
+    words."""
     out = []
     if r.result == "INVALID":
         out.append("INVALID: " + (", ".join(f"{f}: {v}" for f, v in r.satisfied if v.lower() != "yes")
                                   or "see the summary"))
+    out += [f"compliance: {v.summary()}" for v in r.verdicts if v.passed is not True]
     out += [f"LoadGen recommends: {x}" for x in r.recommendations]
     if r.result == "INVALID":
-        out += [f"early stopping: {x}" for x in r.early_stopping]
+        out += [f"early stopping: {_ns_in_words(x)}" for x in r.early_stopping]
     out += [f"not submittable: {x}" for x in r.not_submittable]
     return out
+
+
+def _ns_in_words(text: str) -> str:
+    """LoadGen's early-stopping estimates are latencies in ns: shown in ms like every latency of the report."""
+    return re.sub(r"(percentile estimate): (\d+)\b", lambda m: f"{m.group(1)}: {units.ms_from_ns(m.group(2))} ms",
+                  text)
+
+
+def _system_lines(root: Path) -> list[str]:
+    """The system descriptions of a submission tree (``systems/<system>.json``), one line each."""
+    import json
+
+    out = []
+    for path in sorted(root.rglob("systems/*.json")) if root.is_dir() else []:
+        try:
+            d = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(d, dict) or "system_name" not in d:
+            continue
+        acc = d.get("accelerator_model_name")
+        gpus = f"{d.get('accelerators_per_node', '?')}x {acc}" if acc and acc != "N/A" else "no accelerator"
+        out.append(f"system {d['system_name']}: {d.get('host_processors_per_node', '?')}x "
+                   f"{d.get('host_processor_model_name', '?')} ({d.get('host_processor_core_count', '?')} cores), "
+                   f"{d.get('host_memory_capacity', '?')} memory, {gpus}, {d.get('operating_system', '?')}; "
+                   f"{d.get('framework', '?')}")
+    return out
+
+
+def host_lines(report: Report) -> list[str]:
+    """The hosts and GPUs the runs saw, once for the page (each distinct value with the runs it covers)."""
+    seen: dict[str, list[str]] = {}
+    for r in report.runs:
+        h = (r.meta or {}).get("host") or {}
+        if h:
+            text = (f"host {h.get('hostname', '?')}: {h.get('cpu_model', '?')}, {h.get('cpu_count', '?')} CPUs, "
+                    f"{units.gib_from_bytes(h.get('memory_bytes'))} memory, {h.get('os', '?')}, "
+                    f"Python {h.get('python', '?')}")
+            seen.setdefault(text, []).append(r.rel)
+        t = r.telemetry
+        if t is not None:
+            gpus = t.get("gpus") or []
+            text = ("GPUs: " + ", ".join(f"gpu{g.get('index')} {g.get('name') or ''}".strip() for g in gpus)
+                    if gpus else f"GPUs: none ({t.get('nvml', 'NVML status unknown')})")
+            seen.setdefault(text, []).append(r.rel)
+    n = len(report.runs)
+    return _system_lines(report.root) + [text if len(rels) == n else f"{text} ({len(rels)} of {n} runs: {', '.join(rels[:3])}"
+            f"{', ...' if len(rels) > 3 else ''})" for text, rels in seen.items()]
 
 
 def telemetry_lines(r: Run) -> list[str]:
@@ -96,19 +188,44 @@ def telemetry_lines(r: Run) -> list[str]:
     if t is None:
         return []
     lines = [f"{t.get('samples', 0)} samples every {t.get('interval_ms', 0):g} ms over "
-             f"{t.get('duration_s', 0)} s"]
+             f"{units.number(t.get('duration_s', 0))} s"]
     host = t.get("host") or {}
     for key, label in TELEMETRY_KEYS:
         if key in host:
             s = host[key]
-            lines.append(f"{label}: min {s['min']:g}, mean {s['mean']:g}, max {s['max']:g}")
-    gpus = t.get("gpus") or []
-    if not gpus:
-        lines.append(f"GPUs: none ({t.get('nvml', 'NVML status unknown')})")
-    for g in gpus:
-        parts = [f"{label} {g[k]['mean']:g} (max {g[k]['max']:g})" for k, label in GPU_KEYS if k in g]
+            lines.append(f"{label}: min {s['min']:,.1f}, mean {s['mean']:,.1f}, max {s['max']:,.1f}")
+    for g in t.get("gpus") or []:
+        parts = [f"{label} {g[k]['mean']:,.1f} (max {g[k]['max']:,.1f})" for k, label in GPU_KEYS if k in g]
         lines.append(f"gpu{g.get('index')} {g.get('name') or ''}: " + ", ".join(parts))
     return lines
+
+
+VERDICT_COLUMNS = ("benchmark", "scenario", "test", "check", "verdict", "numbers", "folder")
+
+
+def verdict_rows(report: Report) -> list[list[str]]:
+    return [[v.benchmark, v.scenario, v.test, v.check, v.label, "; ".join(
+        ([v.verdict_line] if v.passed is False and v.verdict_line != "TEST FAIL" else []) + v.numbers), v.rel]
+        for v in report.verdicts]
+
+
+TOKEN_COLUMNS = ("run", "scenario", "tokens/s", "TTFT p50 (ms)", "TTFT p90 (ms)", "TTFT p99 (ms)",
+                 "TTFT limit (ms)", "TPOT p50 (ms)", "TPOT p90 (ms)", "TPOT p99 (ms)", "TPOT limit (ms)")
+
+
+def token_rows(report: Report) -> list[list[str]]:
+    out = []
+    for r in report.runs:
+        if r.mode != "performance" or not r.token_quantiles("TTFT"):
+            continue
+        cells = [r.rel, r.scenario or "", value_cell(r) if r.metric_unit == "tokens/s" else ""]
+        for kind in ("TTFT", "TPOT"):
+            pattern = TOKEN_FIELDS[kind][1]
+            cells += [units.ms_from_ns(r.fields.get(pattern.format(p))) for p in ("50.00", "90.00", "99.00")]
+            limit = r.token_limit_ns(kind)
+            cells.append(units.ms_from_ns(limit) if limit else "")
+        out.append(cells)
+    return out
 
 
 def ratio(a: float | None, b: float | None) -> str:
@@ -126,14 +243,14 @@ def compare_rows(report: Report) -> tuple[list[list[str]], list[Run], list[Run]]
         pa, pb = a.latencies.get("99.00"), b.latencies.get("99.00")
         acc = ratio(a.accuracy_value, b.accuracy_value)
         rows.append([a.rel, b.rel, a.metric_name or ("accuracy" if acc else ""),
-                     a.metric_text or accuracy_cell(a), b.metric_text or accuracy_cell(b),
-                     ratio(a.metric_value, b.metric_value) or acc,
-                     pa or "", pb or "", ratio(float(pa) if pa else None, float(pb) if pb else None)])
+                     value_cell(a) or accuracy_cell(a), value_cell(b) or accuracy_cell(b),
+                     ratio(a.metric_value, b.metric_value) or acc, units.ms_from_ns(pa), units.ms_from_ns(pb),
+                     ratio(float(pa) if pa else None, float(pb) if pb else None)])
     return rows, only_a, only_b
 
 
-COMPARE_COLUMNS = ("run", "other run", "metric", "value", "other value", "other / this", "p99 (ns)",
-                   "other p99 (ns)", "p99 other / this")
+COMPARE_COLUMNS = ("run", "other run", "metric", "value", "other value", "other / this", "p99 (ms)",
+                   "other p99 (ms)", "p99 other / this")
 
 
 def _md_cell(text: Any) -> str:
@@ -147,11 +264,23 @@ def md_table(columns: tuple[str, ...] | list[str], rows: list[list[str]]) -> lis
 
 
 def markdown(report: Report, top_layers: int = 10) -> str:
+    from mlharness.report import sweep
     from mlharness.telemetry.breakdown import markdown as layers_md
 
     out = [f"# mlharness report: {report.root}", "",
-           f"{len(report.runs)} runs. Values are LoadGen's summaries verbatim (latencies in ns).", ""]
-    out += md_table(COLUMNS, [row(r) for r in report.runs])
+           f"{len(report.runs)} run{'' if len(report.runs) == 1 else 's'}. Values are LoadGen's summaries; "
+           "latencies in milliseconds.", ""]
+    out += [f"- {_md_cell(x)}" for x in host_lines(report)] + [""]
+    if report.sweep is not None:
+        out += ["## Sweep", ""] + [f"- {x}" for x in sweep.facts(report.sweep)] + [""]
+        out += md_table(sweep.COLUMNS, sweep.rows(report.sweep)) + [""]
+    if report.runs:
+        out += md_table(COLUMNS, [row(r) for r in report.runs])
+    tokens = token_rows(report)
+    if tokens:
+        out += ["", "## Token latencies", ""] + md_table(TOKEN_COLUMNS, tokens)
+    if report.verdicts:
+        out += ["", "## Compliance", ""] + md_table(VERDICT_COLUMNS, verdict_rows(report))
     if report.skipped:
         out += ["", f"Left out: {len(report.skipped)} failed or partial run folders."]
     for r in report.runs:
