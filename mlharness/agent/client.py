@@ -138,9 +138,12 @@ class AgentPool:
         self._turn = 0
 
     # -- set-up ------------------------------------------------------------------------------------------------
-    def connect(self, model_name: str) -> list[pb.ModelMetadataResponse]:
-        """ServerReady, ModelReady and ModelMetadata on every agent; an unreachable agent fails the run here."""
+    def connect(self, model_name: str, model_version: str = "") -> list[pb.ModelMetadataResponse]:
+        """ServerReady, ModelReady and ModelMetadata on every agent; an unreachable agent, or a model (or a
+        version of it) that is not served, fails the run here, before LoadGen starts."""
         md, timeout = self.opts.metadata, self.opts.connect_timeout_s
+        model = f"'{model_name}'" + (f" version '{model_version}'" if model_version else "")
+        named = "model name and version" if model_version else "model name"
         for agent in self.agents:
             what = "ServerReady"
             try:
@@ -148,14 +151,15 @@ class AgentPool:
                     raise AgentError(f"agent {agent.address} is not ready", "UNAVAILABLE")
                 what = "ServerMetadata"
                 agent.server = agent.stub.ServerMetadata(pb.ServerMetadataRequest(), timeout=timeout, metadata=md)
-                what = f"ModelReady('{model_name}')"
-                ready = agent.stub.ModelReady(pb.ModelReadyRequest(name=model_name), timeout=timeout, metadata=md)
+                what = f"ModelReady({model})"
+                ready = agent.stub.ModelReady(pb.ModelReadyRequest(name=model_name, version=model_version),
+                                              timeout=timeout, metadata=md)
                 if not ready.ready:
-                    raise AgentError(f"agent {agent.address}: model '{model_name}' is not ready there (is it the "
-                                     f"model name the agent serves?)", "UNAVAILABLE")
-                what = f"ModelMetadata('{model_name}')"
-                agent.model = agent.stub.ModelMetadata(pb.ModelMetadataRequest(name=model_name), timeout=timeout,
-                                                       metadata=md)
+                    raise AgentError(f"agent {agent.address}: model {model} is not ready there (is it the "
+                                     f"{named} the agent serves?)", "UNAVAILABLE")
+                what = f"ModelMetadata({model})"
+                request = pb.ModelMetadataRequest(name=model_name, version=model_version)
+                agent.model = agent.stub.ModelMetadata(request, timeout=timeout, metadata=md)
             except grpc.RpcError as e:
                 raise rpc_error(e, agent.address, what, self.opts) from e
         return [a.model for a in self.agents]  # type: ignore[misc]

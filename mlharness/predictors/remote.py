@@ -88,7 +88,7 @@ class RemotePredictor(Predictor):
         self.max_samples = int(o.get("max_samples_per_request", 1024))
         self.pool = AgentPool(self.agents, ConnectOptions.from_options(o))
         try:
-            metas = self.pool.connect(self.model_name)
+            metas = self.pool.connect(self.model_name, self.model_version)
             for agent, meta in zip(self.pool.agents, metas, strict=True):
                 if self.mode == "sample_index":
                     self._check_sample_index(agent, meta)
