@@ -261,7 +261,7 @@ def hook_overran(e: BaseException) -> None:
 
 
 # commands whose SIGINT/SIGTERM stop LoadGen tests cleanly (exit 130/143, partial output kept)
-SIGNAL_COMMANDS = ("run", "tune", "submission")
+SIGNAL_COMMANDS = ("run", "tune", "submission", "sweep")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -57,6 +57,7 @@ class RunOptions:
     round: str | None = None  # MLPerf round whose seeds the run uses (None: mlharness.rounds.DEFAULT_ROUND)
     agent_options: dict[str, Any] = field(default_factory=dict)  # token, tls_ca, tls_cert, tls_key for the agents
     endpoints: list[str] = field(default_factory=list)  # OpenAI-compatible servers generating (framework 'openai')
+    loadgen_trace: bool = False  # LoadGen's mlperf_log_trace.json (per-sample times) at any trace level
 
 
 @dataclass

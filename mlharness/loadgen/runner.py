@@ -117,7 +117,7 @@ def loadgen_test(plan: RunPlan, conf: LoadgenSettings, opts: RunOptions, predict
     log_settings.log_output.copy_summary_to_stdout = False
     tracer = make_tracer(opts.trace)
     # LoadGen's own trace (it can be huge) only at the 'full' level
-    log_settings.enable_trace = tracer is not None and level_at_least(tracer.level, "full")
+    log_settings.enable_trace = opts.loadgen_trace or (tracer is not None and level_at_least(tracer.level, "full"))
     if opts.audit_config is not None:
         if not Path(opts.audit_config).is_file():
             raise SettingsError(f"audit config {opts.audit_config} does not exist")

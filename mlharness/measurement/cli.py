@@ -1,10 +1,11 @@
-"""Commands of the measurement package: ``parity``, ``bench overhead|generate`` and ``tune``.
+"""Commands of the measurement package: ``parity``, ``bench overhead|generate|client``, ``tune``, ``compare`` and ``sweep``.
 
 Heavy imports stay inside the handlers; each handler takes (args, console) and returns an exit status."""
 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     bg.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     for name in ("overhead", "generate"):
         bench.choices[name].set_defaults(func=cmd_bench)
+    bc = bench.add_parser("client", help="mlharness's OpenAI client vs a bare asyncio client (and vllm bench "
+                          "serve) against a fast fake server")
+    bc.add_argument("--tokens", type=int, default=128, help="tokens of each answer")
+    bc.add_argument("--delay-ms", type=float, default=10.0, help="the fake server's wait before each token")
+    bc.add_argument("--concurrency", type=int, nargs="+", default=[64], help="requests in flight (a list)")
+    bc.add_argument("--rounds", type=int, default=3)
+    bc.add_argument("--count", type=int, default=None, help="requests per run (default: 8 per stream, >= 64)")
+    bc.add_argument("--manifest", default="llama3.1-8b-random", help="the generative manifest mlharness runs")
+    bc.add_argument("--server-qps", type=float, default=None, help="target of the Server runs (default: half "
+                    "the bare client's rate of the round); 0 skips them")
+    bc.add_argument("--vllm-python", default=os.environ.get("MLHARNESS_VLLM_PYTHON"), help="a Python with "
+                    "vLLM: adds vllm bench serve (default: $MLHARNESS_VLLM_PYTHON); 'none' leaves it out")
+    bc.add_argument("--workdir", type=Path, default=None, help="keep the run folders there")
+    bc.add_argument("--quick", action="store_true", help="one round, 16 tokens at 1 ms, concurrency 8, "
+                    "64 requests, no vllm bench serve")
+    bc.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    bc.set_defaults(func=cmd_bench_client)
     tn = sub.add_parser("tune", help="find the settings a VALID run needs and write them as a user.conf")
     tn.add_argument("--manifest", default="demo")
     tn.add_argument("--scenario", required=True)
@@ -64,6 +82,38 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "./user.conf); an existing one is left alone and the result goes to <output>.new")
     tn.add_argument("--force", action="store_true", help="replace an existing --output (the diff is shown)")
     tn.set_defaults(func=cmd_tune)
+    cmp = sub.add_parser("compare", help="two result trees or run folders side by side: deltas, ratios, "
+                         "which is faster and whether it exceeds the run-to-run spread")
+    cmp.add_argument("a", type=Path, help="results directory, submission tree or run folder (A)")
+    cmp.add_argument("b", type=Path, help="results directory, submission tree or run folder (B)")
+    cmp.add_argument("--html", type=Path, default=None, metavar="OUT", help="also write the comparison as one "
+                     "self-contained HTML page")
+    cmp.add_argument("--force", action="store_true", help="replace an existing --html file")
+    cmp.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
+    cmp.set_defaults(func=cmd_compare)
+    sw = sub.add_parser("sweep", help="the operating curve: real LoadGen runs over target QPS or concurrency, "
+                        "with goodput under SLOs, the knee and the highest VALID value")
+    sw.add_argument("--manifest", default="demo")
+    sw.add_argument("--scenario", default="Server", help="Server or Interactive")
+    sw.add_argument("--qps", default=None, help="target QPS values, comma-separated (e.g. 5,10,20)")
+    sw.add_argument("--concurrency", default=None, help="requests in flight (generative models), e.g. 1,2,4")
+    sw.add_argument("--plan", choices=("adaptive", "even", "log2"), default=None,
+                    help="how values are chosen between --min-* and --max-* (default: adaptive)")
+    for axis, kind in (("qps", float), ("concurrency", int)):
+        sw.add_argument(f"--min-{axis}", type=kind, default=None)
+        sw.add_argument(f"--max-{axis}", type=kind, default=None)
+    sw.add_argument("--points", type=int, default=6, help="values measured by a plan (default: 6)")
+    sw.add_argument("--slo", default=None, help="per-sample objectives for goodput, e.g. ttft_p99=500ms,"
+                    "tpot_p99=30ms or latency_p99=20ms")
+    sw.add_argument("--repeats", type=int, default=1, help="runs per value")
+    sw.add_argument("--seconds", type=float, default=1.0, help="minimum duration of each run")
+    sw.add_argument("--queries", type=int, default=None, help="concurrency axis: queries per run "
+                    "(default: 4 per request in flight, at least 16)")
+    sw.add_argument("--dataset-path", default=None)
+    sw.add_argument("--count", type=int, default=None)
+    sw.add_argument("--output", type=Path, required=True, help="the sweep's folder (never overwritten)")
+    sw.add_argument("--resume", action="store_true", help="continue the sweep in --output with the same options")
+    sw.set_defaults(func=cmd_sweep)
 
 
 def cmd_parity(args: argparse.Namespace, out: Any) -> int:
@@ -124,3 +174,51 @@ def cmd_tune(args: argparse.Namespace, out: Any) -> int:
     out.print("confirmation run: " + ("[green]VALID[/]" if result.confirmed else
                                       f"[red]INVALID[/] ({escape(str(args.output))} left as it was)"))
     return 0 if result.confirmed else 1
+
+
+def cmd_compare(args: argparse.Namespace, out: Any) -> int:
+    import json
+
+    from mlharness.measurement.compare import compare
+    from mlharness.measurement.compare_render import print_terminal
+    from mlharness.userfiles import check_free, replace_text
+
+    if args.html is not None:
+        check_free(args.html, args.force)
+    result = compare(args.a, args.b)
+    if args.html is not None:
+        from mlharness.report.compare_html import render
+
+        replace_text(args.html, render(result))  # a new file's mode (0644 usually), not a private 0600
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print_terminal(result, out)
+    if args.html is not None:
+        (err if args.json else out).print(f"wrote {escape(str(args.html))}", highlight=False)
+    return 0
+
+
+def cmd_bench_client(args: argparse.Namespace, out: Any) -> int:
+    import json
+
+    from mlharness.measurement.bench_client import ClientBenchConfig, bench_client, format_figures
+
+    vllm = None if (args.vllm_python or "none").lower() == "none" or args.quick else args.vllm_python
+    cfg = ClientBenchConfig(tokens=16 if args.quick else args.tokens, delay_ms=1.0 if args.quick else args.delay_ms,
+                            concurrency=[8] if args.quick else args.concurrency, rounds=1 if args.quick else
+                            args.rounds, count=64 if args.quick else args.count, manifest=args.manifest,
+                            server_qps=args.server_qps, vllm_python=vllm, workdir=args.workdir,
+                            progress=lambda text: err.print(f"[dim]{escape(text)}[/]"))
+    figures = bench_client(cfg)
+    if args.json:
+        print(json.dumps(figures))
+    else:
+        out.print(format_figures(figures), highlight=False)
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace, out: Any) -> int:
+    from mlharness.measurement.sweep_cli import run_sweep
+
+    return run_sweep(args, out, lambda text: err.print(f"[dim]{escape(text)}[/]"))

@@ -1,0 +1,297 @@
+"""``mlharness sweep``: the operating curve of a model, one real LoadGen performance run per point.
+
+Two axes:
+
+- ``target_qps`` (Server, Interactive): each point is a run at one target QPS;
+- ``concurrency`` (generative models): each point is a Server (or Interactive) run whose queries all arrive at
+  once (a target QPS of :data:`CONCURRENCY_QPS`, ``--queries`` of them) while the generative predictor holds at
+  most C requests in flight: the batch size of an in-process engine (``max_batchsize``: the transformers and
+  vLLM predictors never run more requests together). TTFT therefore counts a request's wait for a free slot,
+  as LoadGen measures it from the query's arrival.
+
+Every point is a run folder ``DIR/points/<label>`` (``qps-000010.000-r1``, ``conc-0008-r2``) with LoadGen's
+logs and trace; ``DIR/sweep.json`` is rewritten (atomically) after each point and is what the report reads.
+Goodput counts, over the run's per-sample latencies (:mod:`.goodput`), the samples that meet every SLO.
+A sweep that was interrupted leaves ``sweep.json`` with its finished points; ``resume`` with the same options
+measures only what is missing (a point folder that is not in ``sweep.json`` is kept as ``.failed-<time>``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlharness.errors import MLHarnessError
+from mlharness.loadgen import settings as lgs
+from mlharness.loadgen.rundir import Summary
+from mlharness.measurement import goodput as gp
+from mlharness.measurement import sweep_plan as sp
+
+SWEEP_FILE = "sweep.json"
+TOKEN_LOG_CONF = "token-counts.audit.config"
+LOG_EVERY_SAMPLE = 1_000_000_000  # an accuracy-log sampling target (its largest) above any sweep run's queries
+KIND, VERSION = "mlharness-sweep", 1
+CONCURRENCY_QPS = 100000.0  # the concurrency axis: every query arrives at once, the in-flight cap paces them
+PCT_KEYS = {"p50": "50.00", "p90": "90.00", "p95": "95.00", "p99": "99.00", "p99.9": "99.90"}
+SUMMARY_LINES = {
+    "latency_ms": "{} percentile latency (ns)",
+    "ttft_ms": "{} percentile first token latency (ns)",
+    "tpot_ms": "{} percentile time to output token (ns)",
+}
+THROUGHPUT_LINES = ("Completed samples per second", "Samples per second")
+TOKENS_LINES = ("Completed tokens per second", "Tokens per second")
+
+
+@dataclass
+class SweepConfig:
+    manifest: str
+    scenario: str
+    output: Path
+    axis: str | None = None  # target_qps or concurrency; None: concurrency for a generative model, else target_qps
+    qps: list[float] = field(default_factory=list)
+    concurrency: list[int] = field(default_factory=list)
+    plan: str | None = None  # None: the values given, else adaptive
+    min_value: float | None = None
+    max_value: float | None = None
+    points: int = 6
+    slo: dict[str, float] = field(default_factory=dict)
+    repeats: int = 1
+    seconds: float = 1.0
+    queries: int | None = None  # the concurrency axis: queries per run (default: 4 per request in flight, >= 16)
+    dataset_path: str | None = None
+    count: int | None = None
+    resume: bool = False
+    progress: Callable[[str], None] | None = None
+    on_point: Callable[[dict[str, Any]], None] | None = None
+
+
+def summary_figures(summary: Summary) -> dict[str, Any]:
+    """The figures of one point as LoadGen's summary states them."""
+    f = summary.fields
+
+    def num(key: str) -> float | None:
+        raw = f.get(key)
+        try:
+            return float(raw) if raw not in (None, "") else None
+        except ValueError:
+            return None
+
+    out: dict[str, Any] = {"throughput": next((num(k) for k in THROUGHPUT_LINES if num(k) is not None), None),
+                           "tokens_per_s": next((num(k) for k in TOKENS_LINES if num(k) is not None), None)}
+    for key, line in SUMMARY_LINES.items():
+        values = {name: num(line.format(pct)) for name, pct in PCT_KEYS.items()}
+        out[key] = None if all(v is None for v in values.values()) else {
+            k: (None if v is None else v / 1e6) for k, v in values.items()}
+    tpot50 = (out["tpot_ms"] or {}).get("p50")
+    out["tokens_per_s_per_user"] = 1000.0 / tpot50 if tpot50 else None
+    reasons = [f"{k}: NO" for k, v in f.items() if v.strip().upper() == "NO"]
+    out["invalid_reasons"] = [] if summary.valid else (reasons or ["LoadGen: INVALID"])
+    out["constraints_met"] = f.get("Performance constraints satisfied", "Yes").strip().upper() != "NO"
+    return out
+
+
+class Sweep:
+    def __init__(self, cfg: SweepConfig):
+        from mlharness.manifest.loader import load_manifest
+
+        self.cfg = cfg
+        lgs.check_scenario(cfg.scenario)
+        if lgs.loadgen_scenario(cfg.scenario) != "Server":
+            raise MLHarnessError(f"--scenario {cfg.scenario}: a sweep runs Server or Interactive")
+        loaded = load_manifest(cfg.manifest)
+        m = loaded.model
+        self.generative = m.response is not None and m.response.kind == "tokens"
+        gen = getattr(m, "generation", None)
+        self.fixed_tokens = gen.max_new_tokens if gen is not None and gen.min_new_tokens == gen.max_new_tokens else None
+        if cfg.axis not in (None, "target_qps", "concurrency"):
+            raise MLHarnessError(f"sweep axis '{cfg.axis}': expected target_qps or concurrency")
+        if cfg.qps and cfg.concurrency:
+            raise MLHarnessError("--qps and --concurrency are two axes: give one")
+        auto = "concurrency" if self.generative and not cfg.qps and cfg.min_value is cfg.max_value is None else None
+        self.axis = cfg.axis or ("concurrency" if cfg.concurrency else auto) or "target_qps"
+        if self.axis == "concurrency":
+            if not self.generative:
+                raise MLHarnessError(f"--concurrency: {m.name} is not a generative model (response.kind: tokens); "
+                                     "sweep it over --qps")
+            if m.framework.name in ("openai", "remote"):
+                raise MLHarnessError(f"--concurrency: the {m.framework.name} framework paces requests itself; set its "
+                                     "max_concurrency option in the manifest and sweep --qps")
+        self.integer = self.axis == "concurrency"
+        token_slos = sorted(n for n in cfg.slo if gp.slo_metric(n) in ("ttft", "tpot"))
+        if token_slos and not self.generative:
+            raise MLHarnessError(f"--slo {', '.join(token_slos)}: {m.name} does not stream tokens (response.kind: "
+                                 "tokens); its objective is latency_pNN")
+        given = cfg.concurrency or cfg.qps
+        self.plan = "list" if given and cfg.plan is None else (cfg.plan or "adaptive")
+        if self.plan == "list":
+            self.lo, self.hi = min(given), max(given)
+        else:
+            if given:
+                raise MLHarnessError(f"--plan {self.plan} chooses the values: give --min-qps/--max-qps (or "
+                                     "--min-concurrency/--max-concurrency) instead of a list")
+            default = (1, 64) if self.axis == "concurrency" else (None, None)
+            self.lo = cfg.min_value if cfg.min_value is not None else default[0]
+            self.hi = cfg.max_value if cfg.max_value is not None else default[1]
+            if self.lo is None or self.hi is None:
+                raise MLHarnessError(f"--plan {self.plan} over target QPS needs --min-qps and --max-qps")
+            if not 0 < self.lo <= self.hi:
+                raise MLHarnessError(f"the sweep's range {self.lo:g}..{self.hi:g} is empty or not above zero")
+        for name in ("repeats", "points"):
+            if getattr(cfg, name) < 1:
+                raise MLHarnessError(f"--{name} must be at least 1")
+        if not cfg.seconds > 0:
+            raise MLHarnessError("--seconds must be above zero")
+        self.state = self._open()
+
+    # -- sweep.json -----------------------------------------------------------------------------------------------
+    def options(self) -> dict[str, Any]:
+        """What a resumed sweep must share with the one it continues."""
+        c = self.cfg
+        return {"manifest": str(c.manifest), "scenario": c.scenario, "axis": self.axis, "plan": self.plan,
+                "values": list(c.concurrency or c.qps), "min": self.lo, "max": self.hi, "points": c.points,
+                "slo": c.slo, "repeats": c.repeats, "seconds": c.seconds, "queries": c.queries,
+                "dataset_path": c.dataset_path, "count": c.count}
+
+    def _open(self) -> dict[str, Any]:
+        path = self.cfg.output / SWEEP_FILE
+        if not self.cfg.resume:
+            if self.cfg.output.exists():
+                raise MLHarnessError(f"{self.cfg.output} exists; a sweep never writes over one (--resume continues "
+                                     "the sweep there, or choose another --output)")
+            (self.cfg.output / "points").mkdir(parents=True)
+            state = {"kind": KIND, "version": VERSION, "manifest": str(self.cfg.manifest),
+                     "scenario": self.cfg.scenario, "axis": self.axis, "slo": self.cfg.slo, "plan": self.plan,
+                     "options": self.options(), "points": [], "aggregates": [], "knee": None, "max_valid": None,
+                     "complete": False}
+            self._write(state)
+            return state
+        if not path.is_file():
+            raise MLHarnessError(f"--resume: {path} does not exist (no sweep to continue there)")
+        try:
+            state = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise MLHarnessError(f"--resume: {path} is not readable JSON: {e}") from e
+        if state.get("kind") != KIND or state.get("version") != VERSION:
+            raise MLHarnessError(f"--resume: {path} is not a version-{VERSION} mlharness sweep")
+        old, new = state.get("options") or {}, json.loads(json.dumps(self.options()))
+        diff = [f"{k}: {old.get(k)!r} there, {new[k]!r} now" for k in new if old.get(k) != new[k]]
+        if diff:
+            raise MLHarnessError(f"--resume: the options differ from those of the sweep in {self.cfg.output}: "
+                                 + "; ".join(diff))
+        (self.cfg.output / "points").mkdir(parents=True, exist_ok=True)
+        return state
+
+    def _write(self, state: dict[str, Any]) -> None:
+        path = self.cfg.output / SWEEP_FILE
+        tmp = path.with_name(f".{SWEEP_FILE}.{os.getpid()}.tmp")
+        with tmp.open("w") as f:
+            f.write(json.dumps(state, indent=2) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+
+    def _say(self, text: str) -> None:
+        if self.cfg.progress:
+            self.cfg.progress(text)
+
+    # -- points ---------------------------------------------------------------------------------------------------
+    def label(self, value: float, repeat: int) -> str:
+        return (f"conc-{int(value):04d}" if self.axis == "concurrency" else f"qps-{value:010.3f}") + f"-r{repeat}"
+
+    def _overrides(self, value: float) -> tuple[lgs.Overrides, int | None]:
+        ms = max(1, int(self.cfg.seconds * 1000))
+        if self.axis == "concurrency":
+            queries = self.cfg.queries or max(16, 4 * int(value))
+            return lgs.Overrides(min_duration_ms=ms, target_qps=CONCURRENCY_QPS, min_query_count=queries,
+                                 max_query_count=queries), int(value)
+        return lgs.Overrides(min_duration_ms=ms, target_qps=float(value), min_query_count=1), None
+
+    def measure(self, value: float, repeat: int) -> dict[str, Any]:
+        from mlharness.loadgen.runner import RunOptions, run
+
+        label = self.label(value, repeat)
+        folder = self.cfg.output / "points" / label
+        if folder.exists():  # a run that finished after the last sweep.json: it is not trusted, it is redone
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            kept = folder.with_name(f"{label}.failed-{stamp}")
+            n = 1
+            while kept.exists():
+                n += 1
+                kept = folder.with_name(f"{label}.failed-{stamp}-{n}")
+            folder.rename(kept)
+            self._say(f"{label}: an unrecorded run folder was kept as {kept.name} and the point is measured again")
+        overrides, batch = self._overrides(value)
+        self._say(f"{label}: {'concurrency' if batch else 'target QPS'} {value:g}")
+        res = run(RunOptions(scenario=self.cfg.scenario, mode="performance", manifest=self.cfg.manifest,
+                             dataset_path=self.cfg.dataset_path, count=self.cfg.count, output=folder,
+                             overrides=overrides, max_batchsize=batch, loadgen_trace=True,
+                             audit_config=self._token_log()))
+        figures = summary_figures(res.summary)
+        good, fraction, n_good, n = gp.goodput(res.output, self.cfg.slo, figures["throughput"], self.fixed_tokens)
+        return {"label": label, "value": value, "repeat": repeat,
+                "dir": str(res.output.relative_to(self.cfg.output)), "valid": bool(res.summary.valid), **figures,
+                "goodput": good, "goodput_fraction": fraction, "samples": n, "good_samples": n_good if self.cfg.slo
+                else None, "slo_met": self._slo_met(figures)}
+
+    def _token_log(self) -> Path | None:
+        """A TPOT objective on a model whose generation length varies needs each sample's token count: LoadGen
+        logs it in the accuracy log, which a performance run fills only for the samples it samples. This config
+        (passed as the run's audit config, which LoadGen reads last, as TEST06's) makes it log every sample."""
+        if self.fixed_tokens is not None or not any(gp.slo_metric(n) == "tpot" for n in self.cfg.slo):
+            return None
+        path = self.cfg.output / TOKEN_LOG_CONF
+        if not path.is_file():
+            # LoadGen logs each sample with the probability target / expected queries: above 1 with this target
+            path.write_text("# written by mlharness sweep: every sample's token count in the accuracy log\n"
+                            f"*.*.accuracy_log_sampling_target = {LOG_EVERY_SAMPLE}\n")
+        return path
+
+    def _slo_met(self, figures: dict[str, Any]) -> dict[str, bool | None]:
+        """Each SLO against the run's percentile as LoadGen's summary states it."""
+        out: dict[str, bool | None] = {}
+        for name, bound in self.cfg.slo.items():
+            metric, pct = name.split("_p", 1)
+            value = (figures.get(f"{metric}_ms") or {}).get(f"p{pct}")
+            out[name] = None if value is None else value <= bound * 1000
+        return out
+
+    def run(self) -> dict[str, Any]:
+        state = self.state
+        while True:
+            aggs = sp.by_value(state["points"])
+            partial = [a["value"] for a in aggs if a["repeats"] < self.cfg.repeats]  # interrupted between repeats
+            value = partial[0] if partial else sp.next_value(
+                self.plan, list(self.cfg.concurrency or self.cfg.qps), aggs, self.axis, self.lo, self.hi,
+                self.cfg.points, self.integer)
+            if value is None:
+                break
+            done = {p["repeat"] for p in state["points"] if p["value"] == value}
+            for repeat in range(1, self.cfg.repeats + 1):
+                if repeat in done:
+                    continue
+                point = self.measure(value, repeat)
+                state["points"].append(point)
+                self._refresh(state)
+                self._write(state)
+                if self.cfg.on_point:
+                    self.cfg.on_point(point)
+        self._refresh(state)
+        state["complete"] = True
+        self._write(state)
+        return state
+
+    def _refresh(self, state: dict[str, Any]) -> None:
+        state["points"].sort(key=lambda p: (p["value"], p["repeat"]))
+        aggs = sp.by_value(state["points"])
+        state["aggregates"] = aggs
+        state["knee"] = sp.find_knee(aggs, self.axis)
+        state["max_valid"] = sp.max_valid(aggs)
+
+
+def sweep(cfg: SweepConfig) -> dict[str, Any]:
+    return Sweep(cfg).run()
