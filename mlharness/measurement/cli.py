@@ -1,4 +1,5 @@
-"""Commands of the measurement package: ``parity``, ``bench overhead|generate|client``, ``tune``, ``compare`` and ``sweep``.
+"""Commands of the measurement package: ``parity``, ``bench overhead|generate|client``, ``tune``, ``compare``
+and ``sweep``.
 
 Heavy imports stay inside the handlers; each handler takes (args, console) and returns an exit status."""
 
