@@ -15,6 +15,7 @@ $(BIN)/python:
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	$(BIN)/python -m pip install --quiet --no-deps "open-clip-torch==3.3.0"
+	$(BIN)/python -m pip install --quiet --no-deps "openai-whisper==20250625"  # whisper-random's BPE ranks file
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -148,7 +148,8 @@ def loadgen_test(plan: RunPlan, conf: LoadgenSettings, opts: RunOptions, predict
 
     if plan.tokens:  # a generative model: token streams, TTFT and TPOT
         sut = TokenSUT(check_generative(predictors, loaded), store,
-                       lgs.loadgen_scenario(opts.scenario), on_failure=on_failure, warmup=loaded.model.framework.warmup)
+                       lgs.loadgen_scenario(opts.scenario), on_failure=on_failure, warmup=loaded.model.framework.warmup,
+                       response_dtype=dtype)
     elif opts.network == "lon":
         sut = NetworkQDL(predictors[0], on_failure=on_failure)  # the agents run the hooks and the model
     else:

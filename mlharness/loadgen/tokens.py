@@ -7,7 +7,8 @@ Interactive, SingleStream: one sample) is submitted from ``issue`` itself, which
 way to the first token; a large one (Offline) is handed to a dispatcher thread so that LoadGen's issue thread
 returns at once. As soon as a sample's first token exists the stream reports it to LoadGen (``FirstTokenComplete``:
 LoadGen's TTFT; every scenario but Offline needs it before the sample completes); when the sample is done it is
-completed with all its ids (int32) and ``n_tokens``.
+completed with all its ids and ``n_tokens``, the ids written in the manifest's ``response.element_type`` (int32,
+or int64), or with the response the predictor gave beside them (``SampleStream.done``).
 
 Every sample completes exactly once. A response of fewer than two tokens (LoadGen refuses ``n_tokens == 1``) or
 a generation that fails is recorded as the run's error naming the sample; from then on every sample is completed
@@ -82,7 +83,10 @@ class SampleStream:
             if self.sut.needs_first:
                 self.sut.report_first(self.id, first)
 
-    def done(self, ids: np.ndarray) -> None:
+    def done(self, ids: np.ndarray, response: np.ndarray | None = None) -> None:
+        """``ids``: every generated token (their count is LoadGen's ``n_tokens``). ``response``: what the sample
+        answers instead of the ids themselves, where the accuracy script reads something else (whisper: the
+        transcript as label indices); written in the manifest's ``response.element_type``."""
         if not self._claim():
             return
         tokens = np.ascontiguousarray(np.asarray(ids).ravel(), dtype=np.int32)
@@ -90,7 +94,9 @@ class SampleStream:
             self.sut.fail(GenerationFailed(
                 f"sample {self.index} (qsl_idx) got a response of {len(tokens)} token(s); LoadGen needs at least 2 "
                 "per response: keep generation.min_new_tokens at 2 or more, or fix the model's stop condition"))
-        self._complete(None if self.sut.halted else tokens)
+        data = tokens if response is None else np.asarray(response).ravel()
+        data = np.ascontiguousarray(data, dtype=self.sut.response_dtype)
+        self._complete(None if self.sut.halted else tokens, data)
 
     def fail(self, error: BaseException) -> None:
         if not self._claim():
@@ -115,14 +121,16 @@ class SampleStream:
             self.finished = True
             return True
 
-    def _complete(self, tokens: np.ndarray | None) -> None:
-        """Complete the claimed sample (empty when ``tokens`` is None), its first token reported before if the
-        scenario needs one and none was."""
+    def _complete(self, tokens: np.ndarray | None, data: np.ndarray | None = None) -> None:
+        """Complete the claimed sample (empty when ``tokens`` is None) with ``data`` (the tokens in the response
+        dtype unless given), its first token reported before if the scenario needs one and none was."""
         with self._lock:
             if self.sut.needs_first and not self.first_sent:
                 self.sut.report_first(self.id, tokens[:1] if tokens is not None else None)
             self.first_sent = True
-            self.sut.complete_tokens(self, tokens)
+            if tokens is not None and data is None:
+                data = np.ascontiguousarray(tokens, dtype=self.sut.response_dtype)
+            self.sut.complete_tokens(self, None if tokens is None else data, 0 if tokens is None else len(tokens))
 
 
 class TokenSUT(Completions):
@@ -131,8 +139,10 @@ class TokenSUT(Completions):
     failure_label = "generation"
 
     def __init__(self, predictors: list[GenerativePredictor], store: SampleStore, scenario: str,
-                 on_failure: Callable[[BaseException], None] | None = None, warmup: int = 0):
+                 on_failure: Callable[[BaseException], None] | None = None, warmup: int = 0,
+                 response_dtype: Any = np.int32):
         super().__init__(on_failure)
+        self.response_dtype = np.dtype(response_dtype)  # int32, or int64 where the accuracy script reads that
         self.predictors = predictors
         self.store = store
         self.needs_first = scenario != "Offline"  # LoadGen: TTFT before completion outside Offline
@@ -213,13 +223,14 @@ class TokenSUT(Completions):
 
         self._loadgen(call)
 
-    def complete_tokens(self, stream: SampleStream, tokens: np.ndarray | None) -> None:
-        """Complete one sample with its token ids (alive until the call returns), or empty after a failure."""
+    def complete_tokens(self, stream: SampleStream, data: np.ndarray | None, n_tokens: int) -> None:
+        """Complete one sample with its response data (alive until the call returns) and ``n_tokens``, or empty
+        after a failure (``data`` None)."""
         def call(lg: Any) -> None:
-            if tokens is None:
+            if data is None:
                 response = lg.QuerySampleResponse(stream.id, 0, 0, 0)
             else:
-                response = lg.QuerySampleResponse(stream.id, tokens.ctypes.data, tokens.nbytes, len(tokens))
+                response = lg.QuerySampleResponse(stream.id, data.ctypes.data, data.nbytes, n_tokens)
             lg.QuerySamplesComplete([response])
 
         self._loadgen(call, counts=True)

@@ -185,7 +185,8 @@ class ResponseSpec(_Strict):
     kind: Literal["tensor", "tokens"] = "tensor"
     """``tensor``: one response per sample from ``postprocess``. ``tokens``: the model generates a stream of token
     ids per sample (a generative predictor); the run measures token latencies (TTFT, TPOT), reports the first
-    token to LoadGen as soon as it exists and writes every token id as int32."""
+    token to LoadGen as soon as it exists and writes every token id as int32 (int64 where ``element_type`` says
+    so: what the whisper accuracy script reads by default)."""
     element_type: str = "float32"
     """dtype in which each sample's response is written to LoadGen (what the accuracy script decodes)."""
 
@@ -193,9 +194,10 @@ class ResponseSpec(_Strict):
     @classmethod
     def _tokens_are_int32(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("kind") == "tokens":
-            if data.get("element_type", "int32") != "int32":
-                raise ValueError("token responses are int32 token ids; drop element_type or declare int32")
-            data = {**data, "element_type": "int32"}
+            if data.get("element_type", "int32") not in ("int32", "int64"):
+                raise ValueError("token responses are int32 token ids (or int64 ones); drop element_type or "
+                                 "declare int32 or int64")
+            data = {**data, "element_type": data.get("element_type", "int32")}
         return data
 
     @field_validator("element_type")

@@ -21,6 +21,8 @@ PREDICTORS = Registry(
         "token-oracle": "mlharness.predictors.token_oracle:TokenOraclePredictor",  # reference token ids, streamed
         # Generation by any OpenAI-compatible HTTP server (vLLM serve, SGLang, TGI, llama.cpp, hosted APIs).
         "openai": "mlharness.predictors.openai:OpenAIPredictor",
+        "transformers-speech": "mlharness.predictors.speech:SpeechPredictor",  # audio prompts, encoder-decoder
+        "openai-audio": "mlharness.predictors.openai_audio:OpenAIAudioPredictor",  # /v1/audio/transcriptions
     },
     PredictorError,
 )
@@ -38,7 +40,9 @@ FRAMEWORK_PACKAGES = {
     "remote": "grpcio",
     "token-oracle": "mlharness",
     "openai": ("httpx2", "httpx"),
+    "transformers-speech": "transformers",
+    "openai-audio": "mlharness",  # the standard library's HTTP client
 }
 
 # Frameworks that load a model file named by the manifest's ``model`` section.
-NEEDS_MODEL_FILE = frozenset({"onnxruntime", "pytorch", "tensorflow", "transformers"})
+NEEDS_MODEL_FILE = frozenset({"onnxruntime", "pytorch", "tensorflow", "transformers", "transformers-speech"})
