@@ -7,5 +7,10 @@ Each module is one question asked of a model or a system:
 - ``bench_server``: the Server ceiling a trial of that length can reach;
 - ``queueing``: ideal-queue and replay models of the Server scenario;
 - ``parity``: two frameworks' outputs on the same samples;
-- ``tune``: the highest VALID Server rate by a search over LoadGen runs.
+- ``tune``: the highest VALID Server rate by a search over LoadGen runs;
+- ``bench_client``: the ``openai`` client against a bare asyncio client (and ``vllm bench serve``) on the fake
+  OpenAI-compatible server of ``fake_openai``/``fake_openai_server``, driven by ``bare_client``;
+- ``sweep`` (with ``sweep_plan``, ``goodput``, ``sweep_cli``): the operating curve over target QPS or requests in
+  flight, with goodput under SLOs;
+- ``compare`` (with ``compare_render``): two result trees or run folders side by side.
 """

@@ -59,7 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     bc.add_argument("--concurrency", type=int, nargs="+", default=[64], help="requests in flight (a list)")
     bc.add_argument("--rounds", type=int, default=3)
     bc.add_argument("--count", type=int, default=None, help="requests per run (default: 8 per stream, >= 64)")
-    bc.add_argument("--manifest", default="llama3.1-8b-random", help="the generative manifest mlharness runs")
+    bc.add_argument("--manifest", default="llama3.1-8b-random",
+                    help="the built-in generative manifest mlharness runs")
     bc.add_argument("--server-qps", type=float, default=None, help="target of the Server runs (default: half "
                     "the bare client's rate of the round); 0 skips them")
     bc.add_argument("--vllm-python", default=os.environ.get("MLHARNESS_VLLM_PYTHON"), help="a Python with "
