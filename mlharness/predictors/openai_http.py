@@ -1,4 +1,5 @@
-"""HTTP for the ``openai`` predictor: the client library, Server-Sent Events, token ids in streamed completion
+"""HTTP for the ``openai`` predictor: its errors, Server-Sent Events line by line (the specification's rules, which
+the byte-level parser of :mod:`mlharness.predictors.openai_sse` follows), token ids in streamed completion
 chunks, and the endpoints a run sends requests to, balanced by outstanding requests as the gRPC agents are
 (:class:`mlharness.agent.client.AgentPool`): an endpoint that fails in a way another may not (refused, timed
 out, or still answering 429/5xx after the retries) is left out from then on."""
@@ -11,27 +12,13 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from mlharness.errors import AgentError, PredictorError
+from mlharness.errors import AgentError
 
 log = logging.getLogger(__name__)
 
 # answers that say "try again later": retried with backoff before the first token (RETRIABLE_STATUS)
 RETRIABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 MAX_LINE = 1 << 20  # one SSE line; a server streaming without newlines is refused, not buffered without end
-
-
-def http_library() -> Any:
-    """httpx2 (the maintained continuation of httpx, same API), else httpx."""
-    try:
-        import httpx2
-
-        return httpx2
-    except ImportError:
-        try:
-            import httpx
-        except ImportError as e:
-            raise PredictorError("framework 'openai' needs an HTTP client: pip install 'mlharness[openai]'") from e
-        return httpx
 
 
 class EndpointError(AgentError):
@@ -154,15 +141,3 @@ class EndpointPool:
             others = any(e.alive for e in self.endpoints)
         log.warning("endpoint %s failed (%s); %s", ep.base, error,
                     "sending its requests to the other endpoints" if others else "no other endpoint is left")
-
-
-def refused(r: Any, url: str, index: int) -> EndpointError:
-    """The error for a response other than 200, with at most 500 bytes of its body."""
-    text = b""
-    for chunk in r.iter_bytes():
-        text += chunk
-        if len(text) >= 500:
-            break
-    return EndpointError(f"endpoint {url} answered HTTP {r.status_code} for sample {index} (qsl_idx): "
-                         f"{text[:500].decode(errors='replace')}", retriable=r.status_code in RETRIABLE_STATUS,
-                         status=r.status_code, retry_after=retry_after(r.headers.get("retry-after")))

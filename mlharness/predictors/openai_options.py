@@ -22,7 +22,7 @@ KNOWN_OPTIONS = frozenset({
     "retries", "retry_backoff_s", "retry_max_wait_s",
 })
 MAX_SECONDS = 7 * 86400.0  # a ceiling that catches a unit mistake (milliseconds given as seconds)
-MAX_CONCURRENCY = 4096
+MAX_CONCURRENCY = 16384  # requests in flight at once: the default, and the most max_concurrency may ask for
 MAX_RETRIES = 20
 CONFIG_BYTES = 64 << 20  # config.json / tokenizer.json read to learn the vocabulary size
 
@@ -35,7 +35,8 @@ class OpenAIOptions:
     retries: int = 4
     retry_backoff_s: float = 0.5
     retry_max_wait_s: float = 10.0
-    workers: int = 256
+    workers: int = MAX_CONCURRENCY  # requests in flight at once (options.max_concurrency)
+    workers_given: bool = False  # max_concurrency was set (too few open files is then an error)
     prompt: str = "auto"
     server_ids: bool = True
     extra_body: dict[str, Any] = field(default_factory=dict)
@@ -98,7 +99,8 @@ def parse_options(o: dict[str, Any], manifest: str | None = None) -> OpenAIOptio
         urls=urls, deadlines=deadlines, models_timeout_s=r.seconds("models_timeout_s", 15.0),
         retries=r.integer("retries", 4, 0, MAX_RETRIES) or 0,
         retry_backoff_s=r.seconds("retry_backoff_s", 0.5), retry_max_wait_s=r.seconds("retry_max_wait_s", 10.0),
-        workers=r.integer("max_concurrency", 256, 1, MAX_CONCURRENCY) or 1, prompt=prompt,
+        workers=r.integer("max_concurrency", MAX_CONCURRENCY, 1, MAX_CONCURRENCY) or 1,
+        workers_given="max_concurrency" in o, prompt=prompt,
         server_ids=bool(o.get("server_token_ids", True)), extra_body=dict(extra),
         vocab_size=r.integer("vocab_size", None, 1, 1 << 31))
 

@@ -1,29 +1,21 @@
-"""Deadlines of the ``openai`` predictor's requests, enforced on every socket read, and the abort of every request in
-flight when the predictor closes.
+"""Deadlines of the ``openai`` predictor's requests, kept by the event loop that runs them.
 
 A server can hold a request open without ever finishing it: silent after the connection, sending SSE keep-alive
 comments (``: ping``) forever, or trickling a byte at a time. A socket read timeout does not catch the last two
-(each byte resets it), and a thread blocked in ``recv`` cannot be stopped from Python. So the HTTP client's
-network backend is wrapped: each read of a request's socket is given at most the time left to that request's
-current deadline (:class:`RequestClock`, which only token-carrying chunks move on), and :meth:`Watch.abort_all`
-shuts every socket down, which wakes a blocked ``recv`` at once (a ``close`` from another thread would not).
+(each byte resets it). So each request has a :class:`RequestClock` (the deadline it is under now, which only
+token-carrying chunks move on) and a :class:`Watchdog`: one timer of the event loop at the clock's deadline. When
+it fires and the deadline has not moved, the request's task is cancelled (wherever it waits: connecting, sending,
+reading); when a token moved the deadline on, the timer is set again for the new one. Moving the deadline later
+costs a float assignment per chunk, never a timer; only a deadline moved earlier (a token gap shorter than the
+time left to the first token) sets the timer again at once.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import logging
-import socket
-import threading
+import asyncio
 import time
-import weakref
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-
-log = logging.getLogger(__name__)
-_current = threading.local()  # the RequestClock of the request this thread is sending, if any
 
 
 @dataclass(frozen=True)
@@ -47,7 +39,7 @@ WHAT = {"first_byte": "no response headers", "first_token": "no token", "token_g
 
 class RequestClock:
     """The deadline a request is under now: the response headers, then its first token, then each next token,
-    always within its whole-request deadline. Only the request's own thread moves it on."""
+    always within its whole-request deadline. Only the event loop's thread moves it on."""
 
     def __init__(self, limits: Deadlines, total: float | None = None):
         self.limits = limits
@@ -56,6 +48,7 @@ class RequestClock:
         self.phase = "first_byte"
         self.phase_started = self.started
         self.due = min(self.end, self.started + limits.first_byte)
+        self.watchdog: Watchdog | None = None  # told when the deadline moves earlier than it waits for
 
     def send(self) -> None:
         """A (new) try of the request is sent: it waits for the response headers."""
@@ -65,14 +58,23 @@ class RequestClock:
         """The response headers arrived: the first token is due ``first_token`` after the request was sent."""
         self.phase = "first_token"
         self.due = min(self.end, self.phase_started + self.limits.first_token)
+        if self.watchdog is not None and self.due < self.watchdog.armed:
+            self.watchdog.arm()
 
     def token(self) -> None:
         """A chunk carrying tokens arrived: the next one is due ``token_gap`` from now."""
         self._enter("token_gap", self.limits.token_gap)
 
+    def finishing(self, seconds: float) -> None:
+        """The server said the stream ended: the rest of its body (the connection's return to the pool) may
+        take ``seconds``; past them the connection is closed, and the answer stands."""
+        self._enter("finishing", seconds)
+
     def _enter(self, phase: str, seconds: float) -> None:
         self.phase, self.phase_started = phase, time.monotonic()
         self.due = min(self.end, self.phase_started + seconds)
+        if self.watchdog is not None and self.due < self.watchdog.armed:
+            self.watchdog.arm()
 
     def left(self) -> float:
         return self.due - time.monotonic()
@@ -85,136 +87,48 @@ class RequestClock:
         if time.monotonic() >= self.end:
             return (f"the request passed its whole deadline ({OPTION_NAMES['total']} = "
                     f"{self.end - self.started:g} s)")
+        if self.phase not in WHAT:
+            return f"the rest of the response's body did not arrive ({self.phase})"
         seconds = {"first_byte": self.limits.first_byte, "first_token": self.limits.first_token,
                    "token_gap": self.limits.token_gap}[self.phase]
         return f"{WHAT[self.phase]} within {seconds:g} s ({OPTION_NAMES[self.phase]})"
 
 
-@contextlib.contextmanager
-def watching(clock: RequestClock) -> Iterator[RequestClock]:
-    """The block's HTTP reads (on this thread) are bounded by ``clock``."""
-    previous = getattr(_current, "clock", None)
-    _current.clock = clock
-    try:
-        yield clock
-    finally:
-        _current.clock = previous
+class Watchdog:
+    """Cancels ``task`` once ``clock``'s deadline passes (see the module's docstring); ``fired`` says it did. The
+    clock re-arms it when its deadline moves earlier than the one it waits for (a later one costs nothing)."""
 
+    __slots__ = ("loop", "clock", "task", "fired", "armed", "_handle", "_offset")
 
-class Watch:
-    """Every connection the client opened, so that :meth:`abort_all` can wake the threads blocked on them."""
+    def __init__(self, loop: asyncio.AbstractEventLoop, clock: RequestClock, task: asyncio.Task[Any]):
+        self.loop, self.clock, self.task = loop, clock, task
+        self.fired = False
+        self._offset = loop.time() - time.monotonic()  # the loop's clock against time.monotonic
+        self._handle: asyncio.TimerHandle | None = None
+        self.armed = 0.0
+        self.arm()
+        clock.watchdog = self
 
-    def __init__(self, core: Any):
-        self.core = core  # httpcore2 (or httpcore): the exceptions a network stream raises
-        self.closing = False
-        self._streams: weakref.WeakSet[WatchedStream] = weakref.WeakSet()
-        self._lock = threading.Lock()
-        self.active = False  # the client's backend is wrapped (else deadlines are checked between SSE lines)
+    def arm(self) -> None:
+        """Wait for the clock's deadline as it is now."""
+        if self._handle is not None:
+            self._handle.cancel()
+        self.armed = self.clock.due
+        self._handle = self.loop.call_at(self.armed + self._offset, self._check)
 
-    def add(self, stream: WatchedStream) -> WatchedStream:
-        with self._lock:
-            self._streams.add(stream)
-        return stream
-
-    def abort_all(self) -> None:
-        """Stop every request in flight: reads fail from now on, and a blocked ``recv`` returns at once."""
-        self.closing = True
-        with self._lock:
-            streams = list(self._streams)
-        for s in streams:
-            s.shutdown()
-
-    def bounded(self, timeout: float | None, connecting: bool = False) -> float | None:
-        """``timeout`` shortened to the current request's deadline; raises once it passed or on close."""
-        if self.closing:
-            raise self.core.ReadError("the openai predictor was closed")
-        clock = getattr(_current, "clock", None)
-        if clock is None:
-            return timeout
-        left = clock.left()
-        if left <= 0:
-            raise (self.core.ConnectTimeout if connecting else self.core.ReadTimeout)(clock.overdue())
-        return left if timeout is None else min(timeout, left)
-
-
-class WatchedStream:
-    """A network stream whose reads and writes are bounded by the request's clock (see the module's docstring)."""
-
-    def __init__(self, inner: Any, watch: Watch):
-        self.inner, self.watch = inner, watch
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self.inner.read(max_bytes, self.watch.bounded(timeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self.inner.write(buffer, self.watch.bounded(timeout))
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def start_tls(self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None) -> Any:
-        inner = self.inner.start_tls(ssl_context, server_hostname, self.watch.bounded(timeout, connecting=True))
-        return self.watch.add(WatchedStream(inner, self.watch))
-
-    def get_extra_info(self, info: str) -> Any:
-        return self.inner.get_extra_info(info)
-
-    def shutdown(self) -> None:
-        sock = self.inner.get_extra_info("socket")
-        if sock is None:
+    def _check(self) -> None:
+        self._handle = None
+        if self.clock.left() > 0:  # a token moved the deadline on: wait for the new one
+            self.arm()
             return
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except (OSError, ValueError):  # already closed
-            pass
+        self.fired = True
+        self.task.cancel()
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
-class WatchedBackend:
-    """The client's network backend, whose connections are :class:`WatchedStream`."""
-
-    def __init__(self, inner: Any, watch: Watch):
-        self.inner, self.watch = inner, watch
-
-    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options: Any = None) -> WatchedStream:
-        stream = self.inner.connect_tcp(host, port, self.watch.bounded(timeout, connecting=True), local_address,
-                                        socket_options)
-        return self.watch.add(WatchedStream(stream, self.watch))
-
-    def connect_unix_socket(self, path: str, timeout: float | None = None, socket_options: Any = None) -> Any:
-        stream = self.inner.connect_unix_socket(path, self.watch.bounded(timeout, connecting=True), socket_options)
-        return self.watch.add(WatchedStream(stream, self.watch))
-
-    def sleep(self, seconds: float) -> None:
-        self.inner.sleep(seconds)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
-def watched_client(httpx: Any, limits: Deadlines, workers: int, headers: dict[str, str]) -> tuple[Any, Watch]:
-    """An ``httpx.Client`` whose connections are watched. httpx has no public hook that reaches the socket of a
-    request in flight, so the connection pool's network backend is replaced before the first connection; when
-    an httpx version lays its pool out otherwise, the client works unwatched (deadlines are then checked between
-    SSE lines, and a read blocks at most the longest deadline) and says so at debug level."""
-    timeout = httpx.Timeout(limits.longest_read(), connect=limits.connect)
-    client = httpx.Client(headers=headers, timeout=timeout,
-                          limits=httpx.Limits(max_connections=workers, max_keepalive_connections=workers))
-    core_name = "httpcore2" if httpx.__name__ == "httpx2" else "httpcore"
-    try:
-        core = importlib.import_module(core_name)
-    except ImportError:
-        core = None
-    watch = Watch(core)
-    pool = getattr(getattr(client, "_transport", None), "_pool", None)
-    backend = getattr(pool, "_network_backend", None)
-    if core is not None and backend is not None and hasattr(backend, "connect_tcp"):
-        pool._network_backend = WatchedBackend(backend, watch)
-        watch.active = True
-    else:
-        log.debug("the %s client's connections cannot be watched; deadlines are checked between SSE lines",
-                  httpx.__name__)
-    return client, watch
+    def clear(self) -> None:
+        """The request's try ended: no cancel may reach its task any more."""
+        self.clock.watchdog = None
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        if self.fired and hasattr(self.task, "uncancel"):
+            self.task.uncancel()
