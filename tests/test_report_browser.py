@@ -288,7 +288,8 @@ def test_report_of_a_real_sweep(env, tmp_path):
         assert row["p99 (ms)"] == runs[point["dir"]]["p99 (ms)"] == f"{p99 / 1e6:,.3f}"
         assert row["throughput"] == runs[point["dir"]]["value"] == f"{point['throughput']:,.2f} samples/s"
         assert row["goodput (samples/s)"] == f"{point['goodput']:,.2f} ({100 * point['goodput_fraction']:.0f}%)"
-        assert row["result"] == ("VALID" if point["valid"] else "INVALID")
+        knee = state["knee"] is not None and point["value"] == state["knee"]["value"]
+        assert row["result"] == ("VALID" if point["valid"] else "INVALID") + (" (knee)" if knee else "")
     assert "SLO: latency_p99 ≤ 20.0 ms" in md and "sweep " in stdout
     page = (tmp_path / "report.html").read_text()
     assert "<figcaption>Latency percentiles against throughput" in page

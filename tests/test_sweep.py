@@ -1,4 +1,5 @@
-"""``mlharness sweep``: real LoadGen runs over target QPS (the demo model, Server) and over concurrency (the tiny
+"""``mlharness sweep``: real LoadGen runs over target QPS (a toy model of fixed capacity and the demo model, Server)
+and over concurrency (the tiny
 random Llama), each point's figures read back from its own LoadGen summary, goodput recounted from LoadGen's
 trace, and a sweep stopped by SIGTERM then resumed without redoing its finished points."""
 
@@ -66,11 +67,28 @@ def check_against_summary(sweep_dir: Path, point: dict) -> None:
         assert point["tokens_per_s"] == float(s["Completed tokens per second"])
 
 
+# A model whose capacity does not depend on the host's speed: each sample's postprocess sleeps 4 ms, so a few
+# hundred samples/s at most, and the knee lies well inside 25..25,600 QPS on any machine (the demo model alone
+# kept up with 12,800 QPS on a quiet host).
+SLOW_POST = "import time\n\n\ndef postprocess(ctx, outputs):\n    time.sleep(0.004)\n    return outputs[0]\n"
+SLO_NS = 10_000_000
+
+
 @pytest.fixture(scope="module")
 def server_sweep(tmp_path_factory, env) -> tuple[Path, dict, str]:
-    out = tmp_path_factory.mktemp("sweep") / "demo"
-    proc = cli("sweep", "--manifest", "demo", "--scenario", "Server", "--min-qps", "25", "--max-qps", "25600",
-               "--points", "10", "--seconds", "0.5", "--slo", "latency_p99=3ms", "--output", str(out), env=env)
+    import yaml
+
+    from tests.helpers.toy_manifest import toy_manifest
+
+    root = tmp_path_factory.mktemp("sweep")
+    (root / "model.bin").write_bytes(b"placeholder: the echo predictor never reads it")
+    m = toy_manifest(warmup=0, count=64)
+    m["postprocess"] = SLOW_POST
+    (root / "slow.yaml").write_text(yaml.safe_dump(m, sort_keys=False))
+    out = root / "slow"
+    proc = cli("sweep", "--manifest", str(root / "slow.yaml"), "--scenario", "Server", "--min-qps", "25",
+               "--max-qps", "25600", "--points", "10", "--seconds", "0.5", "--slo", "latency_p99=10ms",
+               "--output", str(out), env=env)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     return out, json.loads((out / "sweep.json").read_text()), proc.stdout
 
@@ -78,7 +96,7 @@ def server_sweep(tmp_path_factory, env) -> tuple[Path, dict, str]:
 def test_server_sweep_finds_the_knee(server_sweep):
     out, state, stdout = server_sweep
     assert TOP_KEYS <= set(state) and state["kind"] == "mlharness-sweep" and state["version"] == 1
-    assert state["axis"] == "target_qps" and state["plan"] == "adaptive" and state["slo"] == {"latency_p99": 0.003}
+    assert state["axis"] == "target_qps" and state["plan"] == "adaptive" and state["slo"] == {"latency_p99": 0.01}
     values = [p["value"] for p in state["points"]]
     assert {25, 50, 100} <= set(values)  # adaptive: doubling from --min-qps
     knee = state["knee"]
@@ -111,12 +129,13 @@ def test_goodput_is_the_count_of_samples_within_the_slo(server_sweep):
     for p in state["points"]:
         samples = trace_samples(out / p["dir"])
         assert len(samples) == p["samples"] > 0
-        good = sum(1 for s in samples if s["latency_ns"] <= 3_000_000)
+        good = sum(1 for s in samples if s["latency_ns"] <= SLO_NS)
         assert p["good_samples"] == good
         assert p["goodput"] == pytest.approx(p["throughput"] * good / len(samples), rel=1e-12)
         assert p["goodput_fraction"] == pytest.approx(good / len(samples), rel=1e-12)
         fractions.append(p["goodput_fraction"])
-    assert min(fractions) < 1.0  # a 3 ms bound that some samples miss: the count is not trivially everything
+    assert min(fractions) < 1.0  # a 10 ms bound that some samples miss: the count is not trivially everything
+    assert max(fractions) > 0.0  # ... and that others meet
 
 
 @pytest.fixture(scope="module")

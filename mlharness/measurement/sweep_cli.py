@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
@@ -21,7 +22,8 @@ def config(args: argparse.Namespace, say: Callable[[str], None], on_point: Calla
     lo = args.min_concurrency if conc else args.min_qps
     hi = args.max_concurrency if conc else args.max_qps
     return SweepConfig(
-        manifest=args.manifest, scenario=args.scenario, output=args.output, axis="concurrency" if conc else None,
+        manifest=args.manifest, scenario=args.scenario, output=Path(args.output).absolute(),
+        axis="concurrency" if conc else None,
         qps=parse_values(args.qps, False, "--qps") if args.qps else [],
         concurrency=[int(v) for v in parse_values(args.concurrency, True, "--concurrency")] if args.concurrency
         else [],
