@@ -29,6 +29,7 @@ from mlharness.submission.rules import (
     SCENARIO_FILES,
     SCENARIOS,
     TEST01_ACC_FALLBACK_FILES,
+    TEST01_FIGURE_DELTAS,
     Benchmark,
     conf_minimums,
 )
@@ -297,8 +298,15 @@ def _test01_accuracy_passes(c: Findings, info: Benchmark | None, test_dir: Path)
     files = [acc / "baseline_accuracy.txt", acc / "compliance_accuracy.txt"]
     if not all(f.is_file() for f in files):
         return False
+    texts = [f.read_text().splitlines() for f in files]
+    if info and info.name in TEST01_FIGURE_DELTAS:  # each figure within its own delta (stable-diffusion-xl)
+        for figure, allowed in TEST01_FIGURE_DELTAS[info.name].items():
+            (baseline, _), (compliance, _) = (accuracy_value(lines, [figure]) for lines in texts)
+            if not baseline or not compliance or abs(1 - baseline / compliance) * 100 > allowed:
+                return False
+        return True
     kinds = [info.accuracy_kind] if info else list(ACC_PATTERNS)
-    (baseline, _), (compliance, _) = (accuracy_value(f.read_text().splitlines(), kinds) for f in files)
+    (baseline, _), (compliance, _) = (accuracy_value(lines, kinds) for lines in texts)
     if not baseline or not compliance:
         return False
     allowed = info.test01_delta_percent if info else 1.0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -115,6 +116,7 @@ def _run_submission(req: SubmissionRequest, console: Any, loaded: Any) -> Outcom
     user_conf = req.user_conf.resolve() if req.user_conf else lgs.default_user_conf(conf_model)
     tests = list(dict.fromkeys([*compliance_tests_for_model(m.mlperf.model), *req.extra_tests]))
     audits = {t: audit_config(t, m.mlperf.model) for t in tests}
+    _check_same_index(audits, req)
     tree = Tree(req.results)
     tree.root.mkdir(parents=True, exist_ok=True)
     state = _update_state(tree, req, loaded, benchmark, conf_model)
@@ -275,6 +277,18 @@ def _child_argv(req: SubmissionRequest, manifest: Path, scenario: str, step: str
     if audit is not None:
         argv += ["--audit-config", str(audit)]
     return argv
+
+
+def _check_same_index(audits: dict[str, Path], req: SubmissionRequest) -> None:
+    """An audit that issues one loaded sample over and over (TEST04: ``performance_issue_same_index``) needs a
+    loaded set that holds that index; LoadGen reads past its own list otherwise."""
+    loaded = req.overrides.get("performance_sample_count") or req.count
+    for test, path in audits.items():
+        found = re.findall(r"^\s*\S+\.performance_issue_same_index\s*=\s*(\d+)", path.read_text(), re.M)
+        if loaded is not None and found and int(found[-1]) >= loaded:
+            raise SettingsError(f"{test} issues sample {found[-1]} of the loaded set over and over ({path}), but "
+                                f"the runs load {loaded} sample(s): pass --count (or --performance-sample-count) "
+                                f"of at least {int(found[-1]) + 1}")
 
 
 def _audit_dataset(loaded: Any, step: str) -> str | None:

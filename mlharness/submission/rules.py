@@ -163,7 +163,7 @@ for _system_type in REQUIRED_SCENARIOS:
 COMPLIANCE_TESTS = (*COMPLIANCE_TESTS, "TEST07", "TEST09")
 # stable-diffusion-xl (text_to_image/tools/accuracy_coco.py prints CLIP_SCORE and FID_SCORE): each figure inside
 # its two-sided window (the checker's accuracy-target and accuracy-upper-limit); edge SingleStream and Offline,
-# datacenter Offline and Server (20 s); TEST01 and TEST04 (models_TEST01, models_TEST04).
+# datacenter,edge also Server (20 s); TEST01 and TEST04 (models_TEST01, models_TEST04).
 ACC_PATTERNS["CLIP_SCORE"] = r".*'CLIP_SCORE':\s+'?([\d.]+).*"
 ACC_PATTERNS["FID_SCORE"] = r".*'FID_SCORE':\s+'?([\d.]+).*"
 ACCURACY_WINDOWS: dict[str, dict[str, tuple[float, float]]] = {
@@ -172,8 +172,12 @@ ACCURACY_WINDOWS: dict[str, dict[str, tuple[float, float]]] = {
 BENCHMARKS["stable-diffusion-xl"] = Benchmark("stable-diffusion-xl", "stable-diffusion-xl", 5000, "CLIP_SCORE",
                                               31.68631873, 1.0, ("TEST01", "TEST04"))
 DEFAULT_BENCHMARK_FOR_MODEL["stable-diffusion-xl"] = "stable-diffusion-xl"
+# TEST01's non-deterministic fallback of a benchmark with several figures: each figure's largest change between
+# the baseline and the compliance accuracy, in percent (the checker's accuracy-delta-perc)
+TEST01_FIGURE_DELTAS: dict[str, dict[str, float]] = {"stable-diffusion-xl": {"CLIP_SCORE": 1.0, "FID_SCORE": 2.0}}
 REQUIRED_SCENARIOS["edge"]["stable-diffusion-xl"] = ("SingleStream", "Offline")
-REQUIRED_SCENARIOS["datacenter"]["stable-diffusion-xl"] = ("Server", "Offline")
+# not a benchmark of the datacenter category alone (the checker's required-scenarios-datacenter has no entry for
+# it in v6.0 and v6.1): datacenter systems submit it as "datacenter,edge"
 REQUIRED_SCENARIOS["datacenter,edge"]["stable-diffusion-xl"] = ("SingleStream", "Offline", "Server")
 SERVER_LATENCY_NS["stable-diffusion-xl"] = 20_000_000_000
 # Scenarios whose result LoadGen derives with early stopping (no fixed minimum query count in the checker).

@@ -25,6 +25,8 @@ STEPS = 20
 GUIDANCE = 8.0
 NEGATIVE_PROMPT = "normal quality, low quality, worst quality, low res, blurry, nsfw, nude"
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+MMAP_THRESHOLD = 1 << 20  # bytes: host buffers this large are mapped on their own and unmapped when freed
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 
 
 def encode_caption(caption: str) -> np.ndarray:
@@ -57,6 +59,23 @@ class SdxlModule(nn.Module):
         return (images.permute(0, 2, 3, 1).float() * 255).round().to(torch.uint8)
 
 
+def return_large_buffers() -> bool:
+    """Fix glibc's mmap threshold at MMAP_THRESHOLD, process-wide. By default glibc raises the threshold each
+    time a mapped block is freed (up to 32 MiB); after the first image, the image-sized buffers of every
+    generation (latents decoded to 1024x1024, float images) come from the heap instead and fragment it, so a
+    CPU accuracy run's resident memory grew by about 20 MiB per image (`scripts/bench_sdxl.py`) although no
+    image is kept. Returns False where the C library has no mallopt (not glibc); nothing changes there."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+
+
 def sdxl(checkpoint: str, steps: int = STEPS, guidance: float = GUIDANCE, dtype: str = "float32",
          device: str = "cpu") -> SdxlModule:
     """``model.factory`` of stable-diffusion-xl: the diffusers SDXL pipeline from a local checkpoint folder
@@ -70,6 +89,8 @@ def sdxl(checkpoint: str, steps: int = STEPS, guidance: float = GUIDANCE, dtype:
     if dtype not in DTYPES:
         raise PredictorError(f"stable-diffusion-xl: dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
     scheduler = EulerDiscreteScheduler.from_pretrained(path, subfolder="scheduler")
+    if torch.device(device).type == "cpu":
+        return_large_buffers()
     pipe = StableDiffusionXLPipeline.from_pretrained(path, scheduler=scheduler, add_watermarker=False,
                                                      torch_dtype=DTYPES[dtype]).to(device)
     pipe.set_progress_bar_config(disable=True)
@@ -87,6 +108,7 @@ def random_sdxl(seed: int = 0, steps: int = STEPS, guidance: float = GUIDANCE) -
     )
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
+    return_large_buffers()  # a CPU model
     torch.manual_seed(seed)
     text = dict(vocab_size=49408, hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
                 max_position_embeddings=77, projection_dim=32, hidden_act="gelu", bos_token_id=49406,
