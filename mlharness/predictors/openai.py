@@ -8,14 +8,16 @@ Manifest use::
       options: {endpoints: ["http://127.0.0.1:8000"], model: served-name, api_key_env: OPENAI_API_KEY,
                 deadline_s: 600, tokenizer: /path/to/checkpoint, prompt: tokens}
 
-or ``mlharness run --endpoint URL`` (repeatable) with a generative manifest. Each sample is one streamed
+or ``mlharness run --endpoint URL`` (repeatable) with a generative manifest (one whose input is ``type: audio``
+goes to ``openai-audio`` instead: :func:`transcription_manifest`). Each sample is one streamed
 ``/v1/completions`` request (Server-Sent Events). Requests go to the endpoint with the fewest outstanding ones.
-Before its first token, a request answered with HTTP 408, 429 or 5xx is sent again after a backoff (``retries``
-times, honouring ``Retry-After``), preferably to another endpoint; one whose endpoint is unreachable or timed out
-is sent once more to another endpoint, as the gRPC agents' requests are. After the first token nothing is sent
-again (the tokens would be duplicated): any failure fails that sample's stream. Each request runs under separate
-deadlines (connect, response headers, first token, the gap between two token chunks, the whole request:
-:mod:`mlharness.predictors.openai_watch`), and what it streams is checked (:mod:`mlharness.predictors.openai_stream`).
+Before its first token, a request answered with HTTP 408, 429 or 5xx, or whose connection the server reset or
+closed before answering (what a server's full listen backlog does under load), is sent again after a backoff
+(``retries`` times, honouring ``Retry-After``), preferably to another endpoint; one whose endpoint is unreachable
+(refused) or timed out is sent once more to another endpoint, as the gRPC agents' requests are. After the first
+token nothing is sent again (the tokens would be duplicated): any failure fails that sample's stream. Each request
+runs under separate deadlines (connect, response headers, first token, the gap between two token chunks, the
+whole request: :mod:`mlharness.predictors.openai_watch`), and what it streams is checked (:mod:`mlharness.predictors.openai_stream`).
 
 Token ids come from the server when it returns them (vLLM's ``return_token_ids``: each chunk's ``token_ids``;
 or logprobs tokens of the form ``token_id:N``); otherwise the streamed text is tokenized with the manifest's
@@ -75,10 +77,34 @@ def endpoint_manifest(loaded: Any, endpoints: list[str]) -> Any:
     The manifest's model stays: its folder is where the tokenizer is read from when the server returns text
     only; the framework's own options that ``openai`` knows (``tokenizer``, ``generation``) carry over."""
     m = loaded.model
+    if any(spec.type == "audio" for spec in m.inputs):  # speech to text: /v1/audio/transcriptions
+        return replace(loaded, model=transcription_manifest(m, endpoints))
     options = {k: v for k, v in m.framework.options.items() if k in KNOWN_OPTIONS}
     options["endpoints"] = list(endpoints)
     framework = m.framework.model_copy(update={"name": "openai", "version": "*", "options": options})
     return replace(loaded, model=m.model_copy(update={"framework": framework}))
+
+
+def transcription_manifest(m: Any, endpoints: list[str]) -> Any:
+    """A model whose input is audio, with its framework swapped for ``openai-audio`` at ``endpoints``: the options
+    of its own ``openai-audio`` variant when it has one (the served model's name, the language), else those of its
+    framework that ``openai-audio`` knows (``response``, ``tokenizer``)."""
+    from mlharness.predictors.openai_audio import KNOWN_OPTIONS as AUDIO_OPTIONS
+
+    variant = m.frameworks.get("openai-audio")
+    if m.framework.name == "openai-audio":
+        spec = m.framework
+    elif variant is not None:
+        spec = variant.framework
+    else:
+        spec = m.framework.model_copy(update={"options": {k: v for k, v in m.framework.options.items()
+                                                          if k in AUDIO_OPTIONS}})
+    options = {**spec.options, "endpoints": list(endpoints)}
+    update: dict[str, Any] = {"framework": spec.model_copy(update={"name": "openai-audio", "version": "*",
+                                                                   "options": options})}
+    if variant is not None and m.framework.name != "openai-audio" and variant.model is not None:
+        update["model"] = variant.model
+    return m.model_copy(update=update)
 
 
 class OpenAIPredictor(GenerativePredictor):
@@ -258,7 +284,7 @@ class OpenAIPredictor(GenerativePredictor):
                     body = self._body(request)
                     data = encode(body)
                     continue
-                if e.status in RETRIABLE_STATUS:
+                if e.status in RETRIABLE_STATUS or e.reset:  # busy (a reset: its listen backlog overflowed)
                     tries += 1
                     await self._backoff(ep, e, tries, clock, request.index)
                 elif e.retriable:  # unreachable, cut off or timed out before the first token: that endpoint is gone

@@ -8,11 +8,13 @@ the SUT is called from this one thread (LoadGen then from the SUT's own caller t
 runs (each request fails once, naming the close) and stops the loop within seconds whatever the servers do.
 
 The connection pool (:func:`open_session`) keeps as many connections as requests in flight, alive between requests;
-at most :data:`CONNECTS` new connections are between their connect and their first response headers at once, so
-that a run starting ten thousand requests together does not open ten thousand connections before the server has
-taken any up (its listen backlog, often 4,096, and the kernel's SYN queue, often 2,048, would overflow: connects
-stall for seconds of retransmissions, or are reset). A server that sends its headers late holds each new
-connection's place at most :data:`CONNECT_HOLD_S`. Each open stream holds a
+a run starting ten thousand requests together opens their connections at once, before the server is busy
+streaming: a server accepts idle connections fast, while one busy streaming thousands of answers is slow to take up
+new ones (connections held back until earlier ones were answered waited there past their deadlines; released on a
+timer instead, they overflowed its listen backlog and were reset). Connections the kernel's full queues drop are
+retransmitted by TCP within the connect deadline; one the server resets before answering is sent again after a
+backoff (:mod:`mlharness.predictors.openai`). The time to connect counts against the connect deadline only: the
+response headers' is from the connection's open (:func:`open_session`). Each open stream holds a
 socket: :func:`raise_fd_limit` raises the process's soft ``RLIMIT_NOFILE`` to what the
 concurrency needs, up to the hard limit.
 """
@@ -32,8 +34,6 @@ from mlharness.errors import PredictorError
 log = logging.getLogger(__name__)
 
 FD_MARGIN = 256  # descriptors beside the streams' sockets: files, LoadGen's logs, the tokenizer, pipes
-CONNECTS = 2048  # new connections awaiting their first answer at once (half a common listen backlog, 4,096)
-CONNECT_HOLD_S = 0.5  # a new connection counts against CONNECTS until its first headers, at most this long
 
 
 def new_loop() -> asyncio.AbstractEventLoop:
@@ -83,40 +83,30 @@ def raise_fd_limit(streams: int, option: str | None) -> int:
 
 async def open_session(headers: dict[str, str], connections: int, connect_s: float) -> Any:
     """The run's aiohttp session (call on the loop): the connect deadline is aiohttp's, every later one the
-    request's watchdog (:mod:`mlharness.predictors.openai_watch`)."""
+    request's watchdog (:mod:`mlharness.predictors.openai_watch`), told by the session's trace when a new
+    connection starts and ends opening (``trace_request_ctx``: the request's clock)."""
     import aiohttp
 
-    class GatedConnector(aiohttp.TCPConnector):
-        """At most :data:`CONNECTS` new connections between their connect and their first response headers (or
-        :data:`CONNECT_HOLD_S`): connections the server has not taken up yet never pile up in its backlog. The
-        wait is not part of the connect deadline."""
+    async def connecting(session: Any, ctx: Any, params: Any) -> None:
+        """A new connection is to open: the connect is under its own deadline, so only the whole-request deadline
+        runs beside it (``RequestClock.connecting``) until it is open."""
+        clock = ctx.trace_request_ctx
+        if clock is not None:
+            clock.connecting()
 
-        def __init__(self, **kw: Any):
-            super().__init__(**kw)
-            self.gate = asyncio.Semaphore(CONNECTS)
-            self.held: dict[Any, asyncio.TimerHandle] = {}
+    async def connected(session: Any, ctx: Any, params: Any) -> None:
+        """The new connection is open: the request is sent now; the response headers are due from here."""
+        clock = ctx.trace_request_ctx
+        if clock is not None:
+            clock.send()
 
-        async def _create_connection(self, *args: Any, **kw: Any) -> Any:
-            await self.gate.acquire()
-            try:
-                proto = await super()._create_connection(*args, **kw)
-            except BaseException:
-                self.gate.release()
-                raise
-            self.held[proto] = asyncio.get_running_loop().call_later(CONNECT_HOLD_S, self.answered, proto)
-            return proto
-
-        def answered(self, proto: Any) -> None:
-            """The connection's first response headers arrived (or its hold passed): the next may open."""
-            handle = self.held.pop(proto, None)
-            if handle is not None:
-                handle.cancel()
-                self.gate.release()
-
-    cls = GatedConnector if hasattr(aiohttp.TCPConnector, "_create_connection") else aiohttp.TCPConnector
-    connector = cls(limit=connections, limit_per_host=0, keepalive_timeout=60)
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_start.append(connecting)
+    trace.on_connection_create_end.append(connected)
+    connector = aiohttp.TCPConnector(limit=connections, limit_per_host=0, keepalive_timeout=60)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_s)
-    return aiohttp.ClientSession(connector=connector, headers=headers, timeout=timeout, auto_decompress=False)
+    return aiohttp.ClientSession(connector=connector, headers=headers, timeout=timeout, auto_decompress=False,
+                                 trace_configs=[trace])
 
 
 class LoopThread:

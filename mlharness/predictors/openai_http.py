@@ -22,11 +22,15 @@ MAX_LINE = 1 << 20  # one SSE line; a server streaming without newlines is refus
 
 
 class EndpointError(AgentError):
-    """A request failed; ``retriable`` when another try may succeed (the endpoint went away or is busy)."""
+    """A request failed; ``retriable`` when another try may succeed (the endpoint went away or is busy);
+    ``reset`` when the server reset or closed the connection before answering (a full listen backlog does that
+    under load): the endpoint is busy, not gone."""
 
-    def __init__(self, message: str, retriable: bool, status: int | None = None, retry_after: float | None = None):
+    def __init__(self, message: str, retriable: bool, status: int | None = None, retry_after: float | None = None,
+                 reset: bool = False):
         super().__init__(message)  # no gRPC status: the message says what the server did
         self.retriable = retriable
+        self.reset = reset
         self.status = status  # the HTTP status the server answered with, if it answered
         self.retry_after = retry_after  # seconds, from the answer's Retry-After header
 

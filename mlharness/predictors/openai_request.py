@@ -13,6 +13,7 @@ kept by a :class:`~mlharness.predictors.openai_watch.Watchdog`, which cancels th
 from __future__ import annotations
 
 import asyncio
+import errno
 from collections.abc import Callable
 from typing import Any
 
@@ -48,11 +49,11 @@ async def stream_one(session: Any, data: bytes, stream: Any, state: StreamState,
     loop = asyncio.get_running_loop()
     clock.send()
     watchdog = Watchdog(loop, clock, asyncio.current_task())  # type: ignore[arg-type]
+    answered = None
     try:
-        async with session.post(state.url, data=data) as r:
+        async with session.post(state.url, data=data, trace_request_ctx=clock) as r:
+            answered = r
             clock.headers()
-            if r.connection is not None and hasattr(session.connector, "answered"):
-                session.connector.answered(r.connection.protocol)
             if r.status != 200:
                 raise await refused(r, state.url, state.index)
             parser = SSEParser()
@@ -77,11 +78,23 @@ async def stream_one(session: Any, data: bytes, stream: Any, state: StreamState,
     except aiohttp.ClientError as e:
         if closing():
             raise state.fail("the openai predictor was closed mid-stream") from e
-        raise state.fail(f"unreachable, or the connection was cut ({type(e).__name__}: {e})", retriable=True) from e
+        err = state.fail(f"unreachable, or the connection was cut ({type(e).__name__}: {e})", retriable=True)
+        err.reset = answered is None and was_reset(e)
+        raise err from e
     except LineTooLong as e:
         raise state.fail(f"a stream with {e}") from e
     finally:
         watchdog.clear()
+
+
+def was_reset(e: BaseException) -> bool:
+    """The server reset the connection, or closed it, before its answer's headers: the request never reached it
+    or was dropped unread (a full listen backlog resets connections; a kept-alive one may close as it is reused)."""
+    import aiohttp
+
+    if isinstance(e, aiohttp.ServerDisconnectedError):
+        return True
+    return isinstance(e, aiohttp.ClientOSError) and e.errno in (errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED)
 
 
 def take(events: list[bytes], state: StreamState, stream: Any, clock: RequestClock) -> None:

@@ -54,6 +54,11 @@ class RequestClock:
         """A (new) try of the request is sent: it waits for the response headers."""
         self._enter("first_byte", self.limits.first_byte)
 
+    def connecting(self) -> None:
+        """The try waits for a new connection (the connect, under its own deadline, connect_timeout_s): only the
+        whole-request deadline runs beside it until :meth:`send`."""
+        self.phase, self.phase_started, self.due = "connecting", time.monotonic(), self.end
+
     def headers(self) -> None:
         """The response headers arrived: the first token is due ``first_token`` after the request was sent."""
         self.phase = "first_token"
