@@ -61,6 +61,7 @@ class ClientBenchConfig:
     vllm_python: str | None = None
     workdir: Path | None = None  # run folders are kept there (default: a temporary folder, removed)
     progress: Callable[[str], None] | None = None
+    client_processes: int = 1  # the openai predictor's client_processes in the mlharness runs
 
     def say(self, text: str) -> None:
         if self.progress:
@@ -74,11 +75,13 @@ class ClientBenchConfig:
         bad = [f"--{name} {value}" for name, value, low in (
             ("tokens", self.tokens, 2), ("rounds", self.rounds, 1), ("count", self.count or 1, 1),
             ("delay-ms", self.delay_ms, 0), ("server-qps", self.server_qps or 0, 0),
+            ("client-processes", self.client_processes, 1),
             *(("concurrency", c, 1) for c in self.concurrency)) if value < low]
         if bad or max(self.concurrency) > MAX_CONCURRENCY:
             raise MLHarnessError(f"bench client: {', '.join(bad) or f'--concurrency {max(self.concurrency)}'} is "
                                  f"out of range (tokens >= 2: LoadGen refuses one-token answers; rounds, count and "
-                                 f"concurrency >= 1, concurrency <= {MAX_CONCURRENCY}; delay and QPS >= 0)")
+                                 f"concurrency and client processes >= 1, concurrency <= {MAX_CONCURRENCY}; "
+                                 f"delay and QPS >= 0)")
 
 
 def cores() -> tuple[int, int]:
@@ -115,9 +118,11 @@ def _child(cmd: list[str], core: int, what: str, timeout: float = RUN_TIMEOUT_S)
     return text, usage.ru_utime + usage.ru_stime
 
 
-def openai_manifest(manifest: str, tokens: int, concurrency: int, model: str, folder: Path) -> Path:
+def openai_manifest(manifest: str, tokens: int, concurrency: int, model: str, folder: Path,
+                    processes: int = 1) -> Path:
     """A copy of the built-in generative ``manifest`` generating with the ``openai`` framework, ``concurrency``
-    requests in flight at most, ``tokens`` new tokens per sample and no warmup."""
+    requests in flight at most, ``tokens`` new tokens per sample and no warmup (``processes``: its
+    ``client_processes``, the requests spread over that many client processes)."""
     found = sorted(MANIFESTS_DIR.rglob(f"{manifest}.yaml"))
     if not found:
         raise MLHarnessError(f"bench client: no built-in manifest named {manifest!r} (see mlharness manifest list)")
@@ -128,6 +133,8 @@ def openai_manifest(manifest: str, tokens: int, concurrency: int, model: str, fo
     # no warmup: like the bare client, the timed requests open the connections, and the server counts the same
     doc["framework"] = {"name": "openai", "version": "*", "warmup": 0,
                         "options": {"max_concurrency": concurrency, "model": model}}
+    if processes > 1:
+        doc["framework"]["options"]["client_processes"] = processes
     doc["generation"] = {**(doc.get("generation") or {}), "max_new_tokens": tokens, "min_new_tokens": 2}
     doc.setdefault("batching", {}).update({"Offline": concurrency, "Server": concurrency})
     path = folder / f"{manifest}-openai-c{concurrency}.yaml"
@@ -171,7 +178,8 @@ def run_mlharness(cfg: ClientBenchConfig, server: FakeOpenAI, manifest: Path, sc
     rate_key = "Samples per second" if scenario == "Offline" else "Completed samples per second"
     rps = float(s[rate_key])
     tokens = stats["tokens"]
-    cpu = telemetry_cpu_s(out)
+    # the telemetry samples the LoadGen process only: with client processes, their CPU is in process_cpu_s alone
+    cpu = telemetry_cpu_s(out) if cfg.client_processes == 1 else None
     figures = {"requests_per_s": rps, "tokens_per_s": rps * cfg.tokens, "loadgen_tokens_per_s":
                float(s["Tokens per second"]) if "Tokens per second" in s else None,
                "requests": stats["requests"], "tokens": tokens, "peak_streams": stats["peak_streams"],
@@ -240,7 +248,8 @@ def bench_client(cfg: ClientBenchConfig) -> dict[str, Any]:
     try:
         with FakeOpenAI(tokens=cfg.tokens, delay_s=cfg.delay_ms / 1000.0, cpu=server_core) as server:
             tokenizer = _tokenizer(work) if cfg.vllm_python else None
-            manifests = {c: openai_manifest(cfg.manifest, cfg.tokens, c, server.model, work) for c in cfg.concurrency}
+            manifests = {c: openai_manifest(cfg.manifest, cfg.tokens, c, server.model, work,
+                                         cfg.client_processes) for c in cfg.concurrency}
             for r in range(cfg.rounds):
                 for c in cfg.concurrency:
                     n = cfg.requests(c)
@@ -266,7 +275,8 @@ def bench_client(cfg: ClientBenchConfig) -> dict[str, Any]:
             shutil.rmtree(work, ignore_errors=True)
     return {"settings": {"tokens": cfg.tokens, "delay_ms": cfg.delay_ms, "rounds": cfg.rounds,
                          "concurrency": cfg.concurrency, "manifest": cfg.manifest, "server_core": server_core,
-                         "client_core": client_core, "vllm": bool(cfg.vllm_python)},
+                         "client_core": client_core, "vllm": bool(cfg.vllm_python),
+                         "client_processes": cfg.client_processes},
             "summary": summarize(rounds), "rounds": rounds}
 
 

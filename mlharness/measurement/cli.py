@@ -66,6 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     bc.add_argument("--vllm-python", default=os.environ.get("MLHARNESS_VLLM_PYTHON"), help="a Python with "
                     "vLLM: adds vllm bench serve (default: $MLHARNESS_VLLM_PYTHON); 'none' leaves it out")
     bc.add_argument("--workdir", type=Path, default=None, help="keep the run folders there")
+    bc.add_argument("--client-processes", type=int, default=1, help="the mlharness runs spread their requests "
+                    "over this many client processes (the openai framework's client_processes; they share the "
+                    "client's core)")
     bc.add_argument("--quick", action="store_true", help="one round, 16 tokens at 1 ms, concurrency 8, "
                     "64 requests, no vllm bench serve")
     bc.add_argument("--json", action="store_true", help="print the figures as one JSON object")
@@ -211,7 +214,8 @@ def cmd_bench_client(args: argparse.Namespace, out: Any) -> int:
                             concurrency=[8] if args.quick else args.concurrency, rounds=1 if args.quick else
                             args.rounds, count=64 if args.quick else args.count, manifest=args.manifest,
                             server_qps=args.server_qps, vllm_python=vllm, workdir=args.workdir,
-                            progress=lambda text: err.print(f"[dim]{escape(text)}[/]"))
+                            progress=lambda text: err.print(f"[dim]{escape(text)}[/]"),
+                            client_processes=args.client_processes)
     figures = bench_client(cfg)
     if args.json:
         print(json.dumps(figures))

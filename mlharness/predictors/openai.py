@@ -34,7 +34,8 @@ every sample at once, a Server run every sample LoadGen has issued), the rest qu
 calls each token stream's ``first`` and ``done``/``fail``, so the SUT hears from one thread however many streams
 are open. Each body is read to its end, so connections are kept alive and reused
 (:mod:`mlharness.predictors.openai_request`); the process's open-file limit is raised to what the concurrency
-needs.
+needs. With ``client_processes: N`` (N > 1) the requests are spread over N client processes instead, each with
+such a loop (:mod:`mlharness.predictors.openai_procs`).
 """
 
 from __future__ import annotations
@@ -137,6 +138,12 @@ class OpenAIPredictor(GenerativePredictor):
         self._tokenizer_lock = threading.Lock()
         self._lock = threading.Lock()
         self._closing = False
+        if self.opts.client_processes > 1:  # the requests spread over client processes, each with its own loop
+            from mlharness.predictors.openai_procs import ProcessClient
+
+            self.runner = self.watch = ProcessClient(self.config, self.opts)
+            self.concurrency, self.model = self.runner.limit, o.get("model") or self.runner.model
+            return
         self.concurrency = raise_fd_limit(self.opts.workers, "options.max_concurrency" if self.opts.workers_given
                                           else None)
         self.loop = LoopThread("openai-loop")
@@ -207,7 +214,8 @@ class OpenAIPredictor(GenerativePredictor):
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "model": self.model, "max_concurrency": self.concurrency,
                 "peak_in_flight": self.runner.peak,
-                "endpoints": [{"url": e.base, "alive": e.alive, "requests": e.served} for e in self.endpoints]}
+                "endpoints": [{"url": e.base, "alive": e.alive, "requests": e.served} for e in self.endpoints],
+                **(self.runner.describe() if self.opts.client_processes > 1 else {})}
 
     # -- the requests: tasks of the event loop (mlharness.predictors.openai_async) --------------------------------
     def submit(self, requests: list[TokenRequest], streams: list[TokenStream]) -> None:
@@ -236,7 +244,8 @@ class OpenAIPredictor(GenerativePredictor):
                 self.loop.call(session.close(), timeout=CLOSE_WAIT_S)
             except Exception as e:  # noqa: BLE001 - closing sockets of a finished run: nothing to report to
                 log.debug("closing the openai connection pool: %s", e)
-        self.loop.stop(CLOSE_WAIT_S)
+        if self.opts.client_processes == 1:
+            self.loop.stop(CLOSE_WAIT_S)
 
     # -- one request ---------------------------------------------------------------------------------------------
     def _body(self, request: TokenRequest) -> dict[str, Any]:

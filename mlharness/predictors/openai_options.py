@@ -14,7 +14,7 @@ from mlharness.predictors.openai_watch import Deadlines
 
 KNOWN_OPTIONS = frozenset({
     "endpoints", "model", "api_key_env", "tokenizer", "vocab_size", "prompt", "max_concurrency", "generation",
-    "server_token_ids", "extra_body",
+    "server_token_ids", "extra_body", "client_processes",
     # deadlines (seconds)
     "deadline_s", "connect_timeout_s", "first_byte_timeout_s", "first_token_timeout_s", "token_gap_timeout_s",
     "models_timeout_s",
@@ -24,6 +24,7 @@ KNOWN_OPTIONS = frozenset({
 MAX_SECONDS = 7 * 86400.0  # a ceiling that catches a unit mistake (milliseconds given as seconds)
 MAX_CONCURRENCY = 16384  # requests in flight at once: the default, and the most max_concurrency may ask for
 MAX_RETRIES = 20
+MAX_CLIENT_PROCESSES = 64
 CONFIG_BYTES = 64 << 20  # config.json / tokenizer.json read to learn the vocabulary size
 
 
@@ -41,6 +42,7 @@ class OpenAIOptions:
     server_ids: bool = True
     extra_body: dict[str, Any] = field(default_factory=dict)
     vocab_size: int | None = None
+    client_processes: int = 1  # processes the requests are spread over (mlharness.predictors.openai_procs)
 
 
 class _Reader:
@@ -102,7 +104,8 @@ def parse_options(o: dict[str, Any], manifest: str | None = None) -> OpenAIOptio
         workers=r.integer("max_concurrency", MAX_CONCURRENCY, 1, MAX_CONCURRENCY) or 1,
         workers_given="max_concurrency" in o, prompt=prompt,
         server_ids=bool(o.get("server_token_ids", True)), extra_body=dict(extra),
-        vocab_size=r.integer("vocab_size", None, 1, 1 << 31))
+        vocab_size=r.integer("vocab_size", None, 1, 1 << 31),
+        client_processes=r.integer("client_processes", 1, 1, MAX_CLIENT_PROCESSES) or 1)
 
 
 def folder_vocab_size(folder: Any) -> int | None:
