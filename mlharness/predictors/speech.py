@@ -29,7 +29,7 @@ import numpy as np
 from mlharness.errors import PredictorError
 from mlharness.predictors.engine import OnceStream, QueuedGenerator
 from mlharness.predictors.generative import TokenRequest
-from mlharness.predictors.transformers import quiet_progress_bars
+from mlharness.predictors.transformers import quiet_progress_bars, torch_load_settings
 
 PCM16_SCALE = 1.0 / 32768.0
 
@@ -109,18 +109,9 @@ class SpeechPredictor(QueuedGenerator):
         from transformers import AutoFeatureExtractor, AutoModelForSpeechSeq2Seq, AutoTokenizer
 
         path = self.config.model_path
-        if path is None:
-            raise PredictorError("transformers-speech needs a checkpoint folder (model.graph_path or model.generator)")
-        if self.config.threads:
-            torch.set_num_threads(int(self.config.threads))
         o = self.config.options
-        self.device = self.config.device
-        if self.device.startswith("cuda") and not torch.cuda.is_available():
-            raise PredictorError(f"--device {self.device}: this torch {torch.__version__} sees no CUDA device")
-        self.dtype = getattr(torch, str(o.get("dtype", "float32")))
-        kwargs: dict[str, Any] = {"dtype": self.dtype}
-        if o.get("attn_implementation"):
-            kwargs["attn_implementation"] = o["attn_implementation"]
+        self.device, kwargs = torch_load_settings(self.config, "transformers-speech")
+        self.dtype = kwargs["dtype"]
         try:
             self.model = AutoModelForSpeechSeq2Seq.from_pretrained(path, **kwargs).to(self.device).eval()
             self.features = AutoFeatureExtractor.from_pretrained(path)

@@ -32,6 +32,26 @@ def quiet_progress_bars() -> None:
     hf_logging.disable_progress_bar()
 
 
+def torch_load_settings(config: Any, framework: str) -> tuple[str, dict[str, Any]]:
+    """What every transformers engine checks before ``from_pretrained``: a checkpoint folder, torch's thread
+    count, a CUDA device that exists; returns the device and the keyword arguments (``dtype``,
+    ``attn_implementation``) of the manifest's options."""
+    import torch
+
+    if config.model_path is None:
+        raise PredictorError(f"{framework} needs a checkpoint folder (model.graph_path or model.generator)")
+    if config.threads:
+        torch.set_num_threads(int(config.threads))
+    device = config.device
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise PredictorError(f"--device {device}: this torch {torch.__version__} sees no CUDA device")
+    o = config.options
+    kwargs: dict[str, Any] = {"dtype": getattr(torch, str(o.get("dtype", "float32")))}
+    if o.get("attn_implementation"):
+        kwargs["attn_implementation"] = o["attn_implementation"]
+    return device, kwargs
+
+
 class _BatchStreamer:
     """transformers' streamer interface for a batch: ``put`` gets the prompt first, then one token per row."""
 
@@ -69,17 +89,7 @@ class TransformersPredictor(QueuedGenerator):
         quiet_progress_bars()
         from transformers import AutoModelForCausalLM
 
-        if self.config.model_path is None:
-            raise PredictorError("transformers needs a checkpoint folder (model.graph_path or model.generator)")
-        if self.config.threads:
-            torch.set_num_threads(int(self.config.threads))
-        o = self.config.options
-        self.device = self.config.device
-        if self.device.startswith("cuda") and not torch.cuda.is_available():
-            raise PredictorError(f"--device {self.device}: this torch {torch.__version__} sees no CUDA device")
-        kwargs: dict[str, Any] = {"dtype": getattr(torch, str(o.get("dtype", "float32")))}
-        if o.get("attn_implementation"):
-            kwargs["attn_implementation"] = o["attn_implementation"]
+        self.device, kwargs = torch_load_settings(self.config, "transformers")
         try:
             self.model = AutoModelForCausalLM.from_pretrained(self.config.model_path, **kwargs).to(self.device)
         except (OSError, ValueError) as e:
