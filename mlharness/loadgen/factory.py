@@ -17,7 +17,7 @@ from mlharness.errors import AssetError, ManifestError, MLHarnessError, Predicto
 from mlharness.fileguard import check_regular_file
 from mlharness.loadgen.options import RunOptions
 from mlharness.loadgen.pinning import pinned
-from mlharness.manifest.assets import cache_dir, parse_checksum, resolve_asset
+from mlharness.manifest.assets import cache_dir, parse_checksum, resolve_asset, verify_checksum
 from mlharness.manifest.loader import LoadedManifest, is_bare_version
 from mlharness.manifest.modelcheck import check_declared_outputs, check_first_outputs, loaded_outputs
 from mlharness.manifest.overrides import ENV as MODEL_FILE_ENV
@@ -38,7 +38,13 @@ def resolve_model_file(loaded: LoadedManifest) -> Path | None:
     if asset.generator:
         target = cache_dir() / "generated" / loaded.model.name / Path(asset.graph_path).name
         target.parent.mkdir(parents=True, exist_ok=True)
-        return run_generator(loaded, target)  # bounded in time, unable to end the process
+        path = run_generator(loaded, target)  # bounded in time, unable to end the process
+        try:  # a declared checksum holds for a generated model as for a downloaded one
+            verify_checksum(path, asset.graph_checksum)
+        except AssetError as e:
+            raise ManifestError(loaded.path, "model.graph_checksum", f"the model written by {asset.generator}: {e}"
+                                ) from None
+        return path
     try:
         path = resolve_asset(asset.graph_path, asset.base_url, asset.graph_checksum, asset.is_archive,
                              manifest_dir=loaded.directory, progress=True)
