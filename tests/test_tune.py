@@ -3,6 +3,11 @@ conf never replaces the user's file."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -14,11 +19,14 @@ from mlharness.measurement.tune import TuneConfig, Tuner
 @pytest.mark.slow
 @pytest.mark.parametrize("scenario,key", [("Offline", "target_qps"), ("SingleStream", "target_latency"),
                                           ("MultiStream", "target_latency"), ("Server", "target_qps")])
-def test_tune_writes_a_conf_that_makes_a_valid_run(run_cli, tmp_path, scenario, key):
+def test_tune_writes_a_conf_that_makes_a_valid_run(run_cli, cli_env, tmp_path, scenario, key):
     conf = tmp_path / "user.conf"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     proc = run_cli("tune", "--scenario", scenario, "--seconds", "0.6", "--count", "64", "--output", str(conf),
-                   timeout=240)
+                   timeout=240, env={**cli_env, "TMPDIR": str(tmp)})
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _tune_leftovers(tmp) == []  # the trials' folders went with the search
     assert "confirmation run: VALID" in proc.stdout
     lines = validate_user_conf(conf, "demo")  # LoadGen-valid keys for this model only
     assert [(m, s, k) for _, m, s, k, _ in lines] == [("demo", scenario, key)]
@@ -71,3 +79,46 @@ def test_server_confirmation_backs_off_until_valid(tmp_path):
                                                       "demo.Server.target_qps = 810.00"]
     assert (tmp_path / "user.conf").read_text().splitlines()[1] == "demo.Server.target_qps = 810.00"
     assert not (tmp_path / "user.conf.unconfirmed").exists()
+
+
+def _tune_leftovers(tmp: Path) -> list[Path]:
+    return sorted(tmp.glob("mlharness-tune-*"))
+
+
+@pytest.mark.parametrize("signals", [(signal.SIGINT,), (signal.SIGTERM,), (signal.SIGINT, signal.SIGINT)],
+                         ids=["SIGINT", "SIGTERM", "SIGINT-twice"])
+def test_interrupted_tune_removes_its_temporary_folder(cli_env, tmp_path, signals):
+    """Ctrl-C or SIGTERM during a trial (and a second Ctrl-C, which exits at once) leaves no trial folder in the
+    temporary folder."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**cli_env, "TMPDIR": str(tmp)}
+    err = open(tmp_path / "stderr.txt", "w")  # noqa: SIM115 - the child writes it; closed below
+    proc = subprocess.Popen([sys.executable, "-m", "mlharness.cli", "tune", "--scenario", "Offline", "--seconds",
+                             "60", "--count", "64", "--output", str(tmp_path / "user.conf")],
+                            stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        # inside a LoadGen test: LoadGen's log is in a trial's staging folder; the second trial runs for a minute
+        while not (list(tmp.glob("mlharness-tune-*/.trial_*/mlperf_log_detail.txt"))
+                   and "trial 2" in (tmp_path / "stderr.txt").read_text()) and proc.poll() is None:
+            assert time.monotonic() < deadline, "tune never started a trial"
+            time.sleep(0.05)
+        assert proc.poll() is None, (tmp_path / "stderr.txt").read_text()
+        for sig in signals:
+            proc.send_signal(sig)
+            time.sleep(0.01)
+        rc = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        err.close()
+    stderr = (tmp_path / "stderr.txt").read_text()
+    assert rc == 128 + signals[0], stderr
+    assert "Traceback" not in stderr, stderr
+    if len(signals) > 1:  # the process ended at once, where no finally block runs
+        assert "interrupted again by SIGINT" in stderr, stderr
+    assert _tune_leftovers(tmp) == [], stderr
+    assert "mlharness-tune-" not in stderr, "a removed trial folder was named as kept partial output"
+    assert not (tmp_path / "user.conf").exists()

@@ -24,6 +24,7 @@ destroyed while LoadGen still calls back into Python.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -81,6 +82,7 @@ class Guard:
         self._previous: dict[int, Any] = {}
         self._lock = threading.Lock()
         self._keepers: list[Callable[[], Path]] = []  # move a staging folder aside; return where it went
+        self._scratch: list[Path] = []  # temporary folders removed before an exit at once
         self._drain: Callable[[Interrupted], None] | None = None  # the running LoadGen test's SUT
         self._test_over: threading.Event | None = None
         self._children: list[Any] = []  # subprocess.Popen of child runs
@@ -176,6 +178,28 @@ class Guard:
                 self._keepers.remove(keep)
 
     @contextmanager
+    def scratch(self, path: Path) -> Iterator[Path]:
+        """A temporary folder, removed when the block ends and also when the process exits at once (a second
+        Ctrl-C, LoadGen past its grace time, a hook past its deadline), where no ``finally`` runs."""
+        with self._lock:
+            self._scratch.append(path)
+        try:
+            yield path
+        finally:
+            with self._lock:
+                if path in self._scratch:
+                    self._scratch.remove(path)
+            shutil.rmtree(path, ignore_errors=True)
+
+    def remove_scratch(self) -> list[Path]:
+        """Remove every registered temporary folder (the process is about to exit at once); the folders."""
+        with self._lock:
+            folders, self._scratch = list(self._scratch), []
+        for path in folders:
+            shutil.rmtree(path, ignore_errors=True)
+        return folders
+
+    @contextmanager
     def child(self, proc: Any) -> Iterator[None]:
         """While the block waits for ``proc``, signals are forwarded to it instead of interrupting this process."""
         self._children.append(proc)
@@ -260,6 +284,8 @@ class Guard:
     def exit_now(self, signum: int, reason: str) -> None:
         """Keep every staging folder as ``*.failed-<time>``, say where it went, and end the process."""
         kept = self.keep_all()
+        removed = self.remove_scratch()  # partial output kept inside one of them went with it
+        kept = [k for k in kept if not any(Path(k).is_relative_to(folder) for folder in removed)]
         _say(f"error: {reason}." + (f" Partial output: {', '.join(kept)}" if kept else ""))
         try:
             sys.stdout.flush()

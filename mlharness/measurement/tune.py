@@ -19,6 +19,7 @@ from typing import Any
 
 from mlharness.errors import MLHarnessError
 from mlharness.loadgen import settings as lgs
+from mlharness.loadgen.interrupt import GUARD
 from mlharness.loadgen.runner import RunOptions, RunResult, run
 from mlharness.manifest.loader import load_manifest
 
@@ -68,7 +69,7 @@ class Tuner:
         self.cfg = cfg
         loaded = load_manifest(cfg.manifest)
         self.model = loaded.model.mlperf.model or loaded.model.name
-        self.work = Path(tempfile.mkdtemp(prefix="mlharness-tune-"))
+        self.work = Path()  # the trials' run folders: a temporary folder while tune() runs
         self.trials: list[Trial] = []
         self._n = 0
 
@@ -122,6 +123,18 @@ class Tuner:
         return best_sps, best
 
     def tune(self) -> TuneResult:
+        """Search, confirm and write; the trials' folders are removed at the end, also when a signal or an error
+        ends the search (the written conf is all that is kept)."""
+        with GUARD.scratch(Path(tempfile.mkdtemp(prefix="mlharness-tune-"))) as self.work:
+            try:
+                return self._search()
+            except BaseException as e:
+                kept = getattr(e, "kept", None)
+                if isinstance(kept, Path) and kept.is_relative_to(self.work):
+                    e.kept = None  # a trial's partial output: removed with the rest, so not named
+                raise
+
+    def _search(self) -> TuneResult:
         s = self.cfg.scenario
         lgs.check_scenario(s)
         lines: list[str] = []
