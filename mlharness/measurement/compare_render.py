@@ -58,8 +58,13 @@ def unpaired(c: Comparison) -> list[str]:
 
 
 def print_terminal(c: Comparison, console: Any) -> None:
-    from rich.markup import escape
+    from rich.markup import escape as markup_escape
     from rich.table import Table
+
+    from mlharness.report.treefiles import printable
+
+    def escape(text: str) -> str:  # values from the trees: no markup, no control characters
+        return markup_escape(printable(text))
 
     faster = c.faster
     style = "bold green" if faster else "bold"

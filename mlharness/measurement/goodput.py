@@ -17,12 +17,15 @@ valid JSON as a whole): only the lines of the events above are parsed.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from mlharness.errors import MLHarnessError
+from mlharness.fileguard import open_regular
+from mlharness.report.treefiles import JSON_LIMIT, TreeFileError, present, read_json, shown
 
 TRACE_FILE = "mlperf_log_trace.json"
 METRICS = ("latency", "ttft", "tpot")
@@ -83,7 +86,8 @@ def slo_metric(name: str) -> str:
 
 def _events(path: Path) -> list[dict]:
     events = []
-    with path.open(errors="replace") as f:
+    # streamed line by line (LoadGen's trace of a long run is large), from a regular file only
+    with io.TextIOWrapper(open_regular(path, "LoadGen's trace", error=TreeFileError), errors="replace") as f:
         for line in f:
             if not any(n in line for n in _EVENT_NAMES):
                 continue
@@ -98,20 +102,18 @@ def _events(path: Path) -> list[dict]:
 def token_counts(outdir: Path) -> dict[int, int]:
     """seq id -> token_count of the accuracy-log entries LoadGen wrote (in performance mode: the sampled ones)."""
     path = outdir / "mlperf_log_accuracy.json"
-    if not path.is_file():
+    if not present(path, "LoadGen's accuracy log") or path.stat().st_size == 0:
         return {}
-    try:
-        entries = json.loads(path.read_text() or "[]")
-    except json.JSONDecodeError:
-        return {}
-    return {int(e["seq_id"]): int(e["token_count"]) for e in entries if "token_count" in e and "seq_id" in e}
+    entries = read_json(path, "LoadGen's accuracy log", JSON_LIMIT, shape=[{"seq_id": (int,), "token_count": (int,)}])
+    return {e["seq_id"]: e["token_count"] for e in entries if isinstance(e, dict) and "token_count" in e and
+            "seq_id" in e}
 
 
 def sample_times(outdir: Path, fixed_tokens: int | None = None) -> list[SampleTimes]:
     """Every completed sample of the run in ``outdir``, from LoadGen's trace."""
     path = outdir / TRACE_FILE
-    if not path.is_file():
-        raise MLHarnessError(f"{outdir}: no {TRACE_FILE}: the run was not asked for LoadGen's trace")
+    if not present(path, "LoadGen's trace"):
+        raise MLHarnessError(f"{shown(outdir)}: no {TRACE_FILE}: the run was not asked for LoadGen's trace")
     samples: dict[int, SampleTimes] = {}
     scheduled: dict[str, int] = {}  # the ts of a sample's begin event (its query's scheduled time) -> seq id
     first_by_seq: dict[int, float] = {}

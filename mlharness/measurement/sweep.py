@@ -31,6 +31,8 @@ from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.rundir import Summary
 from mlharness.measurement import goodput as gp
 from mlharness.measurement import sweep_plan as sp
+from mlharness.report.sweep import POINT_SHAPE, SHAPE, load_sweep
+from mlharness.report.treefiles import Need, TreeFileError, present, shown
 
 SWEEP_FILE = "sweep.json"
 TOKEN_LOG_CONF = "token-counts.audit.config"
@@ -43,6 +45,10 @@ SUMMARY_LINES = {
     "ttft_ms": "{} percentile first token latency (ns)",
     "tpot_ms": "{} percentile time to output token (ns)",
 }
+# what a resumed sweep reads of its sweep.json besides what the report reads: each point's value, repeat and
+# verdict decide what is left to measure
+RESUME_SHAPE = {**SHAPE, "options": {}, "points": Need([Need({**POINT_SHAPE, "value": Need(POINT_SHAPE["value"]),
+                                                                 "repeat": Need((int,)), "valid": Need((bool,))})])}
 THROUGHPUT_LINES = ("Completed samples per second", "Samples per second")
 TOKENS_LINES = ("Completed tokens per second", "Tokens per second")
 
@@ -170,14 +176,13 @@ class Sweep:
                      "complete": False}
             self._write(state)
             return state
-        if not path.is_file():
-            raise MLHarnessError(f"--resume: {path} does not exist (no sweep to continue there)")
+        if not present(path, "--resume: the sweep"):
+            raise MLHarnessError(f"--resume: {shown(path)} does not exist (no sweep to continue there)")
         try:
-            state = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise MLHarnessError(f"--resume: {path} is not readable JSON: {e}") from e
-        if state.get("kind") != KIND or state.get("version") != VERSION:
-            raise MLHarnessError(f"--resume: {path} is not a version-{VERSION} mlharness sweep")
+            state = load_sweep(path, RESUME_SHAPE).data
+        except TreeFileError as e:
+            raise TreeFileError(f"--resume: {e}; it cannot be continued (start a new sweep with another "
+                                "--output)") from None
         old, new = state.get("options") or {}, json.loads(json.dumps(self.options()))
         diff = [f"{k}: {old.get(k)!r} there, {new[k]!r} now" for k in new if old.get(k) != new[k]]
         if diff:

@@ -74,7 +74,7 @@ def by_value(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
         reps = groups[value]
         agg: dict[str, Any] = {"value": value, "repeats": len(reps), "valid": all(p["valid"] for p in reps),
                                "constraints_met": all(p.get("constraints_met", p["valid"]) for p in reps)}
-        for key, get in (("throughput", lambda p: p["throughput"]),
+        for key, get in (("throughput", lambda p: p.get("throughput")),
                          ("latency_p99_ms", lambda p: (p.get("latency_ms") or {}).get("p99")),
                          ("tokens_per_s", lambda p: p.get("tokens_per_s")),
                          ("goodput", lambda p: p.get("goodput"))):

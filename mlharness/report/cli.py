@@ -37,21 +37,28 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _trace_path(path: Path) -> Path:
     from mlharness.errors import MLHarnessError
+    from mlharness.report.treefiles import present, shown
 
     if path.is_dir():
         path = path / "mlharness_trace.json"
-    if not path.is_file():
-        raise MLHarnessError(f"no trace at {path}: record one with `mlharness run ... --trace framework`")
+    if not present(path, "the trace"):
+        raise MLHarnessError(f"no trace at {shown(path)}: record one with `mlharness run ... --trace framework`")
     return path
 
 
 def cmd_layers(path: Path, top: int, as_json: bool, console: Any) -> int:
-    from rich.markup import escape
+    from rich.markup import escape as markup_escape
     from rich.table import Table
 
-    from mlharness.telemetry.breakdown import layer_breakdown, load_events, summary_lines
+    from mlharness.report.treefiles import printable
 
-    b = layer_breakdown(load_events(_trace_path(path)))
+    def escape(text: str) -> str:  # operator names from the trace: no markup, no control characters
+        return markup_escape(printable(text))
+
+    from mlharness.report.render import trace_events
+    from mlharness.telemetry.breakdown import layer_breakdown, summary_lines
+
+    b = layer_breakdown(trace_events(_trace_path(path)))
     if as_json:
         print(json.dumps(b.to_dict(), indent=2))
         return 0
@@ -80,8 +87,13 @@ def _write(path: Path, text: str) -> None:
 
 
 def cmd_report(args: argparse.Namespace, console: Any) -> int:
-    from rich.markup import escape
+    from rich.markup import escape as markup_escape
     from rich.table import Table
+
+    from mlharness.report.treefiles import printable
+
+    def escape(text: str) -> str:  # values from the tree: no markup, no control characters
+        return markup_escape(printable(text))
 
     from mlharness.errors import MLHarnessError
     from mlharness.report import render
@@ -93,11 +105,11 @@ def cmd_report(args: argparse.Namespace, console: Any) -> int:
         return cmd_layers(args.trace, args.top, args.json, console)
     if args.layers:
         return cmd_layers(args.path, args.top, args.json, console)
-    from mlharness.userfiles import check_free
+    from mlharness.report.treefiles import check_output
 
     for path in (args.md, args.html):
         if path is not None:
-            check_free(path, args.force)
+            check_output(path, args.force)
     report = render.build(args.path, args.compare)
     if args.md is not None:
         _write(args.md, render.markdown(report))

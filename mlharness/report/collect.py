@@ -4,14 +4,17 @@ series and the trace."""
 
 from __future__ import annotations
 
-import json
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mlharness.errors import MLHarnessError
 from mlharness.loadgen.rundir import METRIC_LINES, TOKEN_METRIC_LINES
+from mlharness.fileguard import describe_kind
+from mlharness.report.treefiles import ANY, NUMBER, STRING, Each, present, read_json, read_text, shown
 from mlharness.report.verdicts import Verdict, test_of
 
 SUMMARY = "mlperf_log_summary.txt"
@@ -31,6 +34,18 @@ REFERENCE = {
     "3d-unet": ("mean DICE", 0.86170, (0.99, 0.999)),
 }
 _BENCH_PREFIX = (("resnet", "resnet50"), ("bert", "bert"), ("3d-unet", "3d-unet"))
+_STATS = Each({"min": NUMBER, "mean": NUMBER, "max": NUMBER})
+_GPU_STATS = {"mean": NUMBER, "max": NUMBER}
+# what the report reads of mlharness_run.json: a field of another type is refused naming it
+RUN_SHAPE = {
+    "benchmark": STRING, "conf_model": STRING, "scenario": STRING, "mode": STRING, "accuracy": {}, "batching": {},
+    "not_submittable_reasons": [ANY], "host": {},
+    "telemetry": {"samples": NUMBER, "interval_ms": NUMBER, "duration_s": NUMBER, "host": _STATS,
+                  "gpus": [{k: _GPU_STATS for k in ("utilization_percent", "memory_used_mib", "power_w",
+                                                     "sm_clock_mhz", "temperature_c")}]},
+}
+# the telemetry series (mlharness_telemetry.json) the figures draw
+SERIES_SHAPE = {"t_s": [NUMBER], "gpus": [{"utilization_percent": [NUMBER]}], "host": Each([NUMBER])}
 _ACCURACY_PATTERNS = (re.compile(r"accuracy=([0-9.]+)%"), re.compile(r'"f1":\s*([0-9.]+)'),
                       re.compile(r"mean = ([0-9.]+)"))
 
@@ -225,11 +240,8 @@ def _checker_target(names: list[str]) -> Target | None:
     return None
 
 
-def _json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text()) if path.is_file() else None
-    except (OSError, ValueError):
-        return None
+def _json(path: Path, what: str, shape: Any) -> dict[str, Any] | None:
+    return read_json(path, what, shape=shape) if present(path, what) else None
 
 
 def _scenario_in_path(d: Path, root: Path) -> str | None:
@@ -240,9 +252,9 @@ def _scenario_in_path(d: Path, root: Path) -> str | None:
 
 def read_run(summary_path: Path, root: Path) -> Run:
     d = summary_path.parent
-    parsed = parse_summary_text(summary_path.read_text(errors="replace"))
+    parsed = parse_summary_text(read_text(summary_path, "LoadGen's summary"))
     fields = parsed["fields"]
-    meta = _json(d / "mlharness_run.json")
+    meta = _json(d / "mlharness_run.json", "the run's metadata", RUN_SHAPE)
     # an accuracy run's summary names no scenario: mlharness's metadata does
     scenario = fields.get("Scenario") or (meta or {}).get("scenario") or _scenario_in_path(d, root)
     metric_name, unit = METRIC_LINES.get(scenario or "", (None, ""))
@@ -250,19 +262,20 @@ def read_run(summary_path: Path, root: Path) -> Run:
     if token_line and token_line[0] in fields:  # a generative run: LoadGen's metric is tokens per second
         metric_name, unit = token_line
     run = Run(
-        path=d, rel=str(d.relative_to(root)) if d != root else ".", fields=fields, scenario=scenario,
+        path=d, rel=shown(d.relative_to(root)) if d != root else ".", fields=fields, scenario=scenario,
         mode=_mode(fields) if fields.get("Mode") else str((meta or {}).get("mode") or "unknown"),
         result=fields.get("Result is"), metric_name=metric_name,
         metric_text=fields.get(metric_name) if metric_name else None, metric_unit=unit,
         satisfied=parsed["satisfied"], recommendations=parsed["recommendations"],
         early_stopping=parsed["early_stopping"], meta=meta,
     )
-    if run.mode == "unknown" and (d / "accuracy.txt").is_file():
+    has_accuracy = present(d / "accuracy.txt", "the accuracy result")
+    if run.mode == "unknown" and has_accuracy:
         run.mode = "accuracy"
     if run.mode == "accuracy":  # LoadGen reports no metric in accuracy mode
         run.metric_name = run.metric_text = None
-    if (d / "accuracy.txt").is_file():
-        run.accuracy_text = (d / "accuracy.txt").read_text(errors="replace").strip()
+    if has_accuracy:
+        run.accuracy_text = read_text(d / "accuracy.txt", "the accuracy result").strip()
     acc = (meta or {}).get("accuracy")
     if isinstance(acc, dict) and isinstance(acc.get("value"), int | float):
         run.accuracy_value = float(acc["value"])
@@ -273,9 +286,9 @@ def read_run(summary_path: Path, root: Path) -> Run:
                 run.accuracy_value = float(m.group(1))
                 break
     run.target = target_for(meta, run.rel)
-    run.series = _json(d / "mlharness_telemetry.json")
+    run.series = _json(d / "mlharness_telemetry.json", "the telemetry series", SERIES_SHAPE)
     trace = d / "mlharness_trace.json"
-    run.trace = trace if trace.is_file() else None
+    run.trace = trace if present(trace, "the run's trace") else None
     return run
 
 
@@ -283,11 +296,18 @@ def find_runs(root: Path) -> tuple[list[Run], list[Path]]:
     """Every run under ``root`` (or ``root`` itself), sorted by path; second: failed or partial run folders,
     left out of the report."""
     root = Path(root)
-    if not root.is_dir():
-        raise MLHarnessError(f"{root} is not a directory")
+    try:
+        mode = os.stat(root).st_mode
+    except FileNotFoundError:
+        raise MLHarnessError(f"{shown(root)} does not exist") from None
+    except OSError as e:
+        raise MLHarnessError(f"{shown(root)} cannot be read: {e.strerror or e}") from None
+    if not stat.S_ISDIR(mode):
+        raise MLHarnessError(f"{shown(root)} is {describe_kind(mode) if not stat.S_ISREG(mode) else 'a file'}, "
+                             "not a directory")
     runs: list[Run] = []
     skipped: list[Path] = []
-    for summary in sorted(root.rglob(SUMMARY)):
+    for summary in sorted(root.rglob(SUMMARY)):  # whatever carries the name: read_run names what it is
         rel_parts = summary.parent.relative_to(root).parts
         if any(p.startswith(".") or ".failed-" in p for p in rel_parts):
             skipped.append(summary.parent)

@@ -33,15 +33,24 @@ def log_axis(ax: Any) -> None:
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
     ax.set_yscale("log")
-    plain = FuncFormatter(lambda v, _: f"{v:,.3g}")
+    numbers = FuncFormatter(lambda v, _: f"{v:,.3g}")
     low, high = ax.get_ylim()
-    ax.yaxis.set_major_formatter(plain)
-    ax.yaxis.set_minor_formatter(plain if low > 0 and high / low < 10 else NullFormatter())
+    ax.yaxis.set_major_formatter(numbers)
+    ax.yaxis.set_minor_formatter(numbers if low > 0 and high / low < 10 else NullFormatter())
+
+
+def plain(text: Any) -> str:
+    """Text from a results tree (a folder name, a label of sweep.json) as matplotlib draws it literally: a pair
+    of ``$`` would otherwise start mathtext, which fails on what it cannot parse."""
+    return str(text).replace("$", r"\$")
 
 
 def figure(width: float = 7.0, height: float = 3.6) -> tuple[Any, Any]:
+    import matplotlib
     from matplotlib.figure import Figure
 
+    # a matplotlibrc asking for TeX would hand every label, names from the tree included, to LaTeX
+    matplotlib.rcParams["text.usetex"] = False
     fig = Figure(figsize=(width, height), dpi=100)
     return fig, fig.add_subplot(1, 1, 1)
 
@@ -56,7 +65,7 @@ def latency_percentiles(runs: list[Run]) -> str | None:
     for r in runs:
         lat = r.latencies
         ys = [float(lat[p]) / 1e6 if p in lat else float("nan") for p in PERCENTILES]
-        ax.plot(xs, ys, marker="o", label=r.rel)
+        ax.plot(xs, ys, marker="o", label=plain(r.rel))
     ax.set_xticks(xs, [f"p{float(p):g}" for p in PERCENTILES])
     ax.set_ylabel("latency (ms)")
     log_axis(ax)
@@ -77,7 +86,8 @@ def throughput_vs_batch(runs: list[Run]) -> str | None:
         return None
     fig, ax = figure()
     for (bench, scenario), points in sorted(groups.items()):
-        ax.plot([b for b, _ in points], [v for _, v in points], marker="o", label=f"{bench} {scenario}")
+        ax.plot([b for b, _ in points], [v for _, v in points], marker="o",
+                label=plain(f"{bench} {scenario}"))
     ax.set_xscale("log", base=2)
     ax.set_xlabel("max batch size")
     ax.set_ylabel("samples/s")
@@ -107,7 +117,7 @@ def stage_breakdown(per_run: dict[str, dict[str, float]]) -> str | None:
     for stage in STAGES:
         widths = [per_run[n].get(stage, 0.0) for n in names]
         if any(widths):
-            ax.barh(names, widths, left=left, label=stage)
+            ax.barh([plain(n) for n in names], widths, left=left, label=stage)
             left = [a + b for a, b in zip(left, widths, strict=True)]
     ax.set_xlabel("total time (ms)")
     ax.set_title("Stage breakdown (model-level trace)")
@@ -146,8 +156,8 @@ def _over_time(lines: list[tuple[str, list, list]], ylabel: str, title: str,
         return None
     fig, ax = figure()
     for label, t, values in lines:
-        pts = [(a, b) for a, b in zip(t, values, strict=False) if b is not None]
-        ax.plot([a for a, _ in pts], [b for _, b in pts], label=label)
+        pts = [(a, b) for a, b in zip(t, values, strict=False) if a is not None and b is not None]
+        ax.plot([a for a, _ in pts], [b for _, b in pts], label=plain(label))
     ax.set_xlabel("time since the run started (s)")
     ax.set_ylabel(ylabel)
     if ylim is not None:

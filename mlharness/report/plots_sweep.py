@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlharness.report.plots import LEGEND_OUTSIDE, figure, log_axis, svg
+from mlharness.report.plots import LEGEND_OUTSIDE, figure, log_axis, plain, svg
 from mlharness.report.sweep import LATENCY_KEYS, Sweep
 
 VALID_STYLE = {"marker": "o", "facecolors": "#17702b", "edgecolors": "#17702b"}
@@ -70,7 +70,7 @@ def tokens_per_user(s: Sweep) -> str | None:
     ax.plot([x for x, _ in front], [y for _, y in front], color="#555", linestyle="--", label="Pareto front")
     _mark_validity(ax, s, xs, ys, pts)
     for x, y, p in zip(xs, ys, pts, strict=True):
-        ax.annotate(str(p.get("label") or p.get("value")), (x, y), fontsize="xx-small", xytext=(3, 3),
+        ax.annotate(plain(p.get("label") or p.get("value")), (x, y), fontsize="xx-small", xytext=(3, 3),
                     textcoords="offset points")
     ax.set_xlabel("throughput (tokens/s)")
     ax.set_ylabel("tokens/s per user")
@@ -93,7 +93,7 @@ def goodput_vs_load(s: Sweep) -> str | None:
     if thr:
         ax.plot([x for x, _ in thr], [y for _, y in thr], color="#999", linestyle=":", label="throughput")
     _mark_validity(ax, s, xs, ys, pts)
-    ax.set_xlabel(s.axis_label)
+    ax.set_xlabel(plain(s.axis_label))
     ax.set_ylabel("per second (within the SLO for goodput)")
     ax.set_title("Goodput against offered load")
     ax.grid(True, alpha=0.3)

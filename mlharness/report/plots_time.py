@@ -10,7 +10,7 @@ from collections import defaultdict
 from typing import Any
 
 from mlharness.report.collect import Run
-from mlharness.report.plots import LEGEND_OUTSIDE, figure, svg
+from mlharness.report.plots import LEGEND_OUTSIDE, figure, plain, svg
 
 TOKEN_KINDS = (("TTFT", "time to first token"), ("TPOT", "time per output token"))
 
@@ -31,7 +31,7 @@ def token_distributions(runs: list[Run]) -> str | None:
             if not q:
                 continue
             ax.step([v / 1e6 for _, v in q], [f for f, _ in q], where="post", marker="o", markersize=3,
-                    label=r.rel)
+                    label=plain(r.rel))
             top = max(top, q[-1][1] / 1e6)
             limit = r.token_limit_ns(kind)
             if limit is not None:
@@ -77,7 +77,7 @@ def throughput_over_time(per_run: dict[str, tuple[list[float], list[float]]]) ->
         return None
     fig, ax = figure()
     for rel, (t, rate) in sorted(per_run.items()):
-        ax.step(t, rate, where="post", label=rel)
+        ax.step(t, rate, where="post", label=plain(rel))
     ax.set_xlabel("time since the first completion (s)")
     ax.set_ylabel("completed samples/s")
     ax.set_title("Throughput over time (model-level trace)")

@@ -12,8 +12,10 @@ from typing import Any
 from mlharness.errors import MLHarnessError
 from mlharness.report import units
 from mlharness.report.collect import TOKEN_FIELDS, Run, attach_verdicts, find_runs, pair_runs
+from mlharness.report.treefiles import ANY, NUMBER, TRACE_LIMIT, Need, TreeFileError, check_shape, read_json, \
+    shown
 from mlharness.report.verdicts import Verdict, find_verdicts
-from mlharness.telemetry.breakdown import Breakdown, layer_breakdown, load_events
+from mlharness.telemetry.breakdown import Breakdown, layer_breakdown
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +25,9 @@ TELEMETRY_KEYS = (("host_cpu_percent", "host CPU %"), ("process_cpu_percent", "p
                   ("process_rss_mib", "process RSS (MiB)"))
 GPU_KEYS = (("utilization_percent", "util %"), ("memory_used_mib", "mem MiB"), ("power_w", "power W"),
             ("sm_clock_mhz", "SM MHz"), ("temperature_c", "temp C"))
+# what the report reads of a trace's spans (the stage totals, completions over time, the per-layer breakdown)
+_SPAN = {"ts": Need(NUMBER), "dur": Need(NUMBER, missing_ok=True),
+         "args": {"samples": Need(NUMBER, missing_ok=True), "shapes": [[ANY]]}}
 
 
 @dataclass
@@ -57,8 +62,8 @@ def build(root: Path, compare: Path | None = None) -> Report:
         if r.trace is None:
             continue
         try:
-            events = load_events(r.trace)
-        except MLHarnessError as e:
+            events = trace_events(r.trace)
+        except TreeFileError as e:
             log.warning("%s", e)
             continue
         report.stages[r.rel] = stage_totals(events)
@@ -70,6 +75,19 @@ def build(root: Path, compare: Path | None = None) -> Report:
     if compare is not None:
         report.other = build(compare)
     return report
+
+
+def trace_events(path: Path) -> list[dict[str, Any]]:
+    """The events of a Chrome trace (an object with ``traceEvents``, or a bare list), read bounded; a span
+    (``ph: X``) whose time, duration, arguments or shapes are of another type is refused, naming it."""
+    doc = read_json(path, "the trace", TRACE_LIMIT, shape=())
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    if not isinstance(events, list):
+        raise TreeFileError(f"the trace {shown(path)} is not a Chrome trace: no 'traceEvents' list")
+    for i, e in enumerate(events):
+        if isinstance(e, dict) and e.get("ph") == "X":
+            check_shape(e, _SPAN, path, "the trace", f"traceEvents[{i}]")
+    return [e for e in events if isinstance(e, dict)]
 
 
 def accuracy_cell(r: Run) -> str:
@@ -143,15 +161,10 @@ def _ns_in_words(text: str) -> str:
 
 def _system_lines(root: Path) -> list[str]:
     """The system descriptions of a submission tree (``systems/<system>.json``), one line each."""
-    import json
-
     out = []
     for path in sorted(root.rglob("systems/*.json")) if root.is_dir() else []:
-        try:
-            d = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if not isinstance(d, dict) or "system_name" not in d:
+        d = read_json(path, "the system description")
+        if "system_name" not in d:
             continue
         acc = d.get("accelerator_model_name")
         gpus = f"{d.get('accelerators_per_node', '?')}x {acc}" if acc and acc != "N/A" else "no accelerator"

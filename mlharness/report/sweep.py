@@ -4,13 +4,15 @@ reported as runs when they exist, and their absence is no error."""
 
 from __future__ import annotations
 
-import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mlharness.errors import MLHarnessError
 from mlharness.report import units
+from mlharness.report.treefiles import ANY, NUMBER, STRING, Each, Need, TreeFileError, check_shape, present, \
+    read_json, shown
 
 SWEEP_FILE = "sweep.json"
 AXES = {"target_qps": "offered load (target queries/s)", "concurrency": "concurrency (requests in flight)"}
@@ -51,43 +53,38 @@ class Sweep:
 
 
 def _bad(path: Path, what: str) -> MLHarnessError:
-    return MLHarnessError(f"{path}: not a sweep written by `mlharness sweep`: {what}")
+    return TreeFileError(f"{shown(path)}: not a sweep written by `mlharness sweep`: {what}")
 
 
-def load_sweep(path: Path) -> Sweep:
-    """Read and check ``path``; an error names the file and the field that is wrong."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise MLHarnessError(f"{path}: cannot read the sweep: {e}") from e
-    if not isinstance(data, dict) or data.get("kind") != "mlharness-sweep":
+_PCTS = Each(NUMBER)
+POINT_SHAPE = {"label": ANY, "value": NUMBER, "throughput": NUMBER, "latency_ms": _PCTS, "ttft_ms": _PCTS,
+               "tpot_ms": _PCTS, "tokens_per_s": NUMBER, "tokens_per_s_per_user": NUMBER, "goodput": NUMBER,
+               "goodput_fraction": NUMBER, "invalid_reasons": [ANY]}
+SHAPE = {"axis": Need(STRING), "points": Need([Need(POINT_SHAPE)]), "slo": Each(NUMBER),
+         "knee": {"value": NUMBER}, "max_valid": NUMBER}
+"""What the report reads of sweep.json: a field of another type is refused, naming it."""
+
+
+def load_sweep(path: Path, shape: Any = None) -> Sweep:
+    """Read and check ``path`` (against :data:`SHAPE`, or ``shape`` for a reader that needs more); an error names
+    the file and the field that is wrong."""
+    data = read_json(path, "the sweep")
+    if data.get("kind") != "mlharness-sweep":
         raise _bad(path, "'kind' is not \"mlharness-sweep\"")
     if data.get("version") != 1:
-        raise _bad(path, f"'version' is {data.get('version')!r}; this report reads version 1")
-    if not isinstance(data.get("points"), list):
-        raise _bad(path, "'points' is not a list")
-    for i, p in enumerate(data["points"]):
-        if not isinstance(p, dict):
-            raise _bad(path, f"points[{i}] is not an object")
-        for key in ("value", "throughput"):
-            if p.get(key) is not None and not isinstance(p[key], int | float):
-                raise _bad(path, f"points[{i}].{key} is {p[key]!r}, not a number")
-        lat = p.get("latency_ms")
-        if lat is not None and not isinstance(lat, dict):
-            raise _bad(path, f"points[{i}].latency_ms is not an object of percentiles")
-    if not isinstance(data.get("axis"), str):
-        raise _bad(path, "'axis' is missing (target_qps or concurrency)")
+        raise _bad(path, f"'version' is {repr(data.get('version'))[:40]}; this report reads version 1")
+    check_shape(data, SHAPE if shape is None else shape, path, "the sweep")
     return Sweep(Path(path), data)
 
 
 def find_sweep(path: Path) -> Sweep | None:
     """The sweep of a report's path: the path itself when it is a sweep.json, or the sweep.json in it."""
     path = Path(path)
-    if path.is_file():
-        if path.suffix == ".json":
-            return load_sweep(path)
-        return None
-    return load_sweep(path / SWEEP_FILE) if (path / SWEEP_FILE).is_file() else None
+    if path.is_dir():
+        return load_sweep(path / SWEEP_FILE) if present(path / SWEEP_FILE, "the sweep") else None
+    if os.path.lexists(path) and present(path, "the report's path") and path.suffix == ".json":
+        return load_sweep(path)
+    return None
 
 
 def _pct(d: dict[str, Any] | None, key: str) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlharness.report import units
+from mlharness.report.treefiles import read_text, shown
 
 TEST_DIR = re.compile(r"^TEST\d\d$")
 # lines of the official outputs that carry the deciding numbers, in the order they are shown
@@ -110,10 +111,11 @@ def find_verdicts(root: Path) -> list[Verdict]:
         rel_parts = test_dir.relative_to(root).parts if test_dir != root else ()
         if any(p.startswith(".") for p in rel_parts):
             continue
-        passed, line, numbers = parse_verify(path.read_text(errors="replace"))
-        out.append(Verdict(path=path, rel=str(test_dir.relative_to(root)) if test_dir != root else ".",
-                           test=test_dir.name, check=_check_name(path), benchmark=test_dir.parent.parent.name,
-                           scenario=test_dir.parent.name, passed=passed, verdict_line=line, numbers=numbers))
+        passed, line, numbers = parse_verify(read_text(path, "the compliance verdict"))
+        out.append(Verdict(path=path, rel=shown(test_dir.relative_to(root)) if test_dir != root else ".",
+                           test=test_dir.name, check=shown(_check_name(path)),
+                           benchmark=shown(test_dir.parent.parent.name), scenario=shown(test_dir.parent.name),
+                           passed=passed, verdict_line=line, numbers=numbers))
     return out
 
 
