@@ -13,11 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from mlharness.rounds import DEFAULT_ROUND, ROUNDS
 from mlharness.submission.audits import scenario_verdicts
 from mlharness.submission.compliance import verify_performance, verify_test01_accuracy
 from mlharness.submission.layout import Tree
 from mlharness.submission.package import package
 from tests.helpers.loadgen_logs import write_run
+
+SEEDS = {f"effective_{k}": v for k, v in ROUNDS[DEFAULT_ROUND].seeds.items()}
 
 
 def verdict(tmp_path: Path, test: str, scenario: str, ref: float, score: float):
@@ -177,7 +180,9 @@ def test_packaging_truncates_byte_for_byte_as_the_official_script(tmp_path):
     text = "accuracy=100.000%, good=256, total=256\n"
     for scenario, log in logs.items():
         acc = tree.scenario_dir("box", "demo", scenario) / "accuracy"
-        acc.mkdir(parents=True)
+        # complete runs (package refuses an incomplete tree), with the default round's seeds
+        write_run(acc, scenario, 1.0, effective_test_mode="AccuracyOnly")
+        write_run(acc.parent / "performance" / "run_1", scenario, 1.0, **SEEDS)
         (acc / "mlperf_log_accuracy.json").write_bytes(log)
         (acc / "accuracy.txt").write_text(text)
         t01 = acc.parent / "TEST01" / "accuracy"

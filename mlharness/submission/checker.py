@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.rounds import MLPERF_BENCHMARKS, rounds_with
-from mlharness.submission.findings import Findings, Report, Row
+from mlharness.submission.findings import Findings, Report, Row, shown
 from mlharness.submission.rules import (
     DIVISIONS,
     FILE_SIZE_LIMIT,
@@ -158,20 +158,23 @@ def print_report(report: Report, console: Any) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    def text(value: object) -> str:  # names and messages from the tree: one visible line, no markup
+        return escape(shown(value))
+
     for finding in report.findings:
         colour = "red" if finding.level == "error" else "yellow"
-        console.print(f"[{colour}]{finding.level.upper()}[/] {escape(finding.path)}: {escape(finding.message)}",
+        console.print(f"[{colour}]{finding.level.upper()}[/] {text(finding.path)}: {text(finding.message)}",
                       highlight=False, soft_wrap=True)
     groups: dict[tuple[str, str], list[Row]] = {}
     for r in report.rows:
         groups.setdefault((r.division, r.submitter), []).append(r)
     for (division, submitter), rows in groups.items():
-        table = Table(title=f"submission check: {escape(division)}/{escape(submitter)}")
+        table = Table(title=f"submission check: {text(division)}/{text(submitter)}")
         for column in ("system", "benchmark", "scenario", "result", "accuracy", "compliance", "problems"):
             table.add_column(column)
         for r in rows:
-            table.add_row(escape(r.system), escape(r.benchmark), r.scenario, escape(r.result), escape(r.accuracy),
-                          r.compliance, "[green]0[/]" if not r.problems else f"[red]{r.problems}[/]")
+            table.add_row(text(r.system), text(r.benchmark), text(r.scenario), text(r.result), text(r.accuracy),
+                          text(r.compliance), "[green]0[/]" if not r.problems else f"[red]{r.problems}[/]")
         console.print(table)
     verdict = "[green]PASSED[/]" if report.passed else "[red]FAILED[/]"
     console.print(f"{verdict}: {len(report.errors)} problem(s), {len(report.warnings)} warning(s) (round "

@@ -3,11 +3,14 @@ performance run and the compliance audits (see :mod:`mlharness.submission.checke
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
 from mlharness.errors import MLHarnessError
+from mlharness.fileguard import describe_kind
 from mlharness.loadgen.rundir import detail_values
 from mlharness.loadgen.settings import embedded_seeds
 from mlharness.rounds import round_of_seeds, wrong_seeds
@@ -23,6 +26,7 @@ from mlharness.submission.rules import (
     MAX_ACCURACY_LOG_SIZE,
     MEASUREMENTS_FIELDS,
     MIN_DURATION_MS,
+    OFFLINE_MIN_SPQ,
     OPTIONAL_LOG_FILES,
     REQUIRED_ACC_FILES,
     REQUIRED_PERF_FILES,
@@ -80,12 +84,27 @@ def check_files(c: Findings, folder: Path, required: tuple[str, ...] | set[str],
     if not folder.is_dir():
         c.error(folder, "missing")
         return False
-    present = {p.name for p in folder.iterdir()}
+    present = set()
+    for path in folder.iterdir():
+        odd = odd_kind(path)
+        if odd:  # a FIFO would block the reader for ever, a device never ends: named, and counted as missing
+            c.error(path, f"is {odd}, not a regular file: a submission holds regular files and folders only")
+        else:
+            present.add(path.name)
     for name in sorted(set(required) - present):
         c.error(folder / name, "missing")
     for name in sorted(present - set(required) - set(optional)):
         c.error(folder / name, "extra file: not allowed here")
     return not set(required) - present
+
+
+def odd_kind(path: Path) -> str | None:
+    """What ``path`` is when it is neither a regular file nor a folder (symbolic links followed), else None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "a broken symbolic link" if path.is_symlink() else "unreadable"
+    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else describe_kind(mode)
 
 
 def check_accuracy(c: Findings, division: str, info: Benchmark | None, acc: Path) -> None:
@@ -195,6 +214,12 @@ def check_perf_run(c: Findings, division: str, info: Benchmark | None, scenario:
     if key and values.get(key, 0) < mins["min_query_count"]:
         what = "samples in the Offline query" if scenario == "Offline" else "min_query_count"
         c.development(detail, f"{values.get(key)} {what}; mlperf.conf requires at least {mins['min_query_count']}")
+    least = OFFLINE_MIN_SPQ.get(info.name) if info is not None and division == "closed" else None
+    if least and scenario == "Offline" and test in (None, "TEST01", "TEST04"):
+        found = values.get("effective_samples_per_query")
+        if not isinstance(found, int) or found < least:  # the official checker's words
+            c.development(detail, f"Required minimum samples per query not met by user config, Expected={least}, "
+                                  f"Found={found}")
     needed = mins["performance_sample_count"] or (info.dataset_size if info else 0)
     if values.get("effective_performance_sample_count", 0) < needed:
         c.development(detail, f"performance_sample_count is {values.get('effective_performance_sample_count')}; "

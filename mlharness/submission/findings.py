@@ -5,12 +5,24 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mlharness.submission.rules import RoundRules, rules_for
+
+# C0 and C1 controls, DEL, the Unicode line and paragraph separators and lone surrogates (an undecodable byte of a
+# file name): printed raw, a name holding them could start a line of its own ("\nERROR ...") or move the cursor
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def shown(text: object) -> str:
+    """``text`` as the checker prints it: every control character written as its escape (``\\n``, ``\\x1b``), so
+    a file name from the tree is one visible name on one line and can never forge a line of the report."""
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape", "backslashreplace").decode("ascii"),
+                            str(text))
 
 
 @dataclass
@@ -20,7 +32,7 @@ class Finding:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.level.upper()} {self.path}: {self.message}"
+        return f"{self.level.upper()} {shown(self.path)}: {shown(self.message)}"
 
 
 @dataclass

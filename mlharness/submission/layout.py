@@ -24,11 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import SettingsError
+from mlharness.fileguard import read_text_bounded
 
 ARCHIVE = ".mlharness"
 STATE_FILE = "submission.json"
 # what mlharness run and StagedDir leave beside a run directory when a run fails or is interrupted
 LEFTOVER = re.compile(r"(.+\.failed-\d{8}-\d{6}(-\d+)?|\..+\.partial-.+|\..+\.old-\d+)$")
+STATE_LIMIT = 64 << 20  # submission.json: a few KiB per benchmark; a device there must not fill the memory
 SYSTEM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
 
@@ -73,28 +75,21 @@ class Tree:
                     out.append((system.name, bench.name, scen.name, scen))
         return out
 
-    def check_no_symlinks(self) -> None:
-        """A results tree holds no symlinks: copying one would package what it points at (or loop forever)."""
-        for dirpath, dirnames, filenames in os.walk(self.root):
-            if Path(dirpath) == self.root and ARCHIVE in dirnames:
-                dirnames.remove(ARCHIVE)
-            for name in dirnames + filenames:
-                path = Path(dirpath) / name
-                if path.is_symlink():
-                    raise SettingsError(f"{path} in the results tree {self.root} is a symlink (to "
-                                        f"{os.readlink(path)}); a submission holds real files only: replace it "
-                                        f"with what it points at, or remove it")
-
     # ------------------------------------------------------------------------------------------- state
     def read_state(self) -> dict[str, Any]:
         path = self.archive / STATE_FILE
-        if not path.is_file():
+        if not os.path.lexists(path):
             return {}
+        text = read_text_bounded(path, "the results tree's state", STATE_LIMIT, error=SettingsError)
         try:
-            return json.loads(path.read_text())
+            state = json.loads(text)
         except json.JSONDecodeError as e:
             raise SettingsError(f"{path} is corrupt ({e}); it records the division and submitter of {self.root}")\
                 from e
+        if not isinstance(state, dict):
+            raise SettingsError(f"{path} holds a JSON {type(state).__name__}, not an object; it records the "
+                                f"division and submitter of {self.root}")
+        return state
 
     def write_state(self, state: dict[str, Any]) -> None:
         self.archive.mkdir(parents=True, exist_ok=True)
@@ -123,7 +118,8 @@ class Tree:
 
 
 def _folders(path: Path) -> list[Path]:
-    """The visible sub-folders of ``path``; a symlink among them is refused (:meth:`Tree.check_no_symlinks`)."""
+    """The visible sub-folders of ``path``; a symlink among them is refused (as
+    :func:`mlharness.submission.intake.check_packable` refuses every symlink of a tree it packages)."""
     out = []
     for p in sorted(path.iterdir()):
         if p.name.startswith("."):

@@ -17,17 +17,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlharness.errors import MLHarnessError, SettingsError
-from mlharness.submission.layout import Tree, unique
+from mlharness.fileguard import describe_kind
+from mlharness.manifest.names import name_problem
+from mlharness.submission.findings import shown
+from mlharness.submission.intake import check_packable
+from mlharness.submission.layout import Tree, replace_dir, stamp, unique
 from mlharness.submission.round_check import round_to_package
 from mlharness.submission.rules import (
     BENCHMARKS,
     DEFAULT_BENCHMARK_FOR_MODEL,
+    DIVISIONS,
     MAX_ACCURACY_LOG_SIZE,
     TRUNCATION_MARK,
     VIEWABLE_SIZE,
@@ -108,51 +115,91 @@ def _truncate_file(path: Path) -> None:
 
 def package(results: Path, out: Path, archive: Path | None = None, system_overrides: Path | None = None,
             force: bool = False, round_name: str | None = None) -> PackageReport:
+    """Everything is checked before anything is written (:func:`check_packable`: real files, no outside hard
+    links, complete runs; the round's seeds and suite), and the package is assembled beside its place and moved
+    in only when whole: a refused or failed package leaves an earlier one as it was."""
     tree = Tree(results)
     state = tree.read_state()
     if not state:
         raise SettingsError(f"{tree.root} is not a results tree made by `mlharness submission run` (no "
                             f"{tree.archive.name}/submission.json)")
-    round_name = round_to_package(tree, state, round_name)  # refuses runs of another round, before writing
-    division, submitter = state["division"], state["submitter"]
+    division, submitter = _state_names(tree, state)
     out = Path(out).resolve()
     sub_dir = out / division / submitter
     archive = Path(archive).resolve() if archive else out.parent / f"{out.name}-accuracy-logs"
-    if sub_dir.exists():
+    if os.path.lexists(sub_dir):
         if not force:
             raise SettingsError(f"{sub_dir} already exists (--force replaces it)")
-        shutil.rmtree(sub_dir)
-    report = PackageReport(sub_dir, archive, round_name)
-    for moved in tree.sweep_leftovers():
-        report.notes.append(f"moved a failed run's folder out of the results tree: {moved}")
-    tree.check_no_symlinks()
+        if not sub_dir.is_dir() or sub_dir.is_symlink():
+            raise SettingsError(f"{sub_dir} is {_kind(sub_dir)}, not a package folder: --force replaces only a "
+                                f"folder; remove it yourself if it should go")
+    notes = [f"moved a failed run's folder out of the results tree: {moved}" for moved in tree.sweep_leftovers()]
+    check_packable(tree)
+    round_name = round_to_package(tree, state, round_name)  # refuses runs of another round, before writing
     scenarios = tree.scenario_dirs()
     if not scenarios:
         raise SettingsError(f"{tree.root} holds no results")
+    report = PackageReport(sub_dir, archive, round_name, notes)
+    staged = sub_dir.parent / f".{submitter}.partial-{stamp()}-{os.getpid()}"
+    try:
+        staged.mkdir(parents=True)
+        _assemble(tree, state, scenarios, staged, sub_dir, out, archive, system_overrides, report)
+        replace_dir(staged, sub_dir, sub_dir.parent / f".{submitter}.old-{os.getpid()}")
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    return report
+
+
+def _assemble(tree: Tree, state: dict, scenarios: list, staged: Path, sub_dir: Path, out: Path, archive: Path,
+              system_overrides: Path | None, report: PackageReport) -> None:
+    """The package in ``staged``; full accuracy logs are archived under the path they have in the final one."""
+    division = state["division"]
     systems = sorted({s for s, _, _, _ in scenarios})
     for system, bench, scen, path in scenarios:
-        dest = sub_dir / "results" / system / bench / scen
+        dest = staged / "results" / system / bench / scen
         shutil.copytree(path, dest)
         for acc in (dest / "accuracy", dest / "TEST01" / "accuracy"):
             # the official script truncates the scenario's log, and TEST01's when TEST01/accuracy holds an
             # accuracy.txt (the non-deterministic fallback); without accuracy.txt it leaves a log whole
             if (acc / ACCURACY_LOG).is_file() and (acc / "accuracy.txt").is_file():
-                rel = acc.relative_to(out) / ACCURACY_LOG
-                truncate_accuracy_log(acc / ACCURACY_LOG, acc / "accuracy.txt", archive / rel)
-                report.truncated.append(acc / ACCURACY_LOG)
+                final = sub_dir / acc.relative_to(staged) / ACCURACY_LOG
+                truncate_accuracy_log(acc / ACCURACY_LOG, acc / "accuracy.txt", archive / final.relative_to(out))
+                report.truncated.append(final)
     if (tree.archive / "src").is_dir():
-        shutil.copytree(tree.archive / "src", sub_dir / "src")
+        shutil.copytree(tree.archive / "src", staged / "src")
     else:
         report.notes.append("no src/ snapshot in the results tree: src/ holds only the versions")
-    (sub_dir / "src").mkdir(exist_ok=True)
-    _write_systems(tree, state, systems, sub_dir, load_overrides(system_overrides), report)
+    (staged / "src").mkdir(exist_ok=True)
+    _write_systems(tree, state, systems, staged, load_overrides(system_overrides), report)
     mapping = _model_mapping(state, division)
     if mapping:
-        (sub_dir / "model_mapping.json").write_text(json.dumps(mapping, indent=2) + "\n")
+        (staged / "model_mapping.json").write_text(json.dumps(mapping, indent=2) + "\n")
     for key, entry in sorted(state.get("benchmarks", {}).items()):
         for note in entry.get("measurements_notes", []):
             report.notes.append(f"{key} measurements.json: {note}")
-    return report
+
+
+def _state_names(tree: Tree, state: dict) -> tuple[str, str]:
+    """The division and submitter recorded in the tree's state, refused unless they are what a package's
+    folders can be named; the state's tables must be JSON objects of objects."""
+    where = tree.archive / "submission.json"
+    division, submitter = state.get("division"), state.get("submitter")
+    if division not in DIVISIONS:
+        raise SettingsError(f"{where}: field 'division' is {shown(repr(division))}, not one of "
+                            f"{', '.join(DIVISIONS)}")
+    if not isinstance(submitter, str) or name_problem(submitter) is not None:
+        raise SettingsError(f"{where}: field 'submitter' is {shown(repr(submitter))}, not a folder name")
+    for key in ("systems", "benchmarks"):
+        table = state.get(key, {})
+        if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
+            raise SettingsError(f"{where}: field '{key}' must be a JSON object of objects")
+    return division, submitter
+
+
+def _kind(path: Path) -> str:
+    st = os.lstat(path)
+    return "a file" if stat.S_ISREG(st.st_mode) else describe_kind(st.st_mode)
 
 
 def _write_systems(tree: Tree, state: dict, systems: list[str], sub_dir: Path, overrides: dict[str, str],

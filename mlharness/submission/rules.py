@@ -180,6 +180,18 @@ REQUIRED_SCENARIOS["edge"]["stable-diffusion-xl"] = ("SingleStream", "Offline")
 # it in v6.0 and v6.1): datacenter systems submit it as "datacenter,edge"
 REQUIRED_SCENARIOS["datacenter,edge"]["stable-diffusion-xl"] = ("SingleStream", "Offline", "Server")
 SERVER_LATENCY_NS["stable-diffusion-xl"] = 20_000_000_000
+# The smallest Offline query of a closed result, by benchmark: the official checker's OFFLINE_MIN_SPQ_SINCE_V4
+# (submission_checker/constants.py), the same in v6.0 and v6.1; its min_query_count_check applies it to the
+# performance run and to the TEST01 and TEST04 runs of the closed division only.
+OFFLINE_MIN_SPQ = {
+    "resnet": 24576, "retinanet": 24576, "bert-99": 10833, "bert-99.9": 10833, "dlrm-v2-99": 24576,
+    "dlrm-v2-99.9": 24576, "3d-unet-99": 43, "3d-unet-99.9": 43, "rnnt": 2513, "llama3.1-8b": 13368,
+    "llama3.1-8b-edge": 5000, "llama2-70b-99": 24576, "llama2-70b-99.9": 24576, "llama2-70b-interactive-99": 24576,
+    "llama2-70b-interactive-99.9": 24576, "stable-diffusion-xl": 5000, "mixtral-8x7b": 15000,
+    "llama3.1-405b": 8313, "rgat": 788379, "deepseek-r1": 4388, "gpt-oss-120b": 6396, "whisper": 1633,
+    "pointpainting": 6636, "yolo-99": 1525, "yolo-95": 1525, "dlrm-v3": 349823, "qwen3-vl-235b-a22b": 48289,
+    "wan-2.2-t2v-a14b": 50, "e2e-rag-qna": 824, "e2e-rag-db": 2515,
+}  # fmt: skip
 # Scenarios whose result LoadGen derives with early stopping (no fixed minimum query count in the checker).
 EARLY_STOPPING_SCENARIOS = ("SingleStream", "MultiStream", "Server")
 
