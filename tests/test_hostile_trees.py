@@ -113,6 +113,9 @@ REPORT_CASES = [
     ("telemetry-string-run-json", _write(f"{RUN}/mlharness_run.json", json.dumps(
         {"telemetry": {"enabled": True, "host": {"process_rss_mib": {"min": "low", "mean": 1, "max": 2}}}})),
      ["mlharness_run.json: field 'telemetry.host.process_rss_mib.min' is a string, expected a number"]),
+    ("huge-summary", lambda r: os.truncate(r / RUN / "mlperf_log_summary.txt", 1 << 30),  # sparse: no disk used
+     ["mlperf_log_summary.txt is larger than 16 MiB"]),
+    ("trace-a-fifo", lambda r: os.mkfifo(r / RUN / "mlharness_trace.json"), ["mlharness_trace.json is a FIFO"]),
     ("not-json-run-json", _write(f"{RUN}/mlharness_run.json", "{"), ["mlharness_run.json is not valid JSON"]),
     ("string-in-sweep", _write("sweep.json", json.dumps(
         {**SWEEP, "points": [{**SWEEP["points"][0], "tokens_per_s": "many"}]})),
@@ -126,6 +129,13 @@ REPORT_CASES = [
 def test_report_refuses_a_hostile_tree(tmp_path: Path, case_id: str, make, words: list[str]) -> None:
     make(tree(tmp_path / "t"))
     refused(cli("report", "t", cwd=tmp_path), *words)
+
+
+def test_report_layers_names_a_span_of_the_wrong_shape(tmp_path: Path) -> None:
+    (tmp_path / "trace.json").write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "op", "name": "Conv",
+                                                                      "ts": "soon", "dur": 3}]}))
+    refused(cli("report", "layers", "trace.json", cwd=tmp_path),
+            "trace.json: field 'traceEvents[0].ts' is a string, expected a number")
 
 
 def test_a_fifo_summary_stops_compare_too(tmp_path: Path) -> None:

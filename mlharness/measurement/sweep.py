@@ -184,7 +184,8 @@ class Sweep:
             raise TreeFileError(f"--resume: {e}; it cannot be continued (start a new sweep with another "
                                 "--output)") from None
         old, new = state.get("options") or {}, json.loads(json.dumps(self.options()))
-        diff = [f"{k}: {old.get(k)!r} there, {new[k]!r} now" for k in new if old.get(k) != new[k]]
+        # repr escapes what the file holds; a long value is cut so the error stays one paragraph
+        diff = [f"{k}: {repr(old.get(k))[:200]} there, {new[k]!r} now" for k in new if old.get(k) != new[k]]
         if diff:
             raise MLHarnessError(f"--resume: the options differ from those of the sweep in {self.cfg.output}: "
                                  + "; ".join(diff))
