@@ -276,3 +276,12 @@ def test_the_minimum_offline_query_is_a_closed_division_rule(tmp_path):
     assert not any("samples per query" in str(f) for f in check(root).findings)
     tolerated = check(gpt_oss_package(tmp_path / "dev", 216), allow_development=True)
     assert any("Expected=6396, Found=216 (tolerated: --allow-development)" in str(f) for f in tolerated.warnings)
+
+
+def test_a_file_where_the_package_goes_fails_without_a_traceback(tree, tmp_path):
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "open").write_text("a file, not a folder\n")
+    proc = package(tree, tmp_path / "p")
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 3 and "Traceback" not in text and "cannot write the package" in text, text[-3000:]
+    assert (tmp_path / "p" / "open").read_text() == "a file, not a folder\n"

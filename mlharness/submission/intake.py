@@ -66,8 +66,8 @@ def check_packable(tree: Tree) -> None:
         if inside < links:
             raise SettingsError(f"{shown(path)} in the results tree {shown(tree.root)} is a hard link: {links - inside}"
                                 f" of its {links} names are outside the tree, so the package would share a file "
-                                f"with them; a submission holds its own files only: replace it with a copy "
-                                f"(cp --remove-destination), or remove it. Nothing was packaged")
+                                f"with them; a submission holds its own files only: replace it with a copy of "
+                                f"its own, or remove it. Nothing was packaged")
     _check_complete(tree)
 
 

@@ -44,6 +44,12 @@ from mlharness.submission.system import finalize, load_overrides
 ACCURACY_LOG = "mlperf_log_accuracy.json"
 
 
+class PackageWriteError(MLHarnessError):
+    """Writing the package failed (the environment, not the tree): exit status 3."""
+
+    exit_code = 3
+
+
 @dataclass
 class PackageReport:
     submitter_dir: Path
@@ -145,8 +151,12 @@ def package(results: Path, out: Path, archive: Path | None = None, system_overri
         staged.mkdir(parents=True)
         _assemble(tree, state, scenarios, staged, sub_dir, out, archive, system_overrides, report)
         replace_dir(staged, sub_dir, sub_dir.parent / f".{submitter}.old-{os.getpid()}")
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(staged, ignore_errors=True)
+        if isinstance(e, OSError):  # a full disk, a read-only folder, a file where the package's folder goes
+            raise PackageWriteError(f"cannot write the package: {shown(e.filename or staged)}: "
+                                    f"{e.strerror or e}; nothing was packaged, an earlier package at {sub_dir} "
+                                    f"is as it was") from e
         raise
     return report
 
