@@ -1,11 +1,18 @@
 """The ``mlharness`` command. Thin: parses, calls the library, prints."""
+# ruff: noqa: E402 - run as __main__, the start-up signal guard comes before the imports
 
 from __future__ import annotations
 
-import argparse
-import logging
 import os
 import sys
+
+if __name__ == "__main__":  # python -m mlharness.cli: signals handled before the imports below (seconds when busy)
+    from mlharness import startup
+
+    startup.guard()
+
+import argparse
+import logging
 from pathlib import Path
 
 from rich.markup import escape
@@ -265,14 +272,18 @@ SIGNAL_COMMANDS = ("run", "tune", "submission", "sweep")
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    from mlharness.agent.cli import quiet_grpc
+    from mlharness import startup
 
-    quiet_grpc(args.verbose)  # before anything imports grpc
-    logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
-    hookguard.on_overrun(hook_overran)
-    handlers = {"run": cmd_run, "manifest": cmd_manifest, "sysinfo": cmd_sysinfo}
     try:
+        args = build_parser().parse_args(argv)  # imports each layer's commands: under the start-up guard
+        startup.started()  # from here a signal is the command's: KeyboardInterrupt, or the handlers below
+        from mlharness.agent.cli import quiet_grpc
+
+        quiet_grpc(args.verbose)  # before anything imports grpc
+        logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2),
+                            format="%(levelname)s %(name)s: %(message)s")
+        hookguard.on_overrun(hook_overran)
+        handlers = {"run": cmd_run, "manifest": cmd_manifest, "sysinfo": cmd_sysinfo}
         with handle_signals(args.command in SIGNAL_COMMANDS):
             if hasattr(args, "func"):
                 return args.func(args, out)

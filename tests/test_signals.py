@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -451,3 +452,52 @@ def test_an_ordinary_bug_still_shows_its_traceback(monkeypatch):
     monkeypatch.setattr(cli, "cmd_run", buggy)
     with pytest.raises(ZeroDivisionError):
         cli.main(["run", "--scenario", "Offline"])
+
+
+# ------------------------------------------------------------------------------------------------ start-up
+def _importing(pid: int) -> bool:
+    """Whether the process is importing the command's modules: numpy's extension is mapped (Linux: /proc/PID/maps),
+    which happens in the middle of them. A signal sent earlier may land in Python's own start-up (``site``,
+    ``runpy``), before any line of mlharness runs, where it cannot be handled."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+    return "/numpy/" in maps and ".so" in maps
+
+
+def _console_script() -> list[str]:
+    """The ``mlharness`` console script as pip writes it, from the entry point pyproject.toml declares."""
+    text = (Path(__file__).parent.parent / "pyproject.toml").read_text()
+    module, func = re.search(r'^mlharness = "([\w.]+):(\w+)"$', text, re.M).groups()
+    return [sys.executable, "-c", f"import sys; from {module} import {func}; sys.exit({func}())"]
+
+
+@pytest.mark.parametrize("entry", ["python -m mlharness.cli", "python -m mlharness", "console script"])
+def test_a_signal_while_the_command_starts_exits_with_one_line(tmp_path, entry):
+    """Ctrl-C at any moment of the start-up (imports of a second or more on a busy host), and later in the run
+    itself, ends with status 130 and an error line, never a KeyboardInterrupt traceback; SIGTERM with 143."""
+    command = {"python -m mlharness.cli": [sys.executable, "-m", "mlharness.cli"],
+               "python -m mlharness": [sys.executable, "-m", "mlharness"], "console script": _console_script()}[entry]
+    manifest = slow_manifest(tmp_path)  # a run that lasts minutes: every delay lands before its end
+    delays = (0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5) if entry == "python -m mlharness.cli" else (0.0, 0.3)
+    for k, delay in enumerate(delays):
+        sig = signal.SIGTERM if k == 1 else signal.SIGINT
+        proc = subprocess.Popen([*command, "run", "--manifest", str(manifest), "--scenario", "Offline", "--output",
+                                 str(tmp_path / f"out{k}"), "--no-progress", *LONG, "--target-qps", "100"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=tmp_path, env=_env(tmp_path))
+        deadline = time.monotonic() + START_LIMIT_S
+        while not _importing(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(delay)
+        proc.send_signal(sig)
+        try:
+            _, stderr = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        when = f"{sig.name} {delay} s into the imports: status {proc.returncode}\n{stderr}"
+        assert proc.returncode == 128 + sig, when
+        assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, when
+        assert stderr.strip().splitlines()[-1].startswith("error: "), when
