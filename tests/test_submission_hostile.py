@@ -285,3 +285,14 @@ def test_a_file_where_the_package_goes_fails_without_a_traceback(tree, tmp_path)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 3 and "Traceback" not in text and "cannot write the package" in text, text[-3000:]
     assert (tmp_path / "p" / "open").read_text() == "a file, not a folder\n"
+
+
+def test_check_reads_a_sparse_json_file_within_its_bound(good):
+    out, _ = good
+    system = out / "open" / "Acme" / "systems" / "b.json"
+    with open(system, "r+b") as f:
+        f.truncate(1 << 40)  # a terabyte, sparse: never read
+    proc = cli("submission", "check", str(out), "--allow-development")
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in text, text[-3000:]
+    assert "systems/b.json: is larger than 50 MiB" in " ".join(text.split()), text[-3000:]

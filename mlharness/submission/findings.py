@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlharness.submission.rules import RoundRules, rules_for
+from mlharness.fileguard import UnusableFile, read_text_bounded
+from mlharness.submission.rules import FILE_SIZE_LIMIT, RoundRules, rules_for
 
 # C0 and C1 controls, DEL, the Unicode line and paragraph separators and lone surrogates (an undecodable byte of a
 # file name): printed raw, a name holding them could start a line of its own ("\nERROR ...") or move the cursor
@@ -125,8 +126,11 @@ class Findings:
         return self._row
 
     def _json(self, path: Path) -> dict[str, Any]:
-        try:
-            data = json.loads(path.read_text())
+        try:  # bounded: the checker refuses files over FILE_SIZE_LIMIT anyway, and a sparse one must not fill memory
+            data = json.loads(read_text_bounded(path, "JSON file", FILE_SIZE_LIMIT, error=UnusableFile))
+        except UnusableFile as e:
+            self.error(path, str(e).replace(f"JSON file {path} ", "", 1))
+            return {}
         except (OSError, json.JSONDecodeError) as e:
             self.error(path, f"is not valid JSON: {e}")
             return {}
