@@ -296,3 +296,28 @@ def test_check_reads_a_sparse_json_file_within_its_bound(good):
     text = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "Traceback" not in text, text[-3000:]
     assert "systems/b.json: is larger than 50 MiB" in " ".join(text.split()), text[-3000:]
+
+
+def _official_checker() -> Path | None:
+    repo = os.environ.get("MLHARNESS_INFERENCE_REPO")
+    tool = Path(repo) / "tools" / "submission" if repo else None
+    return tool if tool and (tool / "submission_checker" / "main.py").is_file() else None
+
+
+@pytest.mark.skipif(_official_checker() is None, reason="MLHARNESS_INFERENCE_REPO names no mlcommons/inference "
+                                                        "checkout")
+def test_the_fixture_is_the_official_checkers_line(tmp_path):
+    root = gpt_oss_package(tmp_path / "pkg", 216)
+    proc = subprocess.run([sys.executable, "-m", "submission_checker.main", "--input", str(root), "--version",
+                           DEFAULT_ROUND], capture_output=True, text=True, timeout=120, cwd=_official_checker())
+    lines = [line.split("] ", 1)[-1].replace(f"{root}/", "") for line in (proc.stdout + proc.stderr).splitlines()
+             if "samples per query" in line]
+    assert lines == [(FIXTURES / "official_line.txt").read_text().strip()], proc.stderr[-3000:]
+
+
+def test_package_notes_print_folder_names_as_they_are(tree, tmp_path):
+    run = tree.scenario_dir("b", "demo", "Offline") / "performance"
+    (run / "[bold]x\x1b[2J.failed-20260101-000000").mkdir()
+    proc = package(tree, tmp_path / "p")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "[bold]x\\x1b[2J.failed-20260101-000000" in proc.stdout and "\x1b" not in proc.stdout, proc.stdout

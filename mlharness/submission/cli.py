@@ -201,15 +201,19 @@ def _colour(value: str) -> str:
 
 
 def cmd_package(args: argparse.Namespace, console: Any) -> int:
+    from rich.markup import escape
+
     from mlharness.rounds import get_round
+    from mlharness.submission.findings import shown
     from mlharness.submission.package import package
 
     if args.round is not None:
         get_round(args.round)  # an unknown round is refused before the tree is read
     report = package(args.results, args.out, args.archive, args.system_overrides, args.force, args.round)
-    for note in report.notes:
-        console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
-    console.print(f"package: {report.submitter_dir}\nfull accuracy logs: {report.archive}\nround: {report.round} "
+    for note in report.notes:  # they name folders of the tree: printed escaped, as check prints names
+        console.print(f"[yellow]note:[/] {escape(shown(note))}", highlight=False, soft_wrap=True)
+    console.print(f"package: {escape(shown(report.submitter_dir))}\nfull accuracy logs: "
+                  f"{escape(shown(report.archive))}\nround: {report.round} "
                   f"(check it with `mlharness submission check --round {report.round}`; the official checker: "
                   f"--version {report.round})", highlight=False, soft_wrap=True)
     return 0
