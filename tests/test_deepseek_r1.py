@@ -182,7 +182,7 @@ def test_a_sample_without_a_dataset_name_scores_0_and_an_unknown_name_is_an_erro
     from mlharness.errors import AccuracyError
     from mlharness.tasks.deepseek_r1.metric import grade_texts
 
-    scores, _ = grade_texts(["ANSWER: A", "ANSWER: A"], [None, "gpqa"], ["A", "A"], [None, None])
-    assert scores == [0.0, 100.0]
+    scores, _, isolation = grade_texts(["ANSWER: A", "ANSWER: A"], [None, "gpqa"], ["A", "A"], [None, None])
+    assert scores == [0.0, 100.0] and isolation is None  # no program ran, so no sandbox was asked for
     with pytest.raises(AccuracyError, match="sample 1: no grader for dataset 'squad'"):
         grade_texts(["x", "y"], ["gpqa", "squad"], ["A", "B"], [None, None])

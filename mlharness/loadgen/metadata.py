@@ -76,7 +76,9 @@ def run_metadata(run: RunPlan, conf: LoadgenSettings, opts: RunOptions, predicto
                     "completed": sut.completed, "batches": sut.batches},
         "result": {**asdict(summary), "fields": None},
         "accuracy": ({"name": accuracy.name, "value": accuracy.value, "text": accuracy.text,
-                      "official": accuracy.official} if accuracy else None),
+                      "official": accuracy.official,
+                      # generated code's sandbox, for metrics that run it (deepseek-r1, gpt-oss-120b)
+                      "code_isolation": (accuracy.details or {}).get("code_isolation")} if accuracy else None),
         "latency_bound": plan.latency_bound,  # Server: the bound, where it comes from, the single-sample p99
         "calibration": measured.calibration,
         "loadgen_errors": detail["errors"],

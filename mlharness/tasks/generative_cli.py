@@ -49,7 +49,19 @@ def add_code_options(a: argparse.ArgumentParser, what: str) -> None:
     """``--lcb-tests`` and ``--code-timeout``: where LiveCodeBench's tests are, how long a test may run."""
     a.add_argument("--lcb-tests", type=Path, default=None,
                    help=f"JSON question_id -> LiveCodeBench tests, for {what} without an lcb_tests column")
-    a.add_argument("--code-timeout", type=int, default=60, help="seconds per LiveCodeBench test (default: 60)")
+    a.add_argument("--code-timeout", default="60", metavar="SECONDS",
+                   help="seconds per LiveCodeBench test, a whole number from 1 to 3600 (default: 60)")
+    a.add_argument("--allow-unisolated-code", action="store_true",
+                   help="where no sandbox is available (bubblewrap with user namespaces), run generated code with "
+                        "your own rights under resource limits only, instead of refusing")
+
+
+def code_limits(args: argparse.Namespace) -> Any:
+    """The sandbox's limits from ``--code-timeout`` and ``--allow-unisolated-code``."""
+    from mlharness.tasks.deepseek_r1.sandbox import limits_from_options
+
+    return limits_from_options({"code_timeout": args.code_timeout,
+                                "allow_unisolated_code": bool(args.allow_unisolated_code)})
 
 
 def write_synth(args: argparse.Namespace, console: Any, write: Callable[..., Path], default_count: int,

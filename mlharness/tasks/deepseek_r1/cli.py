@@ -12,6 +12,7 @@ from mlharness.tasks.generative_cli import (
     add_accuracy,
     add_code_options,
     add_synth,
+    code_limits,
     print_result,
     write_synth,
 )
@@ -40,7 +41,6 @@ def cmd_synth(args: argparse.Namespace, console: Any) -> int:
 
 def cmd_accuracy(args: argparse.Namespace, console: Any) -> int:
     from mlharness.tasks.deepseek_r1.metric import score_log
-    from mlharness.tasks.deepseek_r1.sandbox import Limits
 
     return print_result(score_log(args.log, args.dataset_file, args.tokenizer, args.dtype, args.lcb_tests,
-                                  Limits(timeout=args.code_timeout)))
+                                  code_limits(args)))

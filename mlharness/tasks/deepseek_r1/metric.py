@@ -33,8 +33,9 @@ log = logging.getLogger(__name__)
 
 
 def grade_texts(texts: list[str], names: list[Any], truths: list[Any], tests: list[dict[str, Any] | None],
-                limits: Any = None, workers: int = 2) -> tuple[list[float], list[Any]]:
-    """(100.0 or 0.0 per answer, the extracted answers) as the official ``process_dataframe``."""
+                limits: Any = None, workers: int = 2) -> tuple[list[float], list[Any], Any]:
+    """(100.0 or 0.0 per answer, the extracted answers, the isolation LiveCodeBench programs ran under or None)
+    as the official ``process_dataframe``."""
     from mlharness.tasks.deepseek_r1 import graders
     from mlharness.tasks.deepseek_r1.sandbox import run_programs
 
@@ -55,10 +56,10 @@ def grade_texts(texts: list[str], names: list[Any], truths: list[Any], tests: li
         elif graders.verdict(kind, extracted[i], truth):
             scores[i] = 100.0
 
-    passed = run_programs([(extracted[i], tests[i] or {}) for i in code_jobs], limits, workers)
+    passed, isolation = run_programs([(extracted[i], tests[i] or {}) for i in code_jobs], limits, workers)
     for i, ok in zip(code_jobs, passed, strict=True):
         scores[i] = 100.0 if ok else 0.0
-    return scores, extracted
+    return scores, extracted, isolation
 
 
 def summarize(scores: list[float], token_counts: list[int]) -> dict[str, Any]:
@@ -89,6 +90,7 @@ def score_log(accuracy_log: Path | str, dataset_pkl: Path | str, tokenizer_dir: 
     """The official figures of one mlperf_log_accuracy.json."""
     from mlharness.tasks.cnndm.dataset import load_tokenizer
     from mlharness.tasks.deepseek_r1.dataset import lcb_tests_of, read_frame
+    from mlharness.tasks.deepseek_r1.sandbox import describe
 
     if dtype not in DTYPES:
         raise AccuracyError(f"deepseek_r1_accuracy: unsupported dtype '{dtype}'; expected int32 or int64")
@@ -104,8 +106,8 @@ def score_log(accuracy_log: Path | str, dataset_pkl: Path | str, tokenizer_dir: 
     except DatasetError as e:
         raise AccuracyError(f"deepseek_r1_accuracy: {e}") from e
     texts = decode_responses(tokenizer, ids, "deepseek_r1_accuracy", accuracy_log, tokenizer_dir)
-    scores, extracted = grade_texts(texts, [frame["dataset"].iloc[r] for r in rows],
-                                    [frame["ground_truth"].iloc[r] for r in rows], tests, limits)
+    scores, extracted, isolation = grade_texts(texts, [frame["dataset"].iloc[r] for r in rows],
+                                               [frame["ground_truth"].iloc[r] for r in rows], tests, limits)
     result = summarize(scores, [len(x) for x in ids])
     per_kind: dict[str, list[float]] = {}
     for r, s in zip(rows, scores, strict=True):
@@ -114,7 +116,8 @@ def score_log(accuracy_log: Path | str, dataset_pkl: Path | str, tokenizer_dir: 
                           details={**result, "dupes": dupes, "dtype": dtype,
                                    "per_dataset": {k: float(np.mean(v)) for k, v in per_kind.items()},
                                    "scores": scores, "extracted": [None if e is None else str(e) for e in extracted],
-                                   "dataset": str(dataset_pkl), "tokenizer": str(tokenizer_dir)})
+                                   "dataset": str(dataset_pkl), "tokenizer": str(tokenizer_dir),
+                                   "code_isolation": describe(isolation)})
 
 
 class DeepSeekR1AccuracyMetric(AccuracyMetric):
@@ -127,12 +130,12 @@ class DeepSeekR1AccuracyMetric(AccuracyMetric):
 
     def score(self, accuracy_log: Path, ctx: AccuracyContext) -> AccuracyResult:
         from mlharness.tasks.deepseek_r1.dataset import DATASET_FILE
-        from mlharness.tasks.deepseek_r1.sandbox import Limits
+        from mlharness.tasks.deepseek_r1.sandbox import limits_from_options
 
         opts = ctx.options
         dataset, base = data_and_base(ctx, DATASET_FILE)
         tokenizer = resolve(str(opts.get("tokenizer", "tokenizer")), base)
         lcb = resolve(str(opts["lcb_tests"]), base) if opts.get("lcb_tests") else None
-        limits = Limits(timeout=int(opts.get("code_timeout", 60)))
+        limits = limits_from_options(opts)
         return guarded(self.name, lambda: score_log(accuracy_log, dataset, tokenizer, str(opts.get("dtype", "int32")),
                                                     lcb, limits))

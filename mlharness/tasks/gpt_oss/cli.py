@@ -11,6 +11,7 @@ from mlharness.tasks.generative_cli import (
     add_accuracy,
     add_code_options,
     add_synth,
+    code_limits,
     print_result,
     write_synth,
 )
@@ -40,8 +41,7 @@ def cmd_synth(args: argparse.Namespace, console: Any) -> int:
 
 
 def cmd_accuracy(args: argparse.Namespace, console: Any) -> int:
-    from mlharness.tasks.deepseek_r1.sandbox import Limits
     from mlharness.tasks.gpt_oss.metric import score_log
 
     return print_result(score_log(args.log, args.reference_data, args.tokenizer, args.lcb_tests,
-                                  Limits(timeout=args.code_timeout)))
+                                  code_limits(args)))

@@ -214,7 +214,7 @@ def score_log(accuracy_log: Path | str, reference: Path | str, tokenizer_dir: Pa
     come from the file's ``lcb_tests`` column, else from the JSON file ``lcb_tests`` (question_id -> tests);
     ``limits`` are the sandbox's (:class:`mlharness.tasks.deepseek_r1.sandbox.Limits`, 60 s per test)."""
     from mlharness.tasks.deepseek_r1.metric import load_lcb_tests
-    from mlharness.tasks.deepseek_r1.sandbox import Limits, run_programs
+    from mlharness.tasks.deepseek_r1.sandbox import Limits, describe, run_programs
     from mlharness.tasks.gpt_oss.dataset import load_tokenizer, read_frame
 
     accuracy_log = Path(accuracy_log)
@@ -267,7 +267,8 @@ def score_log(accuracy_log: Path | str, reference: Path | str, tokenizer_dir: Pa
         if code and not _missing(truth) and truth:  # else wrong, as the official script decides
             jobs.append((code, tests))
             job_rows.append(len(verdicts) - 1)
-    for row, passed in zip(job_rows, run_programs(jobs, limits or Limits(timeout=CODE_TIMEOUT)), strict=True):
+    passed_jobs, isolation = run_programs(jobs, limits or Limits(timeout=CODE_TIMEOUT))
+    for row, passed in zip(job_rows, passed_jobs, strict=True):
         verdicts[row] = passed
     for family, correct in zip(families_scored, verdicts, strict=True):
         stats[family]["total"] += 1
@@ -278,7 +279,7 @@ def score_log(accuracy_log: Path | str, reference: Path | str, tokenizer_dir: Pa
                           details={"per_dataset": dict(stats), "skipped": skipped, "output_tokens": tokens,
                                    "tokens_per_sample": round(tokens / samples, 2) if samples else 0.0,
                                    "programs_run": len(jobs), "verdicts": verdicts, "reference": str(reference),
-                                   "tokenizer": str(tokenizer_dir)})
+                                   "tokenizer": str(tokenizer_dir), "code_isolation": describe(isolation)})
 
 
 class GptOssExactMatchMetric(AccuracyMetric):
@@ -291,7 +292,7 @@ class GptOssExactMatchMetric(AccuracyMetric):
     name = "gpt_oss_exact_match"
 
     def score(self, accuracy_log: Path, ctx: AccuracyContext) -> AccuracyResult:
-        from mlharness.tasks.deepseek_r1.sandbox import Limits
+        from mlharness.tasks.deepseek_r1.sandbox import limits_from_options
         from mlharness.tasks.gpt_oss.dataset import ACCURACY_FILE
 
         opts = ctx.options
@@ -303,5 +304,5 @@ class GptOssExactMatchMetric(AccuracyMetric):
         lcb = resolve(str(opts["lcb_tests"]), base) if opts.get("lcb_tests") else None
         if lcb is None and base is not None and (base / LCB_TESTS_FILE).is_file():
             lcb = base / LCB_TESTS_FILE
-        limits = Limits(timeout=int(opts.get("code_timeout", CODE_TIMEOUT)))
+        limits = limits_from_options(opts, CODE_TIMEOUT)
         return guarded(self.name, lambda: score_log(accuracy_log, reference, tokenizer, lcb, limits))
