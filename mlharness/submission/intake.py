@@ -64,10 +64,10 @@ def check_packable(tree: Tree) -> None:
                 linked[(st.st_dev, st.st_ino)][2] += 1
     for path, links, inside in linked.values():
         if inside < links:
-            raise SettingsError(f"{shown(path)} in the results tree {shown(tree.root)} is a hard link: {links - inside}"
-                                f" of its {links} names are outside the tree, so the package would share a file "
-                                f"with them; a submission holds its own files only: replace it with a copy of "
-                                f"its own, or remove it. Nothing was packaged")
+            raise SettingsError(f"{shown(path)} in the results tree {shown(tree.root)} is a hard link: "
+                                f"{links - inside} of its {links} names are outside the tree, so the package "
+                                f"would share a file with them; a submission holds its own files only: replace it "
+                                f"with a copy of its own, or remove it. Nothing was packaged")
     _check_complete(tree)
 
 
