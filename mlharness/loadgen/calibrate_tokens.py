@@ -76,7 +76,7 @@ class _Timing:
         if self.first_at is None:
             self.first_at = time.perf_counter()
 
-    def done(self, ids: np.ndarray) -> None:
+    def done(self, ids: np.ndarray, response: np.ndarray | None = None) -> None:
         self.tokens = int(np.asarray(ids).size)
         self.done_at = time.perf_counter()
 

@@ -317,7 +317,7 @@ class _Sink:
     def first(self, ids: np.ndarray) -> None:
         pass
 
-    def done(self, ids: np.ndarray) -> None:
+    def done(self, ids: np.ndarray, response: np.ndarray | None = None) -> None:
         pass
 
     def fail(self, error: BaseException) -> None:

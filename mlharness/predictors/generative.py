@@ -54,8 +54,10 @@ class TokenStream(Protocol):
     def first(self, ids: np.ndarray) -> None:
         """The first new token(s) of the sample exist (called at most once)."""
 
-    def done(self, ids: np.ndarray) -> None:
-        """Every new token id of the sample, int32, in order (exactly once, unless :meth:`fail` was called)."""
+    def done(self, ids: np.ndarray, response: np.ndarray | None = None) -> None:
+        """Every new token id of the sample, int32, in order (exactly once, unless :meth:`fail` was called).
+        ``response``: what the sample answers instead of the ids, where its accuracy script reads something else
+        (whisper: label indices); a stream that only counts or times tokens ignores it."""
 
     def fail(self, error: BaseException) -> None:
         """Generation of this sample failed (exactly once, instead of :meth:`done`)."""

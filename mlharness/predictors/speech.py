@@ -55,10 +55,13 @@ def finish(stream: OnceStream, ids: list[int], response: Any = None) -> None:
         return
     stream.finished = True
     ids_array = np.asarray(ids, dtype=np.int32)
-    if response is None:
-        stream.stream.done(ids_array)
-    else:
-        stream.stream.done(ids_array, response=np.asarray(response, dtype=np.int64))
+    try:
+        if response is None:
+            stream.stream.done(ids_array)
+        else:
+            stream.stream.done(ids_array, response=np.asarray(response, dtype=np.int64))
+    except Exception as e:  # noqa: BLE001 - the sample is marked finished: its failure must still reach the stream
+        stream.stream.fail(e)
 
 
 def waveform(prompt: np.ndarray) -> np.ndarray:
