@@ -166,14 +166,23 @@ def test_random_whisper_offline_run_reports_tokens_per_second_and_scores(run_cli
 
 def test_random_whisper_default_performance_run_calibrates_and_passes(run_cli, tmp_path, synthetic_set):
     """The default performance command (only --min-duration-ms): calibration generates whisper's responses
-    (label indices answered beside the token ids) through its timing streams before LoadGen starts."""
+    (label indices answered beside the token ids) through its timing streams before LoadGen starts. transformers'
+    generation warnings (one set per generate call) are quiet unless -v."""
     proc = run_cli("run", "--manifest", "whisper-random", "--scenario", "Offline", "--mode", "performance",
                    "--min-duration-ms", "500", cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    noise = [line for line in proc.stderr.splitlines()
+             if re.search(r"\[transformers\]|generation_config|max_new_tokens|max_length|attention mask", line)]
+    assert not noise, noise
     summaries = list(tmp_path.glob("results/**/mlperf_log_summary.txt"))
     assert len(summaries) == 1 and "Tokens per second" in summaries[0].read_text()
     meta = json.loads((summaries[0].parent / "mlharness_run.json").read_text())
     assert meta["calibration"]["calibrated"] and meta["calibration"]["extra"]["token_streams"]
+
+    proc = run_cli("-v", "run", "--manifest", "whisper-random", "--scenario", "Offline", "--mode", "accuracy",
+                   "--count", "2", "--no-progress", "--output", str(tmp_path / "verbose"), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "`max_new_tokens` will take precedence" in proc.stderr
 
 
 def test_whisper_manifest_runs_a_local_checkpoint_folder_with_token_latencies(run_cli, cli_env, tmp_path,

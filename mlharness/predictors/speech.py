@@ -21,6 +21,7 @@ Framework options: ``dtype`` (float32, bfloat16, float16), ``attn_implementation
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +33,18 @@ from mlharness.predictors.generative import TokenRequest
 from mlharness.predictors.transformers import quiet_progress_bars, torch_load_settings
 
 PCM16_SCALE = 1.0 / 32768.0
+# transformers' generation code warns on every generate call about what the manifest sets on purpose
+# (max_new_tokens beside the checkpoint's max_length, the suppress-token arguments whisper's own generate passes):
+# a dozen lines per run, hundreds in SingleStream. Errors still show; -v shows the warnings too.
+GENERATION_LOGGERS = ("transformers.generation", "transformers.models.whisper.generation_whisper")
+
+
+def quiet_generation_warnings() -> None:
+    """Only errors from transformers' generation code, unless the run logs at INFO or lower (``-v``)."""
+    if logging.getLogger().isEnabledFor(logging.INFO):
+        return
+    for name in GENERATION_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def response_function(spec: Any) -> Callable[[str], Any] | None:
@@ -109,6 +122,7 @@ class SpeechPredictor(QueuedGenerator):
         import torch
 
         quiet_progress_bars()
+        quiet_generation_warnings()
         from transformers import AutoFeatureExtractor, AutoModelForSpeechSeq2Seq, AutoTokenizer
 
         path = self.config.model_path

@@ -110,6 +110,7 @@ def build_random_whisper(out: Path | str, seed: int = 0) -> Path:
         WhisperFeatureExtractor,
         WhisperForConditionalGeneration,
     )
+    from transformers.utils import logging as hf_logging
 
     out = Path(out)
     tokenizer = build_tokenizer(asset_path())
@@ -120,7 +121,13 @@ def build_random_whisper(out: Path | str, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     model = WhisperForConditionalGeneration(config).eval()
     model.generation_config = GenerationConfig(**gen)
-    model.save_pretrained(out)
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # no "Writing model shards" bar in the output of the run that generates it
+    try:
+        model.save_pretrained(out)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     tokenizer.save_pretrained(out)
     WhisperFeatureExtractor(feature_size=RANDOM_CONFIG["num_mel_bins"]).save_pretrained(out)
     (out / "mlharness.json").write_text(json.dumps({"doc": RANDOM_DOC}))
