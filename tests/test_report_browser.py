@@ -214,7 +214,7 @@ def test_sweep_report(env, trees, tmp_path):
     bad.write_text(json.dumps({"kind": "mlharness-sweep", "version": 1, "axis": "target_qps",
                                "points": [{"value": "fast"}]}))
     proc = _cli(env, "report", str(bad.parent), "--md", str(tmp_path / "bad.md"))
-    assert proc.returncode == 2 and "points[0].value is 'fast', not a number" in proc.stderr
+    assert proc.returncode == 2 and "field 'points[0].value' is a string, expected a number" in proc.stderr
 
 
 def test_pareto_front():
