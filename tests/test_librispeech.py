@@ -133,6 +133,56 @@ def test_int32_responses_score_the_same(tmp_path):
     assert float(re.match(CHECKER_ACCURACY, result.text).group(1)) == result.value
 
 
+def test_accuracy_command_without_dtype_reads_a_whisper_int64_log_as_the_official_script(run_cli):
+    """No --dtype, no run record: the int64 label indices are told from the log (read as int32 they would be
+    every label followed by a space, a WER near 400 %)."""
+    fixtures = FIXTURES.parent / "whisper_int64"
+    official = (fixtures / "official_output.txt").read_text().splitlines()[-1] + "\n"
+    proc = run_cli("accuracy", "librispeech", "--log", str(fixtures / "mlperf_log_accuracy.json"), "--manifest",
+                   str(fixtures / "dev-all-repack.json"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == official == "Word Error Rate: 5.88235294117647%, accuracy=94.11764705882352%\n"
+    assert "read as int64: inferred from the log" in proc.stderr
+
+
+def _log_as(tmp_path: Path, dtype: str, record: object = None) -> Path:
+    entries = json.loads((FIXTURES / "mlperf_log_accuracy.json").read_text())
+    for e in entries:
+        e["data"] = np.frombuffer(bytes.fromhex(e["data"]), "<i8").astype(dtype).tobytes().hex().upper()
+    folder = tmp_path / dtype
+    folder.mkdir(exist_ok=True)
+    (folder / "mlperf_log_accuracy.json").write_text(json.dumps(entries))
+    if record is not None:
+        (folder / "mlharness_run.json").write_text(json.dumps(record))
+    return folder / "mlperf_log_accuracy.json"
+
+
+def test_label_width_comes_from_the_run_record_else_the_log(tmp_path, run_cli):
+    from mlharness.tasks.librispeech.dtype import resolve_dtype
+
+    assert resolve_dtype(_log_as(tmp_path, "<i4"), None)[0] == "int32"
+    assert resolve_dtype(_log_as(tmp_path, "<i8"), None)[0] == "int64"
+    assert resolve_dtype(_log_as(tmp_path, "<i8"), "int32") == ("int32", "given by --dtype")
+    # the recorded fact wins over the guess (here a wrong record: the int64 log read as int32)
+    dtype, source = resolve_dtype(_log_as(tmp_path, "<i8", {"response_element_type": "int32"}), None)
+    assert dtype == "int32" and "mlharness_run.json" in source
+    with pytest.raises(AccuracyError, match=r"mlharness_run.json: field 'response_element_type' is 'float32'"):
+        resolve_dtype(_log_as(tmp_path, "<i8", {"response_element_type": "float32"}), None)
+    with pytest.raises(AccuracyError, match="run record .*mlharness_run.json is not JSON"):
+        (tmp_path / "<i8" / "mlharness_run.json").write_text("{")
+        resolve_dtype(tmp_path / "<i8" / "mlperf_log_accuracy.json", None)
+
+    # a few labels cannot tell int64 from int32 whose every other label is a space: refused, --dtype named
+    (tmp_path / "tiny.json").write_text(json.dumps([{"qsl_idx": 0, "data": array.array("q", [8, 9]).tobytes().hex()}]))
+    proc = run_cli("accuracy", "librispeech", "--log", str(tmp_path / "tiny.json"), "--manifest",
+                   str(FIXTURES / "dev-all-repack.json"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert re.search(r"tiny.json: cannot tell the width .* pass --dtype", proc.stderr), proc.stderr
+    (tmp_path / "odd.json").write_text(json.dumps([{"qsl_idx": 0, "data": "7F"}]))
+    with pytest.raises(AccuracyError, match="no width of int8, int16, int32, int64 reads every response"):
+        resolve_dtype(tmp_path / "odd.json", None)
+
+
 def test_bad_responses_are_named(tmp_path):
     from mlharness.tasks.librispeech.metric import score_log
 

@@ -28,9 +28,10 @@ def register(synth: Any, prepare: Any, accuracy: Any) -> None:
     a.add_argument("--manifest", type=Path, required=True, help="dev-all-repack.json")
     a.add_argument("--dataset-dir", type=Path, default=None,
                    help="the folder the clips' names are relative to (default: the manifest's folder)")
-    a.add_argument("--dtype", default="int32", choices=("int8", "int16", "int32", "int64"),
-                   help="width of the label indices (default: int32, mlharness token responses; the reference "
-                        "SUT writes int64)")
+    a.add_argument("--dtype", default=None, choices=("int8", "int16", "int32", "int64"),
+                   help="width of the label indices (default: the response element type recorded in the "
+                        "mlharness_run.json beside the log, else inferred from the log; the reference SUT and the "
+                        "whisper manifests write int64)")
     a.set_defaults(func=cmd_accuracy)
 
 
@@ -48,9 +49,13 @@ def cmd_synth(args: argparse.Namespace, console: Any) -> int:
 
 
 def cmd_accuracy(args: argparse.Namespace, console: Any) -> int:
+    from mlharness.tasks.librispeech.dtype import resolve_dtype
     from mlharness.tasks.librispeech.metric import score_log
 
-    result = score_log(args.log, args.manifest, args.dtype, args.dataset_dir)
+    dtype, source = resolve_dtype(args.log, args.dtype)
+    if not args.dtype:
+        print(f"label indices read as {dtype}: {source}", file=sys.stderr)
+    result = score_log(args.log, args.manifest, dtype, args.dataset_dir)
     sys.stdout.write(result.text)
     sys.stdout.flush()
     return 0
