@@ -17,6 +17,7 @@ absolute names, so a folder that was moved is found by the last two parts of the
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError
+from mlharness.fileguard import DATA_FILE_LIMIT, check_regular_file, read_text_bounded
 
 MANIFEST_FILE = "dev-all-repack.json"
 AUDIO_DIR = "dev-all-repack"
@@ -62,19 +64,43 @@ def labels_to_text(ids: Any, where: str = "") -> str:
 def dataset_file(root: Path | str, name: str = MANIFEST_FILE) -> Path:
     """The manifest JSON: ``root`` itself when it is a file, else ``root/name``."""
     root = Path(root).expanduser()
-    path = root if root.is_file() else root / name
-    if not path.is_file():
+    path = root if root.exists() and not root.is_dir() else root / name
+    if not path.exists():
         raise DatasetError(f"LibriSpeech: no manifest {name} in {root} (the folder download_dataset.sh fills, or "
                            f"one `mlharness dataset synth librispeech` wrote)")
-    return path
+    return check_regular_file(path, "LibriSpeech: manifest", error=DatasetError)
 
 
 def _audio_path(fname: str, data_dir: Path) -> Path:
+    # exists(), not is_file(): a FIFO or a device at the name is refused as what it is when the clip is read
     path = Path(os.path.join(data_dir, fname))
-    if path.is_file():
+    if path.exists():
         return path
     moved = data_dir / Path(fname).parent.name / Path(fname).name
-    return moved if moved.is_file() else path
+    return moved if moved.exists() else path
+
+
+def _stated(value: Any, where: str, field: str, what: str) -> float:
+    """A duration the manifest states: a finite number of seconds, not negative."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if isinstance(value, bool) or not math.isfinite(seconds) or seconds < 0:
+        raise DatasetError(f"{where}: field '{field}' is {value!r}; expected {what}")
+    return seconds
+
+
+def _clip_facts(rec: dict[str, Any], file: dict[str, Any], where: str) -> float:
+    """The clip's stated duration (the file's ``duration``, else the entry's ``original_duration``), its stated
+    sample rate checked to be a sample rate."""
+    from mlharness.tasks.librispeech.audio import check_sample_rate
+
+    if "sample_rate" in file:
+        check_sample_rate(file["sample_rate"], f"{where}: field 'files[].sample_rate'")
+    if "duration" in file:
+        return _stated(file["duration"], where, "files[].duration", "the clip's length in seconds")
+    return _stated(rec["original_duration"], where, "original_duration", "the clip's length in seconds")
 
 
 class LibriSpeech:
@@ -84,9 +110,10 @@ class LibriSpeech:
                  max_duration: float = MAX_DURATION):
         self.path = Path(manifest)
         self.data_dir = Path(data_dir) if data_dir is not None else self.path.parent
+        text = read_text_bounded(self.path, "LibriSpeech: manifest", DATA_FILE_LIMIT, error=DatasetError)
         try:
-            records = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as e:
+            records = json.loads(text)
+        except ValueError as e:
             raise DatasetError(f"LibriSpeech: cannot read {self.path}: {e}") from e
         if not isinstance(records, list):
             raise DatasetError(f"LibriSpeech: {self.path} is not a JSON array of clips")
@@ -94,7 +121,7 @@ class LibriSpeech:
         for n, rec in enumerate(records):
             where = f"LibriSpeech: {self.path}: entry {n}"
             try:
-                duration = float(rec["original_duration"])
+                duration = _stated(rec["original_duration"], where, "original_duration", "seconds")
                 files = [f for f in rec["files"] if f["speed"] == 1]
             except (KeyError, TypeError, ValueError) as e:
                 raise DatasetError(f"{where} lacks {e} (expected transcript, files, original_duration)") from e
@@ -102,9 +129,12 @@ class LibriSpeech:
                 continue  # as manifest.py filters
             if not files:
                 raise DatasetError(f"{where} has no file at speed 1")
+            if not isinstance(files[0], dict) or "fname" not in files[0]:
+                raise DatasetError(f"{where}: its file at speed 1 has no 'fname'")
             self.records.append({"transcript": rec["transcript"], "labels": parse_transcript(rec["transcript"]),
                                  "audio": _audio_path(str(files[0]["fname"]), self.data_dir),
-                                 "duration": duration})
+                                 "duration": duration, "seconds": _clip_facts(rec, files[0], where),
+                                 "entry": n})
 
     def __len__(self) -> int:
         return len(self.records)
@@ -124,14 +154,23 @@ class LibriSpeech:
     def audio_path(self, index: int) -> Path:
         return Path(self._record(index)["audio"])
 
+    def _where(self, index: int) -> str:
+        return f"LibriSpeech: {self.path}: entry {self._record(index)['entry']} (sample {index}): "
+
+    def check_audio(self, count: int | None = None) -> None:
+        """Check the headers of the first ``count`` clips (all by default), none of their samples read: each a
+        regular file, its length the one its entry states, within the bounds of :mod:`.audio`. A run calls it
+        before the model loads, so a bad clip is a bad input named at once, not a failed run."""
+        from mlharness.tasks.librispeech.audio import audio_header
+
+        for index in range(len(self) if count is None else min(count, len(self))):
+            audio_header(self.audio_path(index), self._record(index)["seconds"], self._where(index))
+
     def audio(self, index: int, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
         """The clip as a mono float32 waveform at ``sample_rate`` (what the reference's QSL gives its model)."""
         from mlharness.tasks.librispeech.audio import load_audio
 
-        path = self.audio_path(index)
-        if not path.is_file():
-            raise DatasetError(f"LibriSpeech: sample {index}: audio file {path} does not exist")
-        return load_audio(path, sample_rate)
+        return load_audio(self.audio_path(index), sample_rate, self._record(index)["seconds"], self._where(index))
 
     def pcm16(self, index: int) -> np.ndarray:
         """The clip's 16-bit sample values (int32) at 16 kHz: a prompt key for test models."""
