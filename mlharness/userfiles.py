@@ -34,6 +34,24 @@ def check_free(path: Path, force: bool, flag: str = "--force") -> None:
     raise OutputExists(f"{path} exists; not overwriting it ({flag} replaces it)")
 
 
+def refuse_non_regular(path: Path) -> None:
+    """Raise :class:`OutputExists` when ``path`` holds anything but a regular file (a device node, a FIFO, a
+    folder, a link): ``--force`` replaces a file, never one of those."""
+    import stat
+
+    from mlharness.fileguard import describe_kind
+
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise OutputExists(f"{path!s:.300} cannot be checked ({e.strerror or e}); not writing there") from None
+    if not stat.S_ISREG(mode):
+        raise OutputExists(f"{ascii(str(path))[1:-1]:.300} is {describe_kind(mode)}, not a regular file; not "
+                           f"writing there (--force replaces only a regular file)")
+
+
 def unified_diff(old: str, new: str, path: Path) -> str:
     return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
                                         fromfile=f"{path} (existing)", tofile=f"{path} (new)"))
@@ -50,6 +68,7 @@ def replace_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (a temporary file beside it, then a rename). The file gets the mode
     of the one it replaces, or a new file's mode: never the private 0600 of the temporary file."""
     path = Path(path)
+    refuse_non_regular(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = path.stat().st_mode & 0o7777 if path.is_file() else new_file_mode()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)

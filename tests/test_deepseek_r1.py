@@ -65,6 +65,10 @@ def test_oracle_scores_100_through_loadgen(run_cli, tmp_path, scenario):
     assert values["exact_match"] == 100.0 and values["TOKENS_PER_SAMPLE"] > 5
     entries = json.loads((out / "mlperf_log_accuracy.json").read_text())
     assert sorted(e["qsl_idx"] for e in entries) == list(range(10))  # two of each of the five kinds
+    # the isolation the two LiveCodeBench programs ran under is said and recorded beside accuracy.txt
+    recorded = json.loads((out / "mlharness_run.json").read_text())["accuracy"]["code_isolation"]
+    assert recorded.startswith(("bubblewrap (", "none (")), recorded
+    assert f"LiveCodeBench programs run in {recorded}" in proc.stderr
 
 
 def test_accuracy_line_is_byte_identical_to_the_official_script(run_cli):

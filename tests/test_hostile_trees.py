@@ -165,6 +165,15 @@ def test_force_never_replaces_a_device_node_or_a_fifo(tmp_path: Path) -> None:
             "out.html is a character device, not a regular file")
     st = os.lstat(tmp_path / "out.html")
     assert stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, 5)
+    refused(cli("compare", "t", "t", "--html", "out.html", "--force", cwd=tmp_path),
+            "out.html is a character device, not a regular file")
+    # and every other writer of a user-named file goes through the same refusal
+    from mlharness.userfiles import OutputExists, replace_text
+
+    with pytest.raises(OutputExists, match="is a character device, not a regular file"):
+        replace_text(tmp_path / "out.html", "x")
+    st = os.lstat(tmp_path / "out.html")
+    assert stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, 5)
 
 
 def test_a_mathtext_folder_name_is_drawn_literally(tmp_path: Path) -> None:

@@ -186,10 +186,11 @@ def cmd_compare(args: argparse.Namespace, out: Any) -> int:
 
     from mlharness.measurement.compare import compare
     from mlharness.measurement.compare_render import print_terminal
-    from mlharness.userfiles import check_free, replace_text
+    from mlharness.report.treefiles import check_output
+    from mlharness.userfiles import replace_text
 
     if args.html is not None:
-        check_free(args.html, args.force)
+        check_output(args.html, args.force)
     result = compare(args.a, args.b)
     if args.html is not None:
         from mlharness.report.compare_html import render

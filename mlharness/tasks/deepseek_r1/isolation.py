@@ -150,7 +150,7 @@ def limiter(cpu_seconds: int, memory_bytes: int, file_bytes: int, processes: int
     return apply
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def probe(bwrap: str | None) -> Isolation | str:
     """The isolation bubblewrap gives here, or why there is none (tried once per binary and process)."""
     if not bwrap:

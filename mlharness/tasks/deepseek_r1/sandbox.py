@@ -20,6 +20,7 @@ import selectors
 import signal
 import struct
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -260,7 +261,9 @@ def run_programs(jobs: list[tuple[str, dict[str, Any]]], limits: Limits | None =
         return [], None
     limits = limits or Limits()
     isolation = choose(limits.allow_unisolated)
-    log.info("LiveCodeBench programs run in %s", isolation.describe())
+    # said in the run's normal output (stderr: stdout carries the accuracy text), whatever the log level
+    sys.stderr.write(f"LiveCodeBench programs run in {isolation.describe()}\n")
+    sys.stderr.flush()
 
     def run(job: tuple[str, dict[str, Any]]) -> bool:
         code, tests = job
