@@ -46,8 +46,9 @@ FD_WRITER = "framed answers on every fd"
 # The sandbox's runner shares its process with the program, so a program can write reply frames into the
 # runner's channel: the grader then takes answers the program never printed. The official scripts score it 0.
 FD_WRITER_DIVERGES = pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason=f"'{FD_WRITER}' (the last program of make_fixture.ADVERSARIAL) writes framed answers to "
-                        "the sandbox's channel and scores 100 in mlharness, 0 in the official scripts")
+    strict=True, raises=AssertionError,
+    reason=f"'{FD_WRITER}' (the last program of make_fixture.ADVERSARIAL) writes framed answers to the sandbox's "
+           "channel and scores 100 in mlharness, 0 in the official scripts")
 
 
 @pytest.fixture(scope="module", autouse=True)
