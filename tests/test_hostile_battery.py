@@ -24,6 +24,8 @@ import pytest
 from tests.test_files_bounded import HOSTILE_FILE_CASES, can_make, materialise
 from tests.test_files_bounded import snapshot as file_snapshot
 from tests.test_hooks_bounded import HOSTILE_HOOK_CASES, manifest, write_case
+from tests.test_hostile_trees import REPORT_CASES, SWEEP_CASES
+from tests.test_hostile_trees import tree as good_tree
 from tests.test_manifest_hostile import DRIVER, run_bounded
 from tests.test_settings_bounds import HOSTILE_SETTINGS_CASES
 
@@ -128,6 +130,18 @@ def _collect(root: Path) -> list[Battery]:
         argv = materialise(c, folder)
         cases.append(Battery(f"file-{c.id}", folder, argv, c.rc, [m.replace("{folder}", str(folder))
                                                                   for m in c.messages], env=dict(c.env)))
+    for case_id, make, words in REPORT_CASES:  # result trees that report must refuse without reading for ever
+        folder = root / f"tree-report-{case_id}"
+        folder.mkdir(parents=True)
+        make(good_tree(folder / "t"))
+        cases.append(Battery(f"tree-report-{case_id}", folder, ["report", str(folder / "t")], 2, list(words)))
+    for case_id, text, words in SWEEP_CASES:  # a sweep.json that sweep --resume must refuse before any run
+        folder = root / f"tree-sweep-{case_id}"
+        (folder / "out").mkdir(parents=True)
+        (folder / "out" / "sweep.json").write_text(text)
+        cases.append(Battery(f"tree-sweep-{case_id}", folder, ["sweep", "--manifest", "demo", "--qps", "150",
+                                                                 "--seconds", "0.2", "--output", str(folder / "out"),
+                                                                 "--resume"], 2, [words]))
     for c in HOSTILE_HOOK_CASES:
         if c.rc == 3:  # fails inside a LoadGen test (one per process), or ends the process: its module runs it
             continue
@@ -160,7 +174,7 @@ def test_the_battery_has_more_than_a_hundred_cases(tmp_path: Path) -> None:
     assert len(cases) >= 120, len(cases)
     assert len({c.id for c in cases}) == len(cases)
     kinds = {c.id.split("-")[0] for c in cases}
-    assert kinds == {"dest", "settings", "file", "hook"}, kinds
+    assert kinds == {"dest", "settings", "file", "hook", "tree"}, kinds
 
 
 def test_hostile_battery(tmp_path: Path) -> None:
