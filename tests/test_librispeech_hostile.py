@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import stat
 import struct
 import time
@@ -48,8 +50,6 @@ def clean_set(tmp_path_factory) -> Path:
 def hostile_set(clean: Path, folder: Path, make_clip=None, edit_entry=None) -> tuple[Path, Path]:
     """A copy of the clean set whose entry 0 has its clip replaced by ``make_clip(path)`` and/or its JSON entry
     changed by ``edit_entry(entry)``; (the set, the clip's path)."""
-    import shutil
-
     out = shutil.copytree(clean, folder / "set")
     records = json.loads((out / "dev-all-repack.json").read_text())
     clip = out / "dev-all-repack" / Path(records[0]["files"][0]["fname"]).name
@@ -114,9 +114,7 @@ def test_a_hostile_clip_is_refused_at_the_door_naming_the_file_and_entry(case, c
                    timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and proc.stderr.count("error:") == 1, proc.stderr
-    assert f"dev-all-repack.json: entry 0 (sample 0): " in proc.stderr and str(clip) in proc.stderr
-    import re
-
+    assert "dev-all-repack.json: entry 0 (sample 0): " in proc.stderr and str(clip) in proc.stderr
     assert re.search(message, proc.stderr), proc.stderr
     assert time.monotonic() - start < 60
     assert not (tmp_path / "out").exists()
