@@ -96,7 +96,7 @@ def _image_log(path: Path, n: int) -> None:
 
 
 def test_log_is_read_one_image_at_a_time(tmp_path):
-    from mlharness.tasks.coco_t2i.metric import log_images
+    from mlharness.tasks.coco_t2i.imagelog import log_images
 
     log = tmp_path / "mlperf_log_accuracy.json"
     _image_log(log, 8)
@@ -112,7 +112,7 @@ def test_log_is_read_one_image_at_a_time(tmp_path):
 
 
 def test_a_response_of_the_wrong_size_is_named(tmp_path):
-    from mlharness.tasks.coco_t2i.metric import log_images
+    from mlharness.tasks.coco_t2i.imagelog import log_images
 
     log = tmp_path / "log.json"
     log.write_text(json.dumps([{"seq_id": 0, "qsl_idx": 3, "data": "00" * 100}]))

@@ -8,6 +8,7 @@ for the oracle model and for making FID statistics, the reference images ``image
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,47 +22,73 @@ IMAGES = "images"
 COLUMNS = ("id", "image_id", "caption", "height", "width", "file_name", "coco_url")
 IMAGE_SHAPE = (1024, 1024, 3)  # what the accuracy script reshapes every response to
 LATENT_SHAPE = (1, 4, 128, 128)
+CAPTIONS_LIMIT = 64 << 20  # bytes: the benchmark's 5,000 captions are under 1 MiB
+LATENTS_LIMIT = 16 << 20  # bytes: the latent is 256 KiB
+
+
+def _dataset_error(message: str) -> DatasetError:
+    return DatasetError(f"COCO captions: {message}")
+
+
+def read_caption_table(path: Path | str):
+    """The captions TSV as the reference reads it (pandas, tab-separated, header row), from a regular file of
+    bounded size: a FIFO, a device or a folder is named as what it is."""
+    import pandas as pd
+
+    from mlharness.fileguard import read_bytes_bounded
+
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        raise DatasetError(f"COCO captions: {path} does not exist (make a set with "
+                           f"`mlharness dataset synth coco-captions --out DIR`)")
+    data = read_bytes_bounded(path, "captions file", CAPTIONS_LIMIT, error=_dataset_error)
+    try:
+        return pd.read_csv(io.BytesIO(data), sep="\t")
+    except (ValueError, OSError) as e:  # pandas' parser and decoding errors are ValueErrors
+        raise DatasetError(f"COCO captions: cannot read {path}: {e}") from e
+
+
+def _column(frame, path: Path | str, name: str) -> list[str]:
+    if name not in frame.columns:
+        raise DatasetError(f"COCO captions: {path} has no {name!r} column (columns: {', '.join(frame.columns)})")
+    return [str(c) for c in frame[name]]
 
 
 def read_captions(path: Path | str) -> list[str]:
-    """The caption of every row, read as the reference does (pandas, tab-separated, header row)."""
-    import pandas as pd
-
-    path = Path(path)
-    if not path.is_file():
-        raise DatasetError(f"COCO captions: {path} does not exist (make a set with "
-                           f"`mlharness dataset synth coco-captions --out DIR`)")
-    try:
-        frame = pd.read_csv(path, sep="\t")
-    except (ValueError, OSError) as e:
-        raise DatasetError(f"COCO captions: cannot read {path}: {e}") from e
-    if "caption" not in frame.columns:
-        raise DatasetError(f"COCO captions: {path} has no 'caption' column (columns: {', '.join(frame.columns)})")
-    return [str(c) for c in frame["caption"]]
+    """The caption of every row."""
+    return _column(read_caption_table(path), path, "caption")
 
 
 def read_file_names(path: Path | str) -> list[str]:
-    import pandas as pd
-
-    frame = pd.read_csv(path, sep="\t")
-    if "file_name" not in frame.columns:
-        raise DatasetError(f"COCO captions: {path} has no 'file_name' column")
-    return [str(c) for c in frame["file_name"]]
+    return _column(read_caption_table(path), path, "file_name")
 
 
 def read_latents(path: Path | str):
-    """The fixed latent as a float32 torch tensor of shape (1, 4, 128, 128)."""
+    """The fixed latent as a float32 torch tensor of shape (1, 4, 128, 128), every value finite: a NaN in the
+    latent turns every image black, and such images would still be scored."""
+    import pickle
+
     import torch
 
+    from mlharness.fileguard import read_bytes_bounded
+
     path = Path(path)
+    data = read_bytes_bounded(path, "COCO latents file", LATENTS_LIMIT, error=DatasetError)
     try:
-        latents = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError) as e:
+        latents = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as e:
         raise DatasetError(f"COCO latents: cannot read {path}: {e}") from e
     if not isinstance(latents, torch.Tensor) or tuple(latents.shape) != LATENT_SHAPE:
         got = tuple(latents.shape) if isinstance(latents, torch.Tensor) else type(latents).__name__
         raise DatasetError(f"COCO latents: {path} holds {got}; expected a tensor of shape {LATENT_SHAPE}")
-    return latents.to(torch.float32)
+    if not latents.is_floating_point():
+        raise DatasetError(f"COCO latents: {path} holds {latents.dtype} values; expected floating point")
+    latents = latents.to(torch.float32)
+    bad = int((~torch.isfinite(latents)).sum())
+    if bad:
+        raise DatasetError(f"COCO latents: {path} holds {bad} non-finite values (NaN or infinity) of "
+                           f"{latents.numel()}; every image would be generated from them")
+    return latents
 
 
 @dataclass
@@ -77,11 +104,17 @@ class CaptionSet:
         """The reference image of a sample as (1024, 1024, 3) uint8 (what the oracle answers)."""
         from PIL import Image
 
+        from mlharness.fileguard import open_regular
+
         path = self.image_path(index)
-        if not path.is_file():
+        if not path.exists() and not path.is_symlink():
             raise DatasetError(f"COCO captions: reference image {path} of sample {index} is missing")
-        with Image.open(path) as img:
-            arr = np.asarray(img.convert("RGB"), dtype=np.uint8)
+        try:
+            with open_regular(path, f"reference image of sample {index}", error=_dataset_error) as f, \
+                    Image.open(f) as img:
+                arr = np.asarray(img.convert("RGB"), dtype=np.uint8)
+        except (OSError, ValueError, Image.DecompressionBombError) as e:
+            raise DatasetError(f"COCO captions: reference image {path} of sample {index}: {e}") from e
         if arr.shape != IMAGE_SHAPE:
             raise DatasetError(f"COCO captions: {path} is {arr.shape[1]}x{arr.shape[0]}; the benchmark's images "
                                f"are {IMAGE_SHAPE[1]}x{IMAGE_SHAPE[0]} RGB")
@@ -93,7 +126,8 @@ def caption_set(root: Path | str | None, count: int | None = None) -> CaptionSet
         raise DatasetError("the coco-captions dataset needs --dataset-path: a folder with captions/captions.tsv "
                            "and latents/latents.pt (or make one: mlharness dataset synth coco-captions --out DIR)")
     root = Path(root)
-    captions = read_captions(root / CAPTIONS)
-    names = read_file_names(root / CAPTIONS)
+    frame = read_caption_table(root / CAPTIONS)
+    captions = _column(frame, root / CAPTIONS, "caption")
+    names = _column(frame, root / CAPTIONS, "file_name")
     n = min(count, len(captions)) if count else len(captions)
     return CaptionSet(root, captions[:n], names[:n])

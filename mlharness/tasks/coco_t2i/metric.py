@@ -12,7 +12,12 @@ stay, so memory does not grow with the images (the script's default path holds a
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import itertools
 import logging
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,44 +26,12 @@ import numpy as np
 
 from mlharness.errors import AccuracyError, DatasetError
 from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult
-from mlharness.tasks.coco_t2i.dataset import CAPTIONS, IMAGE_SHAPE, read_captions
+from mlharness.tasks.coco_t2i.dataset import CAPTIONS, read_captions
+from mlharness.tasks.coco_t2i.imagelog import log_images
 
 log = logging.getLogger(__name__)
 STATISTICS = "val2014.npz"
-IMAGE_BYTES = int(np.prod(IMAGE_SHAPE))
-
-
-def log_images(path: Path) -> Iterator[tuple[int, int, np.ndarray]]:
-    """(position, qsl_idx, image) of each first entry of a qsl_idx, read one entry at a time."""
-    import ijson
-
-    seen: set[int] = set()
-    try:
-        with open(path, "rb") as f:
-            for i, entry in enumerate(ijson.items(f, "item")):
-                idx = entry.get("qsl_idx") if isinstance(entry, dict) else None
-                if not isinstance(idx, int) or isinstance(idx, bool):
-                    raise AccuracyError(f"{path}: entry {i} is malformed: expected an object with an integer "
-                                        f"'qsl_idx'")
-                if idx in seen:
-                    continue
-                seen.add(idx)
-                yield i, idx, decode_image(entry.get("data"), f"{path}: entry {i} (qsl_idx {idx})")
-    except (OSError, ijson.JSONError) as e:
-        raise AccuracyError(f"cannot read accuracy log {path}: {e}") from e
-
-
-def decode_image(data: Any, where: str) -> np.ndarray:
-    if not isinstance(data, str):
-        raise AccuracyError(f"{where} has no hex 'data' string")
-    try:
-        raw = bytes.fromhex(data)
-    except ValueError as e:
-        raise AccuracyError(f"{where}: 'data' is not hex: {e}") from e
-    if len(raw) != IMAGE_BYTES:
-        raise AccuracyError(f"{where}: {len(raw)} bytes; an image response is {IMAGE_BYTES} bytes (1024x1024x3 "
-                            f"uint8, what the accuracy script reshapes to)")
-    return np.frombuffer(raw, np.uint8).reshape(IMAGE_SHAPE)
+STATISTICS_MEMBER_LIMIT = 1 << 30  # bytes of one array once inflated: the benchmark's sigma is 32 MiB
 
 
 def inception_features(net, image) -> np.ndarray:
@@ -82,7 +55,16 @@ def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma
         raise AccuracyError(f"FID: statistics of dimension {mu1.shape[0]} cannot be compared with features of "
                             f"dimension {mu2.shape[0]}")
     diff = mu1 - mu2
-    covmean, _ = linalg.sqrtm(sigma1.dot(sigma2), disp=False)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused below, naming it
+        product = sigma1.dot(sigma2)
+    # sqrtm of a matrix holding NaN or infinity does not return (minutes, then a meaningless value)
+    for name, value in (("the statistics' mean", mu1), ("the statistics' covariance", sigma1),
+                        ("the images' mean", mu2), ("the images' covariance", sigma2),
+                        ("the product of the covariances", product)):
+        if not np.isfinite(value).all():
+            raise AccuracyError(f"FID: {name} holds non-finite values (NaN or infinity); no distance can be "
+                                f"computed")
+    covmean, _ = linalg.sqrtm(product, disp=False)
     if not np.isfinite(covmean).all():
         log.warning("FID: singular product; adding %s to the diagonal of the covariances", eps)
         offset = np.eye(sigma1.shape[0]) * eps
@@ -96,19 +78,89 @@ def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma
 
 
 def read_statistics(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    if not path.is_file():
+    """``mu`` and ``sigma`` of an .npz statistics file, checked: a regular file, an archive (not a bare .npy),
+    arrays of numbers of matching shapes, every value finite."""
+    from mlharness.fileguard import open_regular
+
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
         raise AccuracyError(f"FID statistics {path} not found (the benchmark's is "
                             f"text_to_image/tools/val2014.npz)")
+    with open_regular(path, "FID statistics file", error=AccuracyError) as f:
+        try:
+            archive = np.load(f, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as e:
+            raise AccuracyError(f"FID statistics {path}: expected an .npz with 'mu' and 'sigma': {e}") from e
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise AccuracyError(f"FID statistics {path} is a .npy array of shape {archive.shape}, not an .npz "
+                                f"archive holding 'mu' and 'sigma' (as numpy.savez writes it)")
+        with archive:
+            mu, sigma = _member(archive, path, "mu"), _member(archive, path, "sigma")
+    if mu.ndim != 1 or sigma.shape != (mu.shape[0], mu.shape[0]):
+        raise AccuracyError(f"FID statistics {path}: 'mu' has shape {mu.shape} and 'sigma' {sigma.shape}; "
+                            f"expected (d,) and (d, d)")
+    return mu, sigma
+
+
+def _member(archive: Any, path: Path, name: str) -> np.ndarray:
+    import zipfile
+    import zlib
+
+    if name not in archive.files:
+        raise AccuracyError(f"FID statistics {path} has no {name!r} array (it holds: "
+                            f"{', '.join(archive.files) or 'nothing'})")
+    size = archive.zip.getinfo(f"{name}.npy").file_size  # from the archive's directory, before inflating
+    if size > STATISTICS_MEMBER_LIMIT:
+        raise AccuracyError(f"FID statistics {path}: {name!r} is {size} bytes once inflated, more than "
+                            f"{STATISTICS_MEMBER_LIMIT}; check that it is the right file")
     try:
-        with np.load(path) as f:
-            return f["mu"][:], f["sigma"][:]
-    except (OSError, KeyError, ValueError) as e:
-        raise AccuracyError(f"FID statistics {path}: expected an .npz with 'mu' and 'sigma': {e}") from e
+        value = archive[name]
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+        raise AccuracyError(f"FID statistics {path}: cannot read {name!r}: {e}") from e
+    if value.dtype.kind not in "fiu":
+        raise AccuracyError(f"FID statistics {path}: {name!r} holds {value.dtype} values; expected numbers")
+    bad = int(value.size - np.count_nonzero(np.isfinite(value)))
+    if bad:
+        raise AccuracyError(f"FID statistics {path}: {name!r} holds {bad} non-finite values (NaN or infinity) "
+                            f"of {value.size}")
+    return value.astype(np.float64, copy=False)
+
+
+@functools.cache
+def official_threads() -> int:
+    """The intra-op thread count torch gives a process that has not set one: the official script's. The
+    Inception features (float32 convolutions) change in their last bits with the thread count, and the FID
+    with them; a run's process has set its own count for the model, so this is asked of a fresh
+    interpreter with the same environment and CPU affinity."""
+    import torch
+
+    try:
+        out = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+                             capture_output=True, text=True, timeout=300, check=True).stdout
+        return max(1, int(out.strip().splitlines()[-1]))
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as e:
+        log.warning("cannot ask a fresh process for torch's default thread count (%s); scoring with %d threads",
+                    e, torch.get_num_threads())
+        return torch.get_num_threads()
+
+
+@contextlib.contextmanager
+def scoring_threads() -> Iterator[int]:
+    """torch at the official script's thread count for the duration, restored afterwards."""
+    import torch
+
+    before, threads = torch.get_num_threads(), official_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield threads
+    finally:
+        torch.set_num_threads(before)
 
 
 def image_statistics(images: Iterator, inception) -> tuple[np.ndarray, np.ndarray, int]:
     """(mean, covariance, count) of the Inception features of PIL images, for a statistics file."""
-    feats = np.array([inception_features(inception, img) for img in images], dtype=np.float64)
+    with scoring_threads():  # the same statistics whatever the caller's thread count
+        feats = np.array([inception_features(inception, img) for img in images], dtype=np.float64)
     return np.mean(feats, axis=0), np.cov(feats, rowvar=False), len(feats)
 
 
@@ -131,21 +183,28 @@ class CocoT2IMetric(AccuracyMetric):
         except DatasetError as e:
             raise AccuracyError(f"coco_t2i: {e}") from e
         mu1, sigma1 = read_statistics(self._path(ctx, "statistics", STATISTICS))
+        images = log_images(Path(accuracy_log))
+        first = next(images, None)  # a malformed log is refused before seconds of loading the networks
+        if first is None:
+            raise AccuracyError(f"coco_t2i: accuracy log {accuracy_log} has no entries; nothing to score")
         files = network_files(self._path(ctx, "networks", None) if ctx.options.get("networks") else None)
         clip = ClipScorer(files.clip)
         inception = load_inception(files.inception)
 
         clip_scores: list[float] = []
         features: list[np.ndarray] = []
-        for position, idx, array in log_images(Path(accuracy_log)):
-            if not 0 <= idx < len(captions):
-                raise AccuracyError(f"coco_t2i: {accuracy_log}: entry {position} has qsl_idx {idx}, outside the "
-                                    f"{len(captions)} captions of {captions_path}")
-            image = Image.fromarray(array)
-            clip_scores.append(100 * clip.similarity(captions[idx], image).item())
-            features.append(inception_features(inception, image))
-        if not features:
-            raise AccuracyError(f"coco_t2i: accuracy log {accuracy_log} has no entries; nothing to score")
+        with scoring_threads():
+            for position, idx, array in itertools.chain([first], images):
+                if not 0 <= idx < len(captions):
+                    raise AccuracyError(f"coco_t2i: {accuracy_log}: entry {position} has qsl_idx {idx}, outside "
+                                        f"the {len(captions)} captions of {captions_path}")
+                image = Image.fromarray(array)
+                clip_scores.append(100 * clip.similarity(captions[idx], image).item())
+                features.append(inception_features(inception, image))
+                if not (np.isfinite(features[-1]).all() and np.isfinite(clip_scores[-1])):
+                    raise AccuracyError(f"coco_t2i: {accuracy_log}: entry {position} (qsl_idx {idx}): the "
+                                        f"scoring networks give non-finite values for its image (check the "
+                                        f"weights of {files.inception.parent})")
         feats = np.asarray(features, dtype=np.float64)
         fid = frechet_distance(mu1, sigma1, np.mean(feats, axis=0), np.cov(feats, rowvar=False))
         clip_mean = np.mean(clip_scores)

@@ -56,6 +56,13 @@ class SdxlModule(nn.Module):
         images = self.pipe(prompt=prompts, negative_prompt=[self.negative_prompt] * len(prompts),
                            guidance_scale=self.guidance, num_inference_steps=self.steps,
                            latents=latents.to(self.unet.device, self.unet.dtype), output_type="pt").images
+        finite = torch.isfinite(images).flatten(1).all(dim=1)
+        if not bool(finite.all()):  # the cast below would make them black pixels, scored as an image
+            bad = [prompts[k] for k in (~finite).nonzero().flatten().tolist()]
+            raise PredictorError(f"stable-diffusion-xl: the image generated for caption {bad[0][:80]!r}"
+                                 f"{f' (and {len(bad) - 1} more in the batch)' if len(bad) > 1 else ''} holds "
+                                 f"NaN or infinity: the model's output is bad (a float16 overflow? non-finite "
+                                 f"weights?), not an image")
         return (images.permute(0, 2, 3, 1).float() * 255).round().to(torch.uint8)
 
 
