@@ -43,12 +43,9 @@ def _module(name: str, path: Path):
 FORGED = _module("deepseek_r1_forged_fixture", DS / "make_fixture.py")
 NAMES = list(FORGED.ADVERSARIAL)
 FD_WRITER = "framed answers on every fd"
-# The sandbox's runner shares its process with the program, so a program can write reply frames into the
-# runner's channel: the grader then takes answers the program never printed. The official scripts score it 0.
-FD_WRITER_DIVERGES = pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason=f"'{FD_WRITER}' (the last program of make_fixture.ADVERSARIAL) writes framed answers to the sandbox's "
-           "channel and scores 100 in mlharness, 0 in the official scripts")
+# "framed answers on every fd" writes reply frames into every inherited descriptor, the sandbox's channel among
+# them: every request carries a nonce its reply must echo, so those frames are no reply and the program fails, as
+# in the official scripts (which never read the descriptors it wrote to).
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -76,7 +73,6 @@ def _ds_adversarial_rows() -> list[int]:
     return [i for i, row in enumerate(rows) if row[1] in {f"lcbf{n:02d}" for n in range(3, 3 + len(NAMES))}]
 
 
-@FD_WRITER_DIVERGES
 def test_deepseek_r1_prints_the_official_lines(secret_env):
     proc = cli(secret_env, "accuracy", "deepseek-r1", "--log", str(DS / "mlperf_log_accuracy.json"),
                "--dataset-file", str(DS / "dataset.pkl"), "--tokenizer", str(DS / "tokenizer"),
@@ -87,7 +83,6 @@ def test_deepseek_r1_prints_the_official_lines(secret_env):
     assert proc.stdout.startswith("\nResults\n\n{'exact_match': ") and official.endswith(proc.stdout)
 
 
-@FD_WRITER_DIVERGES
 def test_gpt_oss_prints_the_official_lines(secret_env):
     proc = cli(secret_env, "accuracy", "gpt-oss", "--log", str(GO / "mlperf_log_accuracy.json"), "--reference-data",
                str(GO / "acc_eval_inputs.parquet"), "--tokenizer", str(GO_TOKENIZER), "--lcb-tests",
@@ -148,9 +143,8 @@ def test_gpt_oss_verdicts_are_the_official_ones(monkeypatch):
     assert len(adversarial) == len(NAMES) - 1 and not any(verdicts[i] for i in adversarial)
 
 
-@FD_WRITER_DIVERGES
 def test_framed_answers_on_every_fd_score_0(monkeypatch):
-    """The one program the official scripts score differently today: its frames reach the runner's channel."""
+    """Frames written blindly into every descriptor, the runner's channel among them, are no reply: it fails."""
     from mlharness.tasks.deepseek_r1.sandbox import Limits, run_program_tests
 
     base = FORGED.base()

@@ -4,6 +4,9 @@ nothing of mlharness is imported) and spoken to in frames (a 4-byte big-endian l
 and stdout, which it moves to other descriptors before the program runs (the program's own fds 0 and 1 are
 ``/dev/null``; what it prints is captured from ``sys.stdout`` as LiveCodeBench captures it).
 
+Every request carries the grader's ``nonce``, and the reply to it echoes it: bytes the program writes into the
+channel on its own (framed answers written blindly to every descriptor) are no reply, and fail it.
+
 1. ``{"code", "fn_name", "timeout"}`` → the program is loaded as LiveCodeBench's ``run_test`` loads it (a stdio
    program becomes a function after its preamble of imports; a functional one is executed and ``Solution()`` made)
    → ``{"status": "ok"}``, or ``"error"`` / ``"timeout"``.
@@ -236,28 +239,26 @@ def run_functional(method, given, timeout):
 
 def serve(channel):
     header = channel.receive()
-    timeout, fn_name = int(header["timeout"]), header.get("fn_name")
+    timeout, fn_name, nonce = int(header["timeout"]), header.get("fn_name"), header.get("nonce")
     try:
         target = load(header["code"], fn_name, timeout)
     except BaseException as e:  # noqa: BLE001 - anything the program raises while loading fails it
         if isinstance(e, KeyboardInterrupt):
             raise
         sys.stderr.write(f"the program did not load: {type(e).__name__}: {e}\n")
-        channel.send({"status": "error"})
+        channel.send({"status": "error", "nonce": nonce})
         return
     if target is None:
-        channel.send({"status": "error"})
+        channel.send({"status": "error", "nonce": nonce})
         return
-    channel.send({"status": "ok"})
+    channel.send({"status": "ok", "nonce": nonce})
     while True:
         try:
             request = channel.receive()
         except EOFError:
             return
-        if fn_name:
-            channel.send(run_functional(target, request["input"], timeout))
-        else:
-            channel.send(run_stdio(target, request["input"], timeout))
+        run = run_functional if fn_name else run_stdio
+        channel.send({**run(target, request["input"], timeout), "nonce": request.get("nonce")})
 
 
 def main():

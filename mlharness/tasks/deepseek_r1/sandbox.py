@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import selectors
 import signal
 import struct
@@ -171,6 +172,12 @@ class Conversation:
         self.selector.close()
 
 
+def _reply_to(reply: Any, nonce: str) -> bool:
+    """Whether ``reply`` is the runner's answer to the request that carried ``nonce`` (a frame the program wrote
+    into the channel itself does not know it)."""
+    return isinstance(reply, dict) and reply.get("nonce") == nonce
+
+
 def _start(isolation: Isolation, limits: Limits, cpu: int) -> tuple[subprocess.Popen[bytes], int | None]:
     python_args = ["-c", RUNNER.read_text(encoding="utf-8")]
     if isolation.bwrap:
@@ -225,15 +232,18 @@ def run_program_tests(code: str, inputs: list[str], outputs: list[str], fn_name:
     talk = Conversation(proc, time.monotonic() + wall)
     results: list[Any] = []
     try:
-        talk.send({"code": code, "fn_name": fn_name, "timeout": int(limits.timeout)})
+        nonce = secrets.token_hex(16)
+        talk.send({"code": code, "fn_name": fn_name, "timeout": int(limits.timeout), "nonce": nonce})
         loaded = talk.receive()
-        status = loaded.get("status") if isinstance(loaded, dict) else None
-        if status != "ok":  # it did not load: LiveCodeBench's runtime error
+        if not (_reply_to(loaded, nonce) and loaded.get("status") == "ok"):  # LiveCodeBench's runtime error
             results = [code_tests.ERROR]
         else:
             for given, expected in zip(inputs, outputs, strict=False):
-                talk.send({"input": given})
-                outcome = code_tests.verdict(talk.receive(), expected, bool(fn_name))
+                nonce = secrets.token_hex(16)
+                talk.send({"input": given, "nonce": nonce})
+                reply = talk.receive()
+                outcome = code_tests.verdict(reply, expected, bool(fn_name)) if _reply_to(reply, nonce) \
+                    else code_tests.ERROR
                 results.append(outcome)
                 if outcome is not True:
                     break
