@@ -3,17 +3,16 @@ modules are imported (:mod:`mlharness.startup`), so a Ctrl-C while it starts exi
 
 from __future__ import annotations
 
-import sys
-
 from mlharness import startup
 
 
-def main() -> int:
+def main() -> None:
+    """Run the command and exit with its status (the console script's own ``sys.exit`` is not reached)."""
     startup.guard()
     from mlharness.cli import main as command  # the command's modules: a second or more on a busy host
 
-    return command()
+    startup.leave(command())
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -260,6 +260,7 @@ def hook_overran(e: BaseException) -> None:
     """The hook watchdog's action: a hook past its deadline cannot be stopped (no thread can interrupt another),
     so the run's partial output is kept as *.failed-<time> and the process ends with exit status 3."""
     kept = GUARD.keep_all()
+    GUARD.remove_scratch()  # tune's trial folders: no finally block runs after hard_exit
     err.print(f"[bold red]error:[/] {escape(str(e))}" + (f"\nPartial output: {escape(', '.join(kept))}" if kept
                                                          else ""), highlight=False, soft_wrap=True)
     sys.stderr.flush()
@@ -303,4 +304,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    startup.leave(main())

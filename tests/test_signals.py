@@ -501,3 +501,48 @@ def test_a_signal_while_the_command_starts_exits_with_one_line(tmp_path, entry):
         assert proc.returncode == 128 + sig, when
         assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, when
         assert stderr.strip().splitlines()[-1].startswith("error: "), when
+
+
+# a model whose teardown is slow (as torch's and transformers' are on a busy host): an object that takes 30 s to
+# go when the interpreter finalizes, and an exit handler that must still run
+SLOW_TEARDOWN_POSTPROCESS = MARKING_POSTPROCESS + """\
+import atexit
+import time
+
+class _SlowToGo:
+    def __del__(self):
+        time.sleep(30)
+
+_KEEP = [_SlowToGo()]
+atexit.register(lambda: open("exit-handler-ran", "a").close())  # in the run's working folder
+"""
+
+
+@pytest.mark.parametrize("entry", [["-m", "mlharness.cli"], ["-m", "mlharness"]], ids=["cli", "package"])
+def test_a_signal_exit_does_not_wait_for_the_interpreter_teardown(tmp_path, entry):
+    """After a signal the output is kept and exit handlers run, then the process ends without finalizing the
+    interpreter: a framework's slow teardown cannot stretch the promised ~3 s."""
+    manifest = echo_manifest(tmp_path, "slowteardown", options={"sleep_ms": 200}, count=256,
+                             postprocess=SLOW_TEARDOWN_POSTPROCESS)
+    out = tmp_path / "out"
+    err = open(tmp_path / "stderr.txt", "w")  # noqa: SIM115 - the child writes it; closed below
+    proc = subprocess.Popen([sys.executable, *entry, "run", "--manifest", str(manifest), "--no-progress",
+                             "--scenario", "Offline", *LONG, "--target-qps", "100", "--output", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=err, cwd=tmp_path, env=_env(tmp_path))
+    try:
+        wait_for_the_test(manifest, proc, tmp_path)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=60)
+        wall = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        err.close()
+    stderr = (tmp_path / "stderr.txt").read_text()
+    assert rc == 130, stderr
+    assert "Traceback" not in stderr, stderr
+    assert wall < SIGNAL_LIMIT_S, f"{wall:.1f} s from the signal to the end of the process"
+    assert (tmp_path / "exit-handler-ran").exists(), "the exit handlers were skipped"
+    assert failed_siblings(out), "the partial output was not kept"
