@@ -133,6 +133,20 @@ def test_int32_responses_score_the_same(tmp_path):
     assert float(re.match(CHECKER_ACCURACY, result.text).group(1)) == result.value
 
 
+def test_the_metric_reads_the_manifest_s_response_type_without_a_dtype_option(tmp_path):
+    """In a run, a manifest that declares int64 responses and no ``dtype`` option is scored as int64 (read as
+    int32, every other label would be a 0: a WER near 400 %)."""
+    from mlharness.tasks.base import AccuracyContext
+    from mlharness.tasks.librispeech.metric import WhisperWerMetric
+
+    (tmp_path / "dev-all-repack.json").write_bytes((FIXTURES / "dev-all-repack.json").read_bytes())
+    log = FIXTURES / "mlperf_log_accuracy.json"
+    declared = AccuracyContext(dataset_path=tmp_path, count=0, options={}, response_dtype="int64")
+    assert WhisperWerMetric().score(log, declared).text == _official_line()
+    undeclared = AccuracyContext(dataset_path=tmp_path, count=0, options={})  # int32, as before
+    assert WhisperWerMetric().score(log, undeclared).text != _official_line()
+
+
 def test_accuracy_command_without_dtype_reads_a_whisper_int64_log_as_the_official_script(run_cli):
     """No --dtype, no run record: the int64 label indices are told from the log (read as int32 they would be
     every label followed by a space, a WER near 400 %)."""

@@ -205,7 +205,7 @@ def score_accuracy(plan: RunPlan, opts: RunOptions, outdir: Path) -> AccuracyRes
         return None
     actx = AccuracyContext(
         dataset_path=Path(plan.ctx["dataset_path"]) if plan.ctx.get("dataset_path") else None,
-        count=plan.total, options=dict(spec.options),
+        count=plan.total, options=dict(spec.options), response_dtype=plan.loaded.model.response.element_type,
     )
     accuracy = METRICS.get(spec.metric)().score(outdir / "mlperf_log_accuracy.json", actx)
     write_result(outdir / "accuracy.txt", accuracy.text)

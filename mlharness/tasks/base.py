@@ -29,6 +29,8 @@ class AccuracyContext:
     dataset_path: Path | None
     count: int
     options: dict[str, Any]
+    # the element type the manifest declares for responses (int32, int64, ...): what the accuracy log holds
+    response_dtype: str | None = None
 
 
 class AccuracyMetric(abc.ABC):

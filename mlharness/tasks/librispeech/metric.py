@@ -134,7 +134,8 @@ def score_log(accuracy_log: Path | str, manifest: Path | str, dtype: str = "int3
 
 class WhisperWerMetric(AccuracyMetric):
     """100 - WER of a whisper accuracy log. Options: ``manifest_file`` (dev-all-repack.json, relative to the
-    dataset path), ``dtype`` (int32: the width of the label indices in the responses)."""
+    dataset path), ``dtype`` (the width of the label indices in the responses; default: the element type the
+    manifest declares for its responses, else int32)."""
 
     name = "whisper_wer"
 
@@ -146,7 +147,8 @@ class WhisperWerMetric(AccuracyMetric):
             raise AccuracyError("whisper_wer needs the dataset path (the folder holding dev-all-repack.json)")
         manifest = base if base.is_file() else base / str(ctx.options.get("manifest_file", MANIFEST_FILE))
         try:
-            return score_log(accuracy_log, manifest, str(ctx.options.get("dtype", "int32")),
+            dtype = ctx.options.get("dtype") or (ctx.response_dtype if ctx.response_dtype in DTYPES else "int32")
+            return score_log(accuracy_log, manifest, str(dtype),
                              base.parent if base.is_file() else base)
         except MLHarnessError:
             raise
