@@ -254,11 +254,15 @@ class ClipScorer:
 
 
 def random_state_dict(seed: int = 0) -> dict[str, torch.Tensor]:
-    """Weights of the right shapes for tests: the real ones cannot be downloaded everywhere."""
+    """Weights of the right shapes for tests: the real ones cannot be downloaded everywhere. Every value is a
+    float16 value (stored as float32): the official script loads CLIP through open_clip's OpenAI path, which
+    rounds the convolution, linear, attention and projection weights to float16 before using them in float32,
+    as the OpenAI checkpoint holds them. Weights that survive that rounding unchanged give the same score
+    through the official loader and through ``load_state``."""
     torch.manual_seed(seed)
     net = ClipViTB32()
     with torch.no_grad():
         for name, p in net.named_parameters():
             if name.endswith(("class_embedding", "positional_embedding", "proj", "projection")):
                 p.normal_(0.0, 0.02 if "positional" in name else 0.05)
-    return net.state_dict()
+    return {k: v.half().float() if v.is_floating_point() else v for k, v in net.state_dict().items()}
