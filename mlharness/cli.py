@@ -296,6 +296,12 @@ def main(argv: list[str] | None = None) -> int:
         err.print(f"[bold red]error:[/] {escape(str(e) or 'interrupted')}", highlight=False, soft_wrap=True)
         return getattr(e, "exit_code", 130)
     except Exception as e:  # a bug, shown with its traceback, unless a signal surfaced as it (inside an import)
+        from mlharness.extras import hint_for_exception
+
+        hint = hint_for_exception(e) if GUARD.signum is None else None
+        if hint:  # an optional package this command needs is not installed: say which extra brings it
+            err.print(f"[bold red]error:[/] {escape(str(e))}; {escape(hint)}", highlight=False, soft_wrap=True)
+            return 2
         if GUARD.signum is None:
             raise
         err.print(f"[bold red]error:[/] {escape(str(Interrupted(GUARD.signum)))} ({type(e).__name__}: "

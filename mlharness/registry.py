@@ -6,6 +6,7 @@ import importlib
 from typing import Any
 
 from mlharness.errors import MLHarnessError, suggest
+from mlharness.extras import hint_for_exception
 
 
 class Registry:
@@ -34,7 +35,13 @@ class Registry:
         if name not in self._entries:
             raise self._error(f"unknown {self.kind} '{name}'.{suggest(name, self._entries)}")
         module, _, attr = self._entries[name].partition(":")
-        obj = importlib.import_module(module)
+        try:
+            obj = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            hint = hint_for_exception(e)
+            if hint is None:  # not an optional package: a bug, shown with its traceback
+                raise
+            raise self._error(f"{self.kind} '{name}' needs a package that is not installed ({e}); {hint}") from e
         for part in attr.split("."):
             obj = getattr(obj, part)
         self._loaded[name] = obj

@@ -86,8 +86,11 @@ def check_framework_version(loaded: LoadedManifest, ignore: bool) -> str:
         except importlib.metadata.PackageNotFoundError:
             continue
     if installed is None:
+        from mlharness.extras import hint_for_framework
+
+        advice = hint_for_framework(fw.name) or f"pip install {candidates[0]}"
         raise PredictorError(f"framework '{fw.name}' needs the Python package '{candidates[0]}', which is not "
-                             f"installed (try: pip install 'mlharness[all]')")
+                             f"installed: {advice}")
     spec = fw.version.strip()
     if spec in ("", "*", "latest"):
         return installed

@@ -66,6 +66,9 @@ def plan_run(loaded: LoadedManifest, opts: RunOptions) -> RunPlan:
         lgs.check_model_name(conf_model)
     # an MLPerf benchmark the round's suite lacks is refused before anything loads (not a name no round has)
     check_in_suite(opts.round, m.mlperf.benchmark or m.mlperf.model, str(loaded.path))
+    # a framework that is not installed is named, with the extra that brings it, before the hooks import anything
+    local = not (opts.agents or opts.network or opts.endpoints)
+    version = check_framework_version(loaded, opts.ignore_framework_version) if local else None
     batch = opts.max_batchsize or m.batching.for_scenario(lgs.loadgen_scenario(opts.scenario))
     ctx = build_context(loaded, opts, batch)
     hooks = HookSet(loaded, ctx)
@@ -82,7 +85,7 @@ def plan_run(loaded: LoadedManifest, opts: RunOptions) -> RunPlan:
     return RunPlan(
         loaded=loaded, hooks=hooks, ctx=ctx, total=total, official=official, conf_model=conf_model,
         benchmark=m.mlperf.benchmark or m.mlperf.model or m.name, batch=batch, tokens=tokens,
-        framework_version=check_framework_version(loaded, opts.ignore_framework_version),
+        framework_version=version if local else check_framework_version(loaded, opts.ignore_framework_version),
         affinity=core_sets(max(1, opts.instances)) if opts.pin_cores else None,
     )
 

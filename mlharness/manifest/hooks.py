@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mlharness import extras
 from mlharness.errors import HookError, ManifestError
 from mlharness.manifest import hookguard
 from mlharness.manifest.loader import LoadedManifest, SourceInfo
@@ -153,6 +154,9 @@ class HookSet:
             detail = f"{when}: {exc.explain()}" if when else exc.explain()
         else:
             detail = f"raised {when + ': ' if when else ''}{type(exc).__name__}: {exc}"
+            hint = extras.hint_for_exception(exc)  # a missing optional package: the extra that brings it
+            if hint:
+                where += f"; {hint}"
         if log.isEnabledFor(logging.DEBUG):
             log.debug("hook %s failed:\n%s", hook, "".join(traceback.format_exception(exc)))
         return HookError(hook, manifest, f"{detail}{where}", line=line)
