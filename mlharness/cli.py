@@ -33,8 +33,9 @@ err = output_console(stderr=True)
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--manifest", default=None, help="model manifest: a path or a built-in name (default: the demo)")
-    p.add_argument("--framework", default=None, help="run the manifest's variant for this framework "
-                   "(onnxruntime, pytorch, tensorflow); also MANIFEST@FRAMEWORK")
+    p.add_argument("--framework", default=None, help="run the manifest's variant for this framework: a "
+                   "key of its 'frameworks' section (e.g. pytorch, tensorflow, transformers, vllm); also "
+                   "MANIFEST@FRAMEWORK")
     p.add_argument("--dataset", default=None, help="dataset manifest (path or built-in name), overriding the model's")
     p.add_argument("--dataset-path", default=None, help="folder of the dataset files")
     # choices are checked by the library, so a typo gets a 'did you mean' instead of argparse's list
