@@ -175,6 +175,10 @@ def cmd_run(args: argparse.Namespace, console: Any) -> int:
     _print_rows(console, outcome.rows)
     console.print(f"{outcome.ran} LoadGen test(s) run, {outcome.skipped} skipped; results in "
                   f"{args.results.resolve()}", highlight=False, soft_wrap=True)
+    if outcome.development:  # check --allow-development lists them as warnings: the chain goes on
+        console.print(f"[yellow]{len(outcome.development)} development finding(s)[/] (not failures: `submission "
+                      f"check --allow-development` tolerates them; the tree is not submittable)", highlight=False,
+                      soft_wrap=True)
     if outcome.failed_audits:
         raise AuditFailed("compliance audit(s) failed: " + "; ".join(outcome.failed_audits))
     return 0

@@ -64,6 +64,7 @@ def complete(tree: Tree, ids: tuple[str, str, str], step: str, signature: str) -
 
 
 VERDICT_FILE = "verdict.json"
+FINDING_FILE = "development_finding.txt"
 
 
 def record_verdict(tree: Tree, ids: tuple[str, str, str], test: str, checks: dict[str, bool]) -> None:
@@ -71,6 +72,16 @@ def record_verdict(tree: Tree, ids: tuple[str, str, str], test: str, checks: dic
     record = tree.record_dir(*ids, test)
     if record.is_dir():
         (record / VERDICT_FILE).write_text(json.dumps(checks, indent=2) + "\n")
+
+
+def record_finding(tree: Tree, ids: tuple[str, str, str], test: str, finding: str | None) -> None:
+    """Keep the development finding an audit's failure is (in the words of ``submission check``) beside its
+    verdict; an audit that passed or failed for real has none, and a finding of an earlier attempt goes."""
+    path = tree.record_dir(*ids, test) / FINDING_FILE
+    if finding and path.parent.is_dir():
+        path.write_text(finding + "\n")
+    elif not finding:
+        path.unlink(missing_ok=True)
 
 
 def failed_before(tree: Tree, ids: tuple[str, str, str], step: str) -> bool:
