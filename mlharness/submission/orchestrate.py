@@ -35,7 +35,14 @@ from mlharness.submission.compliance import Verdict
 from mlharness.submission.layout import Tree, check_system_name
 from mlharness.submission.round_check import record_round
 from mlharness.submission.rules import MIN_DURATION_MS, compliance_tests_for_model
-from mlharness.submission.steps import StepFailed, complete, failed_before, record_finding, result_line, run_step
+from mlharness.submission.steps import (
+    StepFailed,
+    complete,
+    failed_before,
+    record_finding,
+    result_line,
+    run_step,
+)
 from mlharness.submission.system import describe_system, load_overrides
 
 log = logging.getLogger(__name__)
