@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 if __name__ == "__main__":  # python -m mlharness.cli: signals handled before the imports below (seconds when busy)
@@ -23,7 +22,6 @@ from mlharness.errors import MLHarnessError
 from mlharness.loadgen.interrupt import GUARD, Interrupted, handle_signals
 from mlharness.manifest import hookguard
 from mlharness.manifest.hookguard import hard_exit
-from mlharness.manifest.schema import SCENARIOS
 from mlharness.progress import output_console
 
 # piped (logs, CI): wide lines, tables sized to their content, emoji codes off (see output_console)
@@ -32,71 +30,9 @@ err = output_console(stderr=True)
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--manifest", default=None, help="model manifest: a path or a built-in name (default: the demo)")
-    p.add_argument("--framework", default=None, help="run the manifest's variant for this framework: a "
-                   "key of its 'frameworks' section (e.g. pytorch, tensorflow, transformers, vllm); also "
-                   "MANIFEST@FRAMEWORK")
-    p.add_argument("--dataset", default=None, help="dataset manifest (path or built-in name), overriding the model's")
-    p.add_argument("--dataset-path", default=None, help="folder of the dataset files")
-    # choices are checked by the library, so a typo gets a 'did you mean' instead of argparse's list
-    p.add_argument("--scenario", required=True, help=f"one of {', '.join(SCENARIOS)}, or Interactive (a token-stream "
-                   "model run as Server under the <model>-interactive settings)")
-    p.add_argument("--mode", default="accuracy", help="accuracy or performance (default: accuracy)")
-    p.add_argument("--output", type=Path, default=None, help="run directory (default: results/<system>/<benchmark>/"
-                   "<scenario>/accuracy or .../performance/run_1)")
-    p.add_argument("--results-root", type=Path, default=Path("results"))
-    p.add_argument("--system", default=os.environ.get("MLHARNESS_SYSTEM", "default"), help="system name in the "
-                   "results tree")
-    p.add_argument("--user-conf", type=Path, default=None, help="user.conf (default: the package's "
-                   "mlharness/user_conf/<model>.conf or mlharness/user_conf/default.conf)")
-    p.add_argument("--audit-config", type=Path, default=None, help="compliance audit config (TEST01, TEST04)")
-    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    p.add_argument("--round", default=None, help="MLPerf Inference round whose seeds the run uses (v6.0, v6.1; "
-                   "default: v6.1, the round of the pinned LoadGen)")
-    dev = p.add_argument_group("development overrides (make a run non-submittable)")
-    dev.add_argument("--count", type=int, default=None, help="use only the first N dataset samples")
-    dev.add_argument("--min-duration-ms", type=int, default=None)
-    dev.add_argument("--min-query-count", type=int, default=None)
-    dev.add_argument("--max-query-count", type=int, default=None)
-    dev.add_argument("--target-qps", type=float, default=None, help="Offline expected / Server target QPS")
-    dev.add_argument("--target-latency-ms", type=float, default=None, help="SingleStream/MultiStream expected or "
-                     "Server target latency")
-    dev.add_argument("--samples-per-query", type=int, default=None, help="MultiStream samples per query")
-    dev.add_argument("--performance-sample-count", type=int, default=None)
-    tune = p.add_argument_group("execution")
-    tune.add_argument("--max-batchsize", type=int, default=None, help="override the manifest's batch size")
-    tune.add_argument("--server-max-wait-ms", type=float, default=None, help="Server dynamic batching wait")
-    tune.add_argument("--threads", type=int, default=None, help="framework intra-op threads")
-    tune.add_argument("--workers", type=int, default=1, help="SUT worker threads (at least one per instance)")
-    tune.add_argument("--instances", type=int, default=1, help="predictor sessions run side by side")
-    tune.add_argument("--threads-per-instance", type=int, default=None, help="framework threads of each "
-                      "instance (default: the cores split evenly)")
-    tune.add_argument("--pin-cores", action="store_true", help="pin each instance (its framework threads and "
-                      "its runner thread) to its own share of the usable cores")
-    tune.add_argument("--load-workers", type=int, default=None, help="threads pre-processing samples at load "
-                      "time; 0 = one per core (default: the dataset manifest's load_workers, else 1)")
-    tune.add_argument("--trace", default="none", help="none (default), model (spans per batch/sample), framework "
-                      "(+ the framework profiler), system (+ host/GPU counters), full (+ LoadGen's trace); "
-                      "written to mlharness_trace.json")
-    tune.add_argument("--telemetry-interval-ms", type=float, default=500.0, help="sample CPU, memory and GPUs "
-                      "(NVML) this often during the run (default 500; 0 disables); summaries go to "
-                      "mlharness_run.json")
-    tune.add_argument("--no-calibrate", action="store_true", help="performance mode: do not measure the expected "
-                      "performance (target_qps / target_latency) when neither a --user-conf nor a flag gives it")
-    tune.add_argument("--ignore-framework-version", action="store_true")
-    tune.add_argument("--no-progress", action="store_true")
-    net = p.add_argument_group("remote agents (Open Inference Protocol over gRPC)")
-    net.add_argument("--agent", action="append", default=[], metavar="HOST:PORT", help="run the model on this "
-                     "agent (`mlharness agent serve`, or any KServe v2 gRPC server); repeatable")
-    net.add_argument("--network", default=None, choices=("lon",), help="lon: LoadGen over the network; the agents "
-                     "(started with --hooks agent) run the hooks and the model, this node only dispatches queries")
-    net.add_argument("--sut-server", action="append", default=[], metavar="HOST:PORT", help="with --network lon: "
-                     "an agent of the network SUT; repeatable")
-    from mlharness.agent.cli import add_connect_args
+    from mlharness.loadgen.run_args import add_run_options
 
-    add_connect_args(net)
-    p.add_argument("--endpoint", action="append", default=[], metavar="URL", help="generate with this "
-                   "OpenAI-compatible server (vLLM serve, SGLang, TGI, llama.cpp, ...; framework 'openai'); repeatable")
+    add_run_options(p)  # the options every command that runs LoadGen shares (mlharness.loadgen.run_args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -174,20 +110,12 @@ def _add_task_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from mlharness.agent.cli import connect_options
-    from mlharness.loadgen import settings as lgs
-    from mlharness.loadgen.runner import DEFAULT_MANIFEST, RunOptions, run
+    from mlharness.loadgen.run_args import run_options
+    from mlharness.loadgen.runner import run
     from mlharness.progress import RunProgress
     from mlharness.rounds import get_round
 
     get_round(args.round)  # an unknown round is refused before the model loads
-
-    overrides = lgs.Overrides(
-        min_duration_ms=args.min_duration_ms, min_query_count=args.min_query_count,
-        max_query_count=args.max_query_count, target_qps=args.target_qps,
-        target_latency_ms=args.target_latency_ms, samples_per_query=args.samples_per_query,
-        performance_sample_count=args.performance_sample_count,
-    )
 
     def stuck(e: BaseException, outdir: Path) -> None:
         # LoadGen has no way to stop a test early; after a failure it would keep issuing until min_duration.
@@ -197,19 +125,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         hard_exit(3)  # the real os._exit: hooks run with a refusing one
 
-    opts = RunOptions(
-        scenario=args.scenario, mode=args.mode, manifest=args.manifest or DEFAULT_MANIFEST, dataset=args.dataset,
-        framework=args.framework,
-        dataset_path=args.dataset_path, output=args.output, results_root=args.results_root, system=args.system,
-        user_conf=args.user_conf, audit_config=args.audit_config, count=args.count, overrides=overrides,
-        max_batchsize=args.max_batchsize, server_max_wait_ms=args.server_max_wait_ms, threads=args.threads,
-        workers=args.workers, instances=args.instances, threads_per_instance=args.threads_per_instance, pin_cores=args.pin_cores, load_workers=args.load_workers, device=args.device, trace=args.trace,
-        ignore_framework_version=args.ignore_framework_version, on_stuck_failure=stuck,
-        telemetry_interval_ms=args.telemetry_interval_ms,
+    opts = run_options(
+        args, on_stuck_failure=stuck,
         progress=RunProgress(err, live=not args.no_progress),  # --no-progress: the estimate line only
-        agents=[*args.agent, *args.sut_server], network=args.network, agent_options=connect_options(args),
-        round=args.round, endpoints=args.endpoint,
-        calibrate=not args.no_calibrate, say=lambda text: err.print(f"[dim]{escape(text)}[/]", highlight=False),
+        say=lambda text: err.print(f"[dim]{escape(text)}[/]", highlight=False),
     )
     result = run(opts)
     s = result.summary
