@@ -151,6 +151,8 @@ def validate(out: Console, ref: str, dataset_path: str | None, trust: bool = Fal
         notes.append(modelcheck.check_onnx(loaded, model_file))
     elif model_file is not None and loaded.model.framework.name in ("pytorch", "tensorflow"):
         notes.append(modelcheck.check_loads(loaded, model_file))
+    elif loaded.model.framework.name == "transformers":
+        notes.append(modelcheck.check_transformers(loaded, model_file))
     ds_dir = dataset_path or (loaded.dataset.path if loaded.dataset and loaded.dataset.path else None)
     if ds_dir is not None:
         p = Path(ds_dir) if dataset_path else loaded.dataset_directory / ds_dir

@@ -108,6 +108,19 @@ def check_loads(loaded: LoadedManifest, model_file: Path) -> str:
     return f"model {model_file} loads in {m.framework.name}; its inputs agree with the declarations"
 
 
+def check_transformers(loaded: LoadedManifest, model_file: Path | None) -> str:
+    """What the transformers predictor refuses at ``run``, refused here too: a declared input it would not consume,
+    and a checkpoint whose config AutoModelForCausalLM does not take (read with AutoConfig: no weights load)."""
+    from mlharness.predictors.transformers_checks import causal_lm_class, check_inputs
+
+    manifest = str(loaded.path)
+    check_inputs([i.model_dump() for i in loaded.model.inputs], manifest)
+    if model_file is None:
+        return "one input, the prompt's token ids; the checkpoint is checked when the run has it"
+    return (f"checkpoint {model_file} resolves to {causal_lm_class(model_file, manifest)} (its config only, no "
+            "weights read); one input, the prompt's token ids")
+
+
 def loaded_outputs(predictor: object) -> list[ModelTensor] | None:
     """What a loaded predictor's model says about its outputs (names, element types, batch-first shapes), or None
     where the framework does not say before running (PyTorch, remote agents)."""

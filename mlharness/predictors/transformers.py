@@ -17,6 +17,7 @@ import numpy as np
 from mlharness.errors import PredictorError
 from mlharness.predictors.engine import OnceStream, QueuedGenerator
 from mlharness.predictors.generative import TokenRequest
+from mlharness.predictors.transformers_checks import causal_lm_class, check_inputs
 
 PROGRESS_ENV = "HF_HUB_DISABLE_PROGRESS_BARS"
 
@@ -90,10 +91,14 @@ class TransformersPredictor(QueuedGenerator):
         from transformers import AutoModelForCausalLM
 
         self.device, kwargs = torch_load_settings(self.config, "transformers")
+        # before any weight is read: what this predictor would drop, cast or load with a random head is refused
+        check_inputs(self.config.input_specs, self.config.manifest_path)
+        causal_lm_class(self.config.model_path, self.config.manifest_path)
         try:
             self.model = AutoModelForCausalLM.from_pretrained(self.config.model_path, **kwargs).to(self.device)
         except (OSError, ValueError) as e:
-            raise PredictorError(f"transformers cannot load the checkpoint {self.config.model_path}: {e}") from e
+            first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+            raise PredictorError(f"transformers cannot load the checkpoint {self.config.model_path}: {first}") from e
         self.model.eval()
         gc = self.model.generation_config
         eos = gc.eos_token_id if gc.eos_token_id is not None else self.model.config.eos_token_id
