@@ -293,6 +293,26 @@ def _check_metric(path: Path, model: ModelManifest) -> None:
         known = suggest(name, METRICS.names())
         raise ManifestError(path, "accuracy.metric", f"unknown accuracy metric '{name}'.{known}")
     _check_accuracy_dtype(path, model)
+    _check_text_metric(path, model)
+
+
+def _check_text_metric(path: Path, model: ModelManifest) -> None:
+    """A metric that scores text would read a token model's ids as UTF-8 bytes: without a tokenizer to decode
+    them the run is refused here, before anything loads (``manifest validate`` refuses it too)."""
+    from mlharness.tasks.generic.text import ID_TYPES, TEXT_METRICS
+
+    acc = model.accuracy
+    if acc is None or acc.metric not in TEXT_METRICS or acc.options.get("tokenizer"):
+        return
+    written = model.response.element_type
+    if model.response.kind != "tokens" and written not in ID_TYPES:
+        return
+    why = "response.kind: tokens" if model.response.kind == "tokens" else f"response.element_type: {written}"
+    graph = model.model.graph_path if model.model is not None and model.model.graph_path else None
+    example = f" (e.g. tokenizer: {graph}, the model's checkpoint folder)" if graph and "://" not in graph else ""
+    raise ManifestError(path, "accuracy.options.tokenizer", f"missing: accuracy metric '{acc.metric}' scores text, "
+                        f"but the responses are token ids ({why}); read as UTF-8 bytes they would be scored as "
+                        f"garbage. Name the folder of the tokenizer that decodes them{example}")
 
 
 def _check_accuracy_dtype(path: Path, model: ModelManifest) -> None:

@@ -21,6 +21,8 @@ def register(synth: Any, prepare: Any, accuracy: Any) -> None:
     a.add_argument("--dataset-path", type=Path, default=None, help="the dataset folder (file names for matching)")
     a.add_argument("--dtype", default=None, help="response dtype (default: float32)")
     a.add_argument("--features", default=None, help="class names file (MLModelScope's synset)")
+    a.add_argument("--tokenizer", default=None,
+                   help="exact_match/token_f1 over token ids: the folder of the tokenizer that decodes them")
     a.add_argument("--label-offset", type=int, default=0, help="added to the position of the best score")
     a.set_defaults(func=cmd_accuracy)
 
@@ -36,6 +38,8 @@ def cmd_accuracy(args: argparse.Namespace, console: Any) -> int:
         options["dtype"] = args.dtype
     if args.features:
         options["features"] = args.features
+    if args.tokenizer:
+        options["tokenizer"] = str(Path(args.tokenizer).expanduser().resolve())
     ctx = AccuracyContext(dataset_path=args.dataset_path, count=0, options=options)
     result = METRICS.get(args.metric)().score(args.log, ctx)
     sys.stdout.write(result.text)

@@ -8,7 +8,8 @@ float32) and prints one accuracy.txt line in the official scripts' style:
   highest wins; ``label_offset`` is added to its position, e.g. -1 when the scores start with a background class).
   ``accuracy=76.000%, good=38, total=50`` / ``top5_accuracy=...``, like ``accuracy-imagenet.py``.
 - ``exact_match``/``token_f1``: the response is UTF-8 text, each line of the labels file one answer; normalised
-  and scored as the official SQuAD v1.1 script: ``{"exact_match": 50.0, "f1": 66.667}``.
+  and scored as the official SQuAD v1.1 script: ``{"exact_match": 50.0, "f1": 66.667}``. Token ids (a token
+  model's responses) are decoded with the ``tokenizer`` option's folder, and refused without one (:mod:`.text`).
 - ``mean_absolute_error``/``mean_squared_error``: one number per sample: ``mae=0.125000, total=8``.
 - ``detection_map``: float32 7-tuples per box (as the detection benchmarks) against a COCO-format
   ``annotations`` file, through the detection tasks' COCO evaluation: ``mAP=37.550%``.
@@ -23,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import AccuracyError, DatasetError
-from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult, accuracy_log_entries
-from mlharness.tasks.generic import dataset
+from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult, LogEntry, accuracy_log_entries
+from mlharness.tasks.generic import dataset, text
 
 
 def _path(option: Any, ctx: AccuracyContext) -> Path:
@@ -49,9 +50,10 @@ def _labels(metric: str, ctx: AccuracyContext, whole_lines: bool = False) -> tup
         raise AccuracyError(f"{metric}: {e}") from e
 
 
-def _responses(metric: str, log: Path, n_labels: int, labels: Path) -> list[tuple[int, bytes]]:
+def _responses(metric: str, log: Path, n_labels: int, labels: Path,
+               entries: list[LogEntry] | None = None) -> list[tuple[int, bytes]]:
     """(qsl_idx, response bytes) of each distinct sample, the first response of a repeated one."""
-    entries = accuracy_log_entries(log)
+    entries = accuracy_log_entries(log) if entries is None else entries
     if not entries:
         raise AccuracyError(f"{metric}: accuracy log {log} has no entries; nothing to score")
     seen: set[int] = set()
@@ -132,16 +134,18 @@ class _Text(AccuracyMetric):
         from mlharness.tasks.squad.evaluate import exact_match_score, f1_score
 
         path, answers = _labels(self.name, ctx, whole_lines=True)
-        responses = _responses(self.name, accuracy_log, len(answers), path)
+        entries = accuracy_log_entries(accuracy_log)
+        responses = _responses(self.name, accuracy_log, len(answers), path, entries)
+        decoded, tokenizer = text.texts(self.name, accuracy_log, ctx, entries, responses)
         em = f1 = 0.0
-        for idx, data in responses:
-            text = data.rstrip(b"\0").decode("utf-8", errors="replace")
-            em += float(exact_match_score(text, answers[idx]))
-            f1 += f1_score(text, answers[idx])
+        for (idx, _), said in zip(responses, decoded, strict=True):
+            em += float(exact_match_score(said, answers[idx]))
+            f1 += f1_score(said, answers[idx])
         n = len(responses)
         scores = {"exact_match": 100.0 * em / n, "f1": 100.0 * f1 / n}
         return AccuracyResult(text=json.dumps(scores) + "\n", value=scores[self.primary], name=self.primary,
-                              details={"total": n, "labels": str(path), **scores})
+                              details={"total": n, "labels": str(path), "decoded_with": tokenizer or "utf-8",
+                                       **scores})
 
 
 class ExactMatch(_Text):
