@@ -52,7 +52,7 @@ from mlharness.manifest.loader import load_manifest
 from mlharness.manifest.schema import numpy_dtype
 from mlharness.predictors.base import Predictor
 from mlharness.tasks import METRICS
-from mlharness.tasks.base import AccuracyContext, AccuracyResult
+from mlharness.tasks.base import AccuracyContext, AccuracyResult, official_figure
 from mlharness.telemetry.observe import RunObservers
 from mlharness.telemetry.trace import level_at_least, make_tracer
 
@@ -208,6 +208,7 @@ def score_accuracy(plan: RunPlan, opts: RunOptions, outdir: Path) -> AccuracyRes
         count=plan.total, options=dict(spec.options), response_dtype=plan.loaded.model.response.element_type,
     )
     accuracy = METRICS.get(spec.metric)().score(outdir / "mlperf_log_accuracy.json", actx)
+    accuracy.official = official_figure(accuracy, spec.metric, plan.loaded.model.mlperf.model)
     write_result(outdir / "accuracy.txt", accuracy.text)
     return accuracy
 

@@ -22,6 +22,33 @@ class AccuracyResult:
     official: bool = True
 
 
+# The official accuracy metric of each MLPerf model (``mlperf.model``, as mlperf.conf names it) that a task ports.
+# A figure is recorded as official only from that metric, for a manifest that names that model (see
+# :func:`official_figure`): a generic metric, or a task's metric on a model that names no MLPerf benchmark (the
+# demo), is a figure, not an official one.
+OFFICIAL_METRICS = {
+    "resnet50": "imagenet_top1",
+    "retinanet": "openimages_map",
+    "bert": "squad_v1.1",
+    "3d-unet": "kits19_dice",
+    "gptj": "cnndm_rouge",
+    "llama3_1-8b": "cnndm_rouge",
+    "llama3_1-8b-edge": "cnndm_rouge",
+    "llama2-70b": "openorca_rouge",
+    "deepseek-r1": "deepseek_r1_accuracy",
+    "gpt-oss-120b": "gpt_oss_exact_match",
+    "stable-diffusion-xl": "coco_t2i",
+    "whisper": "whisper_wer",
+    "yolo": "coco_map",
+}
+
+
+def official_figure(result: AccuracyResult, metric: str, mlperf_model: str | None) -> bool:
+    """Whether a run records ``result`` as official: the benchmark's own metric (:data:`OFFICIAL_METRICS`) over
+    what its official script scores (``result.official`` is False for a labelled subset)."""
+    return bool(result.official) and mlperf_model is not None and OFFICIAL_METRICS.get(mlperf_model) == metric
+
+
 @dataclass
 class AccuracyContext:
     """What a metric may use besides the log: the dataset's location and size, the manifest's options."""
