@@ -50,11 +50,15 @@ def tree(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[
     run = cli(env, "submission", "run", "--manifest", "whisper-oracle", "--scenarios", "Offline", "--division",
               "closed", "--submitter", "Acme", "--system-name", SYSTEM, "--results", str(results),
               "--system-overrides", str(overrides), "--min-duration-ms", "1000")
-    # 4: TEST01 compared two runs of 1 s whose rates differed by more than its 10% band (a busy host)
-    assert run.returncode in (0, 4), run.stdout[-3000:] + run.stderr[-3000:]
+    # TEST01 comparing two runs of 1 s whose rates differed by more than its 10% band (a busy host) is a
+    # development finding, reported as such: the chain goes on
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    passed = "TEST01 performance: PASS" in run.stdout
+    assert passed != ("development finding (whisper/Offline TEST01): TEST01 did not pass its performance "
+                      "comparison, between runs of 1000 ms" in run.stdout), run.stdout[-3000:]
     packed = cli(env, "submission", "package", "--results", str(results), "--out", str(package))
     assert packed.returncode == 0, packed.stderr[-3000:]
-    return {"results": results, "package": package, "audit_passed": run.returncode == 0}
+    return {"results": results, "package": package, "audit_passed": passed}
 
 
 @pytest.mark.slow
@@ -66,7 +70,7 @@ def test_oracle_submission_runs_packages_and_checks(env, tree):
     lenient = cli(env, "submission", "check", str(tree["package"]), "--allow-development")
     assert lenient.returncode == 0 and "PASSED: 0 problem(s)" in lenient.stdout, lenient.stdout + lenient.stderr
     row = [line for line in lenient.stdout.splitlines() if " whisper " in line and " Offline " in line]
-    verdict = "TEST01 PASS" if tree["audit_passed"] else "TEST01 FAIL"
+    verdict = "TEST01 PASS" if tree["audit_passed"] else "TEST01 FAIL (development)"
     assert row and "tokens/s" in row[0] and "ACCURACY 100" in row[0] and verdict in row[0], lenient.stdout
     tolerated = {line.removeprefix("WARNING ").removesuffix(" (tolerated: --allow-development)")
                  for line in lenient.stdout.splitlines() if line.endswith("(tolerated: --allow-development)")}

@@ -72,16 +72,15 @@ def tree(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[
                "--system-overrides", str(overrides), "--min-duration-ms", "1000", "--dataset-path", str(data),
                "--count", str(COUNT), "--min-query-count", str(QUERIES), "--user-conf", str(conf), timeout=840)
     made: dict[str, object] = {"work": work, "results": results, "proc": proc}
-    # 4: TEST01 or TEST04 compared two runs of 1 s whose rates differed by more than its band (a busy host);
-    # the image comparison must pass whatever the host does
-    assert proc.returncode in (0, 4), proc.stdout[-3000:] + proc.stderr[-3000:]
+    # TEST01 or TEST04 comparing two runs of 1 s whose rates differed by more than its band (a busy host) is a
+    # development finding, not a failure; the image comparison must pass whatever the host does
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "TEST01 accuracy: PASS" in proc.stdout, proc.stdout[-3000:]
     made["performance_passed"] = {test: f"{test} performance: PASS" in proc.stdout for test in ("TEST01", "TEST04")}
-    if proc.returncode == 4:
-        failed = proc.stderr.split("compliance audit(s) failed: ", 1)[1].strip().split(", ")
-        assert failed and all(f.endswith(" performance") for f in failed), proc.stderr
+    findings = re.findall(r"development finding \(\S+ (TEST0\d)\): ", proc.stdout)
+    assert sorted(findings) == [t for t, passed in made["performance_passed"].items() if not passed], proc.stdout
     made["scenario"] = Path(str(made["results"])) / SYSTEM / SCENARIO[0] / SCENARIO[1]
-    made["audit_passed"] = proc.returncode == 0
+    made["audit_passed"] = all(made["performance_passed"].values())
     made["package"] = package(env, made)
     return made
 

@@ -114,6 +114,11 @@ def _audit_failures(proc: subprocess.CompletedProcess) -> list[str]:
     return [f.strip() for f in m.group(1).split(";")] if m else []
 
 
+def _development_findings(proc: subprocess.CompletedProcess) -> list[str]:
+    """'<benchmark>/<scenario> <TEST>' of each failed audit `submission run` reports as a development finding."""
+    return re.findall(r"development finding \((\S+ TEST0\d)\): ", proc.stdout)
+
+
 def expected_performance_verdict(scen: Path, test: str) -> str:
     """The verdict the official rule gives for the logged numbers. When the host kept both Offline runs at
     their paced duration (within 4%), it must be a pass: on an overloaded host a run can stall, and then the
@@ -138,9 +143,10 @@ def expected_performance_verdict(scen: Path, test: str) -> str:
 def test_submission_run_writes_the_complete_tree(tree):
     results: Path = tree["results"]
     for name, proc in tree["procs"].items():
-        # every run succeeded; an exit status 4 may only come from a timing comparison on a busy host
-        assert proc.returncode in (0, 4), (name, proc.stdout, proc.stderr)
-        assert all(f.endswith("performance") for f in _audit_failures(proc)), proc.stderr
+        # every run succeeded: a timing comparison of these short runs that failed on a busy host is a
+        # development finding, as `submission check --allow-development` lists it, not a failure
+        assert proc.returncode == 0, (name, proc.stdout, proc.stderr)
+        assert not _audit_failures(proc), proc.stderr
         runs = 6 if name == "demo" else 8  # accuracy, performance, TEST01 (+ TEST04 for ResNet50) per scenario
         assert f"{runs} LoadGen test(s) run, 0 skipped" in proc.stdout
     for bench, extra in (("demo", set()), ("resnet", TEST04_LAYOUT)):
@@ -252,9 +258,9 @@ def test_resume_skips_complete_tests(tree, env):
     before = detail.stat().st_mtime_ns
     proc = cli(env, "submission", "run", "--manifest", str(tree["demo"]), *tree["common"], "--target-qps", "500",
                "--resume")
-    assert proc.returncode in (0, 4), proc.stderr
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     # complete tests are skipped; an audit whose verification failed (a busy host) is run again
-    failed = {" ".join(f.split()[:2]) for f in _audit_failures(tree["procs"]["demo"])}
+    failed = set(_development_findings(tree["procs"]["demo"]))
     assert f"{len(failed)} LoadGen test(s) run, {6 - len(failed)} skipped" in proc.stdout
     assert detail.stat().st_mtime_ns == before
 
@@ -331,8 +337,11 @@ def test_test04_catches_a_caching_sut(env, tmp_path):
                "open", "--submitter", "Acme", "--system-name", SYSTEM, "--results", str(results),
                "--extra-tests", "TEST04", "--min-duration-ms", "200", "--min-query-count", "64",
                "--target-latency-ms", "0.01")
-    assert proc.returncode == 4, proc.stdout + proc.stderr
-    assert "cacher/SingleStream TEST04 performance" in proc.stderr
+    # runs of 200 ms: a failed performance comparison is a development finding (as check lists it), the
+    # official verdict stays in the tree; at the official duration the same SUT fails the command (exit 4)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "cacher/SingleStream TEST04" in _development_findings(proc), proc.stdout
+    assert "TEST04 performance: FAIL: test " in proc.stdout
     verify = results / SYSTEM / "cacher" / "SingleStream" / "TEST04" / "verify_performance.txt"
     text = verify.read_text()
     assert verdict_line(verify) == "TEST FAIL: Test score invalid", text
@@ -374,7 +383,7 @@ def test_a_failed_run_stops_and_leaves_earlier_results(env, tmp_path):
             "--results", str(results), "--min-duration-ms", "50", "--min-query-count", "32",
             "--target-latency-ms", "0.01"]
     proc = cli(env, "submission", "run", "--manifest", str(good), *args)
-    assert proc.returncode in (0, 4), proc.stderr
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     scen = results / SYSTEM / "flaky" / "SingleStream"
     before = (scen / "performance" / "run_1" / "mlperf_log_detail.txt").read_bytes()
     # the same benchmark, now failing in its timed path in performance mode

@@ -48,8 +48,8 @@ def pristine(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> P
     proc = cli(env, "submission", "run", "--scenarios", "Offline", "--division", "open", "--submitter", "Acme",
                "--system-name", SYSTEM, "--results", str(work / "results"), "--system-overrides", str(overrides),
                "--min-duration-ms", "50", "--min-query-count", "64", "--target-qps", "1000000")
-    # 4: only when the scheduler made the two short Offline runs differ by more than 10% (a warning in open)
-    assert proc.returncode in (0, 4), proc.stdout + proc.stderr
+    # the two short Offline runs differing by more than 10% on a busy host is a development finding: exit 0
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     proc = cli(env, "submission", "package", "--results", str(work / "results"), "--out", str(work / "pkg"))
     assert proc.returncode == 0, proc.stderr
     return work / "pkg"

@@ -83,8 +83,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     c = actions.add_parser("check", help="check a submission package against the submission rules")
     c.add_argument("path", type=Path, help="package root (holding closed/, open/...) or a <division>/<submitter>")
-    c.add_argument("--allow-development", action="store_true", help="short durations, small counts and partial "
-                   "datasets are warnings instead of problems")
+    c.add_argument("--allow-development", action="store_true", help="short durations, small counts, partial "
+                   "datasets and a failed performance comparison of runs that short are warnings instead of problems "
+                   "(the development findings `submission run` reports without failing)")
     c.add_argument("--round", default=DEFAULT_ROUND, help=ROUND_HELP + " whose rules and seeds apply (the "
                    "official checker's --version)")
     c.set_defaults(func=cmd_check)
