@@ -9,17 +9,15 @@ from __future__ import annotations
 
 from html import escape
 
-from mlharness.report import plots, plots_sweep, plots_time, sweep
+from mlharness.report import glance, plots, plots_sweep, plots_time, sweep
 from mlharness.report.render import (
-    COLUMNS,
     COMPARE_COLUMNS,
     TOKEN_COLUMNS,
     VERDICT_COLUMNS,
     Report,
     compare_rows,
     host_lines,
-    notes,
-    row,
+    shared_notes,
     telemetry_lines,
     token_rows,
     verdict_rows,
@@ -57,11 +55,25 @@ section.run { border-top: 1px solid #ddd; margin-top: 1em; }
 figure { margin: 1em 0; max-width: 100%; }
 figure svg { max-width: 100%; height: auto; }
 code { background: #f5f5f5; padding: 0 0.2em; overflow-wrap: anywhere; }
+table.glance { width: 100%; }
+table.glance td.lat { font-variant-numeric: tabular-nums; min-width: 7em; }
+table.glance td.acc { min-width: 10em; }
+.sub { display: block; font-size: 0.85em; color: #666; white-space: normal; }
+td.more details > summary { cursor: pointer; color: #1f4e9c; white-space: nowrap; }
+td.more dl { display: grid; grid-template-columns: max-content minmax(10em, 24em); gap: 0.1em 0.8em; margin: 0.3em 0; }
+td.more dt { color: #555; }
+td.more dd { margin: 0; overflow-wrap: anywhere; }
+td.more ul { margin: 0.3em 0; padding-left: 1.2em; max-width: 34em; }
+section.group { margin-top: 1.2em; }
+.figs { display: flex; flex-wrap: wrap; gap: 0 1.5em; align-items: flex-start; }
+.figs figure { flex: 0 1 calc(50% - 0.75em); min-width: 440px; margin: 0.5em 0; }
 """
 NUMERIC = {"batch", "value", "p50 (ms)", "p90 (ms)", "p99 (ms)", "other value", "other / this", "other p99 (ms)",
            "p99 other / this", "offered", "repeat", "throughput", "TTFT p99 (ms)", "TPOT p99 (ms)", "tokens/s",
            "tokens/s/user", "goodput (samples/s)", "TTFT p50 (ms)", "TTFT p90 (ms)", "TPOT p50 (ms)", "TPOT p90 (ms)",
            "TTFT limit (ms)", "TPOT limit (ms)"}
+# the sweep table's columns behind each point's "more" toggle: the rest fit a 1280 px window
+SWEEP_MORE = ("repeat", "p50 (ms)", "tokens/s", "tokens/s/user", "run")
 LONG = {"compliance", "numbers", "why INVALID", "target", "result", "accuracy"}
 
 
@@ -78,19 +90,30 @@ def _class(column: str, value: str) -> str:
     return "long" if column in LONG else ""
 
 
-def _table(columns: tuple[str, ...], rows: list[list[str]], failed: list[bool] | None = None) -> str:
-    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
+def _table(columns: tuple[str, ...], rows: list[list[str]], failed: list[bool] | None = None,
+           hidden: tuple[str, ...] = ()) -> str:
+    """A table; the ``hidden`` columns go behind a "more" toggle at the end of each row, and a column empty in
+    every row is left out."""
+    keep = [i for i, c in enumerate(columns) if i == 0 or any(r[i] for r in rows)]
+    more = [i for i in keep if columns[i] in hidden]
+    shown_cols = [i for i in keep if i not in more]
+    head = "".join(f"<th>{escape(columns[i])}</th>" for i in shown_cols) + ("<th>details</th>" if more else "")
     body = []
     for i, r in enumerate(rows):
         cells = []
-        for c, v in zip(columns, r, strict=True):
+        for j in shown_cols:
+            c, v = columns[j], r[j]
             cls = _class(c, v)
-            text = escape(v).replace("/", "/<wbr>") if c == columns[0] else escape(v)  # paths wrap at a /
+            text = escape(v).replace("/", "/<wbr>") if j == 0 else escape(v)  # paths wrap at a /
             cells.append(f'<td class="{cls}">{text}</td>' if cls else f"<td>{text}</td>")
+        if more:
+            items = "".join(f"<dt>{escape(columns[j])}</dt><dd>{escape(r[j])}</dd>" for j in more if r[j])
+            cells.append(f'<td class="more"><details><summary>more</summary><dl>{items}</dl></details></td>'
+                         if items else '<td class="more"></td>')
         tr = '<tr class="failed">' if failed and failed[i] else "<tr>"
         body.append(tr + "".join(cells) + "</tr>")
     hint = ('<p class="hint">A table wider than the window scrolls sideways (a shadow marks the side with hidden '
-            "columns); its first column stays in place.</p>" if len(columns) > 7 else '<p class="hint"></p>')
+            "columns); its first column stays in place.</p>" if len(shown_cols) > 7 else '<p class="hint"></p>')
     return (f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
             f"</div>{hint}")
 
@@ -132,7 +155,40 @@ def _sweep(report: Report) -> list[str]:
                 "throughput against the offered load."),
     ]
     return [f"<h2>Sweep <code>{escape(str(s.path))}</code></h2>", _list(sweep.facts(s), "facts"),
-            _table(sweep.COLUMNS, sweep.rows(s), [not p.get("valid") for p in s.points]), *figures]
+            _table(sweep.COLUMNS, sweep.rows(s), [not p.get("valid") for p in s.points], SWEEP_MORE), *figures]
+
+
+def _groups(report: Report) -> list[str]:
+    """The figures of the runs, one section per (benchmark, scenario): no figure puts runs of different models
+    or scenarios on one axis (their numbers share no scale, and an Offline latency is no response time)."""
+    groups: dict[tuple[str, str], list] = {}
+    for r in report.runs:
+        groups.setdefault((r.benchmark, r.scenario or ""), []).append(r)
+    out = []
+    for (bench, scenario), runs in groups.items():
+        rels = {r.rel for r in runs}
+        name = f"{bench} {scenario}".strip()
+        stages = {k: v for k, v in report.stages.items() if k in rels}
+        rates = {k: v for k, v in report.rates.items() if k in rels}
+        figures = [
+            _figure(plots.throughput_of_runs(runs), f"{name}: the result of each Offline performance run. No "
+                    "latency percentiles: an Offline latency is the time into the one query, not a response time."),
+            _figure(plots.latency_percentiles(runs), f"{name}: latency percentiles of each performance run "
+                    "(log scale)."),
+            _figure(plots.throughput_vs_batch(runs), f"{name}: throughput of runs that differ in batch size."),
+            _figure(plots_time.token_distributions(runs), f"{name}: time to first token and time per output "
+                    "token of each run: the fraction of samples at or under each latency."),
+            _figure(plots_time.throughput_over_time(rates, name), f"{name}: throughput over time of each traced "
+                    "run, from the completions in its mlharness_trace.json."),
+            _figure(plots.stage_breakdown(stages, name), f"{name}: time per stage of the timed path, from each "
+                    "run's mlharness_trace.json."),
+            _figure(plots.gpu_utilisation(runs), f"{name}: GPU utilisation sampled through NVML during each run."),
+            _figure(plots.cpu_utilisation(runs), f"{name}: CPU utilisation of the harness process during each run."),
+        ]
+        if any(figures):
+            out.append(f'<section class="group" data-benchmark="{escape(bench)}" data-scenario="{escape(scenario)}">'
+                       f'<h3>{escape(name)}</h3><div class="figs">{"".join(figures)}</div></section>')
+    return out
 
 
 def _count(n: int, noun: str) -> str:
@@ -145,9 +201,11 @@ def render(report: Report, top_layers: int = 10) -> str:
              f"{_count(len(report.verdicts), 'compliance verdict')}. Latencies in milliseconds, from LoadGen's "
              "summaries.</p>", _list(host_lines(report), "facts")]
     parts += _sweep(report)
+    common, own = shared_notes(runs)
     if runs:
-        parts.append("<h2>Runs</h2>" + _table(COLUMNS, [row(r) for r in runs],
-                                              [any(v.passed is not True for v in r.verdicts) for r in runs]))
+        every = "".join(f"<p>{escape(who)}:</p>" + _list(xs, "facts") for who, xs in common)
+        parts.append("<h2>Runs</h2>" + every + glance.table(
+            runs, [r.result == "INVALID" or any(v.passed is not True for v in r.verdicts) for r in runs]))
     if report.verdicts:
         vrows = verdict_rows(report)
         parts.append("<h2>Compliance</h2>" + _table(VERDICT_COLUMNS, vrows, [v[4] != "PASS" for v in vrows]))
@@ -156,23 +214,11 @@ def render(report: Report, top_layers: int = 10) -> str:
         parts.append("<h2>Token latencies</h2>" + _table(TOKEN_COLUMNS, tokens))
     if report.skipped:
         parts.append(f"<p>Left out: {len(report.skipped)} failed or partial run folders.</p>")
-    figures = [
-        _figure(plots.latency_percentiles(runs), "Latency percentiles of each performance run (log scale)."),
-        _figure(plots.throughput_vs_batch(runs), "Throughput of runs of one benchmark and scenario that "
-                                                 "differ in batch size."),
-        _figure(plots_time.token_distributions(runs), "Time to first token and time per output token of each "
-                "generative run: the fraction of samples at or under each latency."),
-        _figure(plots_time.throughput_over_time(report.rates), "Throughput over time of each traced run, "
-                "from the completions in its mlharness_trace.json."),
-        _figure(plots.stage_breakdown(report.stages), "Time per stage of the timed path, from each run's "
-                                                      "mlharness_trace.json."),
-        _figure(plots.gpu_utilisation(runs), "GPU utilisation sampled through NVML during each run."),
-        _figure(plots.cpu_utilisation(runs), "CPU utilisation of the harness process during each run."),
-    ]
-    if any(figures):
-        parts.append("<h2>Figures</h2>" + "".join(figures))
+    groups = _groups(report)
+    if groups:
+        parts.append("<h2>Figures</h2><p>One section per benchmark and scenario.</p>" + "".join(groups))
     for r in runs:
-        items, tel, layers = notes(r), telemetry_lines(r), _layers(report, r.rel, top_layers)
+        items, tel, layers = own[r.rel], telemetry_lines(r), _layers(report, r.rel, top_layers)
         if not (items or tel or layers):
             continue
         block = [f'<section class="run"><h3>{escape(r.rel)}</h3>', _list(items)]

@@ -45,7 +45,7 @@ def plain(text: Any) -> str:
     return str(text).replace("$", r"\$")
 
 
-def figure(width: float = 7.0, height: float = 3.6) -> tuple[Any, Any]:
+def figure(width: float = 6.0, height: float = 3.4) -> tuple[Any, Any]:
     import matplotlib
     from matplotlib.figure import Figure
 
@@ -56,8 +56,9 @@ def figure(width: float = 7.0, height: float = 3.6) -> tuple[Any, Any]:
 
 
 def latency_percentiles(runs: list[Run]) -> str | None:
-    """Latency per percentile, one line per performance run."""
-    runs = [r for r in runs if r.mode == "performance" and r.latencies]
+    """Latency per percentile, one line per performance run of one model and scenario. Offline runs are left
+    out: an Offline latency is the time into the one query at which a sample completed, not a response time."""
+    runs = [r for r in runs if r.mode == "performance" and r.latencies and r.scenario != "Offline"]
     if not runs:
         return None
     fig, ax = figure()
@@ -69,31 +70,52 @@ def latency_percentiles(runs: list[Run]) -> str | None:
     ax.set_xticks(xs, [f"p{float(p):g}" for p in PERCENTILES])
     ax.set_ylabel("latency (ms)")
     log_axis(ax)
-    ax.set_title("Latency percentiles (LoadGen)")
+    ax.set_title(plain(f"{group_title(runs)}: latency percentiles (LoadGen)"))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(**LEGEND_OUTSIDE)
     return svg(fig)
 
 
+def group_title(runs: list[Run]) -> str:
+    """The model and scenario the runs of a figure share."""
+    r = runs[0]
+    return f"{r.benchmark} {r.scenario or ''}".strip()
+
+
+def throughput_of_runs(runs: list[Run]) -> str | None:
+    """The Offline result of each performance run of one model: one bar per run, in the unit LoadGen reports
+    (samples/s, or tokens/s for a token model)."""
+    runs = [r for r in runs if r.mode == "performance" and r.scenario == "Offline" and r.metric_value]
+    runs = [r for r in runs if r.metric_unit == runs[0].metric_unit] if runs else []
+    if not runs:
+        return None
+    fig, ax = figure(height=max(1.6, 0.4 * len(runs) + 1.1))
+    labels = [plain(r.rel) for r in runs]
+    values = [float(r.metric_value or 0) for r in runs]
+    ax.barh(labels, values, color="#4c72b0")
+    for y, v in enumerate(values):
+        ax.annotate(f"{v:,.0f}" if v >= 1000 else f"{v:,.4g}", (v, y), xytext=(3, 0), textcoords="offset points", va="center",
+                    fontsize="x-small")
+    ax.set_xlabel(runs[0].metric_unit or "result")
+    ax.set_title(plain(f"{group_title(runs)}: result of each run"))
+    ax.invert_yaxis()
+    ax.grid(True, axis="x", alpha=0.3)
+    return svg(fig)
+
+
 def throughput_vs_batch(runs: list[Run]) -> str | None:
-    """Samples/s against batch size, for each benchmark and scenario whose runs differ in batch size."""
-    groups: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
-    for r in runs:
-        if r.mode == "performance" and r.metric_unit == "samples/s" and r.batch and r.metric_value:
-            groups[(r.benchmark, r.scenario or "")].append((r.batch, r.metric_value))
-    groups = {k: sorted(v) for k, v in groups.items() if len({b for b, _ in v}) > 1}
-    if not groups:
+    """Samples/s against batch size, for the runs of one model and scenario when they differ in batch size."""
+    points = sorted((r.batch, r.metric_value) for r in runs
+                    if r.mode == "performance" and r.metric_unit == "samples/s" and r.batch and r.metric_value)
+    if len({b for b, _ in points}) < 2:
         return None
     fig, ax = figure()
-    for (bench, scenario), points in sorted(groups.items()):
-        ax.plot([b for b, _ in points], [v for _, v in points], marker="o",
-                label=plain(f"{bench} {scenario}"))
+    ax.plot([b for b, _ in points], [v for _, v in points], marker="o", label=plain(group_title(runs)))
     ax.set_xscale("log", base=2)
     ax.set_xlabel("max batch size")
     ax.set_ylabel("samples/s")
-    ax.set_title("Throughput vs batch size")
+    ax.set_title(plain(f"{group_title(runs)}: throughput vs batch size"))
     ax.grid(True, alpha=0.3)
-    ax.legend(**LEGEND_OUTSIDE)
     return svg(fig)
 
 
@@ -106,8 +128,8 @@ def stage_totals(events: list[dict[str, Any]]) -> dict[str, float]:
     return dict(totals)
 
 
-def stage_breakdown(per_run: dict[str, dict[str, float]]) -> str | None:
-    """One stacked bar per traced run: where the time of the timed path went."""
+def stage_breakdown(per_run: dict[str, dict[str, float]], group: str = "") -> str | None:
+    """One stacked bar per traced run (of one model and scenario): where the time of the timed path went."""
     per_run = {k: v for k, v in per_run.items() if v}
     if not per_run:
         return None
@@ -120,14 +142,14 @@ def stage_breakdown(per_run: dict[str, dict[str, float]]) -> str | None:
             ax.barh([plain(n) for n in names], widths, left=left, label=stage)
             left = [a + b for a, b in zip(left, widths, strict=True)]
     ax.set_xlabel("total time (ms)")
-    ax.set_title("Stage breakdown (model-level trace)")
+    ax.set_title(plain(f"{group}: stage breakdown (model-level trace)".lstrip(": ")))
     ax.invert_yaxis()
     ax.legend(fontsize="x-small", ncols=len(STAGES), loc="upper center", bbox_to_anchor=(0.5, -0.3))
     return svg(fig)
 
 
 def gpu_utilisation(runs: list[Run]) -> str | None:
-    """GPU utilisation over time, from each run's telemetry series."""
+    """GPU utilisation over time, from the telemetry series of each run of one model and scenario."""
     lines = []
     for r in runs:
         s = r.series or {}
@@ -135,18 +157,21 @@ def gpu_utilisation(runs: list[Run]) -> str | None:
             util = g.get("utilization_percent")
             if util and any(v is not None for v in util):
                 lines.append((f"{r.rel} gpu{g.get('index', '?')}", s.get("t_s") or [], util))
-    return _over_time(lines, "GPU utilisation (%)", "GPU utilisation (NVML)", ylim=(0, 105))
+    return _over_time(lines, "GPU utilisation (%)", f"{group_title(runs)}: GPU utilisation (NVML)" if runs else "",
+                      ylim=(0, 105))
 
 
 def cpu_utilisation(runs: list[Run]) -> str | None:
-    """The harness process's CPU utilisation over time (100% = one core), from the telemetry series."""
+    """The harness process's CPU utilisation over time (100% = one core), from the telemetry series of each run
+    of one model and scenario."""
     lines = []
     for r in runs:
         s = r.series or {}
         cpu = (s.get("host") or {}).get("process_cpu_percent")
         if cpu and len(cpu) > 1:
             lines.append((r.rel, s.get("t_s") or [], cpu))
-    return _over_time(lines, "process CPU (%, 100 = one core)", "CPU utilisation of the harness process")
+    return _over_time(lines, "process CPU (%, 100 = one core)",
+                      f"{group_title(runs)}: CPU utilisation of the harness process" if runs else "")
 
 
 def _over_time(lines: list[tuple[str, list, list]], ylabel: str, title: str,
@@ -162,7 +187,7 @@ def _over_time(lines: list[tuple[str, list, list]], ylabel: str, title: str,
     ax.set_ylabel(ylabel)
     if ylim is not None:
         ax.set_ylim(*ylim)
-    ax.set_title(title)
+    ax.set_title(plain(title))
     ax.grid(True, alpha=0.3)
     ax.legend(**LEGEND_OUTSIDE)
     return svg(fig)

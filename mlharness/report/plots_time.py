@@ -10,13 +10,14 @@ from collections import defaultdict
 from typing import Any
 
 from mlharness.report.collect import Run
-from mlharness.report.plots import LEGEND_OUTSIDE, figure, plain, svg
+from mlharness.report.plots import LEGEND_OUTSIDE, figure, group_title, plain, svg
 
 TOKEN_KINDS = (("TTFT", "time to first token"), ("TPOT", "time per output token"))
 
 
 def token_distributions(runs: list[Run]) -> str | None:
-    """TTFT and TPOT side by side: fraction of samples at or under each latency, one curve per run."""
+    """TTFT and TPOT side by side: fraction of samples at or under each latency, one curve per run (of one
+    model and scenario)."""
     runs = [r for r in runs if r.mode == "performance" and r.token_quantiles("TTFT")]
     if not runs:
         return None
@@ -49,7 +50,8 @@ def token_distributions(runs: list[Run]) -> str | None:
         ax.set_ylim(0, 1.02)
         ax.grid(True, alpha=0.3)
     axes[1].legend(**LEGEND_OUTSIDE)
-    fig.suptitle("Token latency distributions (LoadGen's min, p50 ... p99.9, max)", fontsize="medium")
+    fig.suptitle(plain(f"{group_title(runs)}: token latency distributions (LoadGen's min, p50 ... p99.9, max)"),
+                 fontsize="medium")
     return svg(fig)
 
 
@@ -70,8 +72,8 @@ def completions_over_time(events: list[dict[str, Any]], bins: int = 20) -> tuple
     return [i * width for i in range(bins)], [counts.get(i, 0.0) / width for i in range(bins)]
 
 
-def throughput_over_time(per_run: dict[str, tuple[list[float], list[float]]]) -> str | None:
-    """Completed samples per second over each traced run (20 bins per run)."""
+def throughput_over_time(per_run: dict[str, tuple[list[float], list[float]]], group: str = "") -> str | None:
+    """Completed samples per second over each traced run of one model and scenario (20 bins per run)."""
     per_run = {k: v for k, v in per_run.items() if v[0]}
     if not per_run:
         return None
@@ -80,7 +82,7 @@ def throughput_over_time(per_run: dict[str, tuple[list[float], list[float]]]) ->
         ax.step(t, rate, where="post", label=plain(rel))
     ax.set_xlabel("time since the first completion (s)")
     ax.set_ylabel("completed samples/s")
-    ax.set_title("Throughput over time (model-level trace)")
+    ax.set_title(plain(f"{group}: throughput over time (model-level trace)".lstrip(": ")))
     ax.grid(True, alpha=0.3)
     ax.legend(**LEGEND_OUTSIDE)
     return svg(fig)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import MLHarnessError
-from mlharness.report import units
+from mlharness.report import accuracy, units
 from mlharness.report.collect import TOKEN_FIELDS, Run, attach_verdicts, find_runs, pair_runs
 from mlharness.report.treefiles import ANY, NUMBER, TRACE_LIMIT, Need, TreeFileError, check_shape, read_json, \
     shown
@@ -91,10 +91,45 @@ def trace_events(path: Path) -> list[dict[str, Any]]:
 
 
 def accuracy_cell(r: Run) -> str:
-    if r.accuracy_value is None:
-        return r.accuracy_text.splitlines()[0] if r.accuracy_text else ""
-    name = r.accuracy_name
-    return f"{name} = {r.accuracy_value:.5g}" if name else f"{r.accuracy_value:.5g}"
+    """Each figure of the run's accuracy under its metric's own name, with the direction that is better."""
+    found = accuracy.figures(r.accuracy_text, (r.meta or {}).get("accuracy"))
+    if found:
+        return accuracy.cell(found)
+    return r.accuracy_text.splitlines()[0] if r.accuracy_text else ""
+
+
+def p99_cell(r: Run) -> str:
+    """The p99 latency against the bound LoadGen held the run to: a Server run's target latency, or a token
+    model's TTFT and TPOT limits. An Offline run has no bound (its latencies are times into one query), a
+    SingleStream or MultiStream run none either (its percentile is the result)."""
+    if r.mode != "performance" or r.scenario == "Offline":
+        return ""
+    if r.token_quantiles("TTFT"):
+        parts = []
+        for kind in ("TTFT", "TPOT"):
+            p99 = r.fields.get(TOKEN_FIELDS[kind][1].format("99.00"))
+            if p99 is not None:
+                parts.append(f"{kind} " + _against(p99, r.token_limit_ns(kind)))
+        return "; ".join(parts)
+    p99 = r.latencies.get("99.00")
+    if p99 is None:
+        return ""
+    try:
+        bound = float(r.fields.get("target_latency (ns)", "0"))
+    except ValueError:
+        bound = 0.0
+    return _against(p99, bound if r.scenario == "Server" and bound > 0 else None)
+
+
+def _against(ns: str, bound: float | None) -> str:
+    if bound is None:
+        return f"{units.ms_from_ns(ns)} ms"
+    try:
+        over = float(ns) > bound
+    except ValueError:
+        return f"{units.ms_from_ns(ns)} ms"
+    return f"{units.ms_from_ns(ns)} ms {'>' if over else '≤'} {units.ms_from_ns(bound)} ms" + \
+        (" (over the bound)" if over else "")
 
 
 def target_cell(r: Run) -> str:
@@ -151,6 +186,32 @@ def notes(r: Run) -> list[str]:
         out += [f"early stopping: {_ns_in_words(x)}" for x in r.early_stopping]
     out += [f"not submittable: {x}" for x in r.not_submittable]
     return out
+
+
+def shared_notes(runs: list[Run]) -> tuple[list[tuple[str, list[str]]], dict[str, list[str]]]:
+    """Notes said once for the page: (heading, notes) for each set of two or more runs that carry the same notes
+    (every run, every performance run, or the runs named), and each run's notes less those."""
+    per_run = {r.rel: notes(r) for r in runs}
+    holders: dict[str, list[str]] = {}
+    for r in runs:
+        for x in per_run[r.rel]:
+            holders.setdefault(x, []).append(r.rel)
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for x, rels in holders.items():
+        if len(rels) > 1 or len(runs) == 1:
+            groups.setdefault(tuple(rels), []).append(x)
+    said = {x for xs in groups.values() for x in xs}
+    return ([(_who(runs, rels), xs) for rels, xs in sorted(groups.items(), key=lambda g: -len(g[0]))],
+            {rel: [x for x in n if x not in said] for rel, n in per_run.items()})
+
+
+def _who(runs: list[Run], rels: tuple[str, ...]) -> str:
+    if len(rels) == len(runs):
+        return "Every run"
+    for mode in ("performance", "accuracy"):
+        if set(rels) == {r.rel for r in runs if r.mode == mode}:
+            return f"Every {mode} run"
+    return f"{len(rels)} runs ({', '.join(rels)})"
 
 
 def _ns_in_words(text: str) -> str:
@@ -287,6 +348,9 @@ def markdown(report: Report, top_layers: int = 10) -> str:
     if report.sweep is not None:
         out += ["## Sweep", ""] + [f"- {x}" for x in sweep.facts(report.sweep)] + [""]
         out += md_table(sweep.COLUMNS, sweep.rows(report.sweep)) + [""]
+    common, own = shared_notes(report.runs)
+    for who, xs in common:
+        out += [f"{_md_cell(who)}:", ""] + [f"- {_md_cell(x)}" for x in xs] + [""]
     if report.runs:
         out += md_table(COLUMNS, [row(r) for r in report.runs])
     tokens = token_rows(report)
@@ -297,7 +361,7 @@ def markdown(report: Report, top_layers: int = 10) -> str:
     if report.skipped:
         out += ["", f"Left out: {len(report.skipped)} failed or partial run folders."]
     for r in report.runs:
-        details = notes(r) + [f"telemetry: {x}" for x in telemetry_lines(r)]
+        details = own[r.rel] + [f"telemetry: {x}" for x in telemetry_lines(r)]
         stages = report.stages.get(r.rel)
         if stages:
             details.append("stages (total ms): " + ", ".join(f"{k} {v:.3f}" for k, v in stages.items()))
