@@ -118,3 +118,40 @@ def test_a_response_of_the_wrong_size_is_named(tmp_path):
     log.write_text(json.dumps([{"seq_id": 0, "qsl_idx": 3, "data": "00" * 100}]))
     with pytest.raises(AccuracyError, match=r"entry 0 \(qsl_idx 3\): 100 bytes; an image response is 3145728"):
         list(log_images(log))
+
+
+def test_scores_do_not_depend_on_the_callers_thread_count(inputs):
+    """A run's process has set torch's thread count for its model (1 in a CPU run), the accuracy command has
+    not; the float32 Inception features change in their last bits with it. Scoring runs at the count a fresh
+    process gets (the official script's), so both give the same line."""
+    import torch
+
+    from mlharness.tasks.base import AccuracyContext
+    from mlharness.tasks.coco_t2i.metric import CocoT2IMetric
+
+    ctx = AccuracyContext(dataset_path=None, count=0, options={
+        "captions": str(inputs / "ds" / "captions" / "captions.tsv"),
+        "statistics": str(inputs / "ds" / "val2014.npz"), "networks": str(inputs / "networks")})
+    before = torch.get_num_threads()
+    lines = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            lines.append(CocoT2IMetric().score(inputs / "mlperf_log_accuracy.json", ctx).text)
+            assert torch.get_num_threads() == threads  # the caller's count is given back
+    finally:
+        torch.set_num_threads(before)
+    assert lines[0] == lines[1]
+
+
+def test_clip_stand_in_survives_the_official_float16_rounding():
+    from mlharness.tasks.coco_t2i.clip_net import random_state_dict
+
+    state = random_state_dict(3)
+    assert all(torch_equal_half(v) for v in state.values() if v.is_floating_point())
+
+
+def torch_equal_half(v) -> bool:
+    import torch
+
+    return v.dtype == torch.float32 and torch.equal(v, v.half().float())
