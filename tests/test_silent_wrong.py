@@ -207,3 +207,13 @@ def test_official_only_for_the_benchmark_metric(run_cli, tmp_path, what, officia
     assert proc.returncode == 0, proc.stderr
     acc = json.loads((out / "mlharness_run.json").read_text())["accuracy"]
     assert acc["value"] == 100.0 and acc["official"] is official, acc
+
+
+def test_validate_resolves_a_home_relative_checkpoint_as_run_does(run_cli, cli_env, tmp_path, llama):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "tiny").symlink_to(llama, target_is_directory=True)
+    manifest = llm_manifest(tmp_path, Path("~/tiny"))
+    proc = run_cli("manifest", "validate", str(manifest), env={**cli_env, "HOME": str(home)}, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    assert f"checkpoint {home / 'tiny'} resolves to LlamaForCausalLM" in proc.stdout

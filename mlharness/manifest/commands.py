@@ -125,7 +125,7 @@ def validate(out: Console, ref: str, dataset_path: str | None, trust: bool = Fal
             notes.append(f"model built by {asset.factory}; weights downloaded on first use"
                          + ("; checksum declared" if asset.weights_checksum else " without a checksum"))
         else:
-            path = (loaded.directory / weights).expanduser()
+            path = loaded.directory / Path(weights).expanduser()  # ~ as run resolves it
             if not path.exists():
                 raise MLHarnessError(f"{loaded.path}: field 'model.weights_path': {path} does not exist")
             verify_checksum(path, asset.weights_checksum)
@@ -136,7 +136,7 @@ def validate(out: Console, ref: str, dataset_path: str | None, trust: bool = Fal
         else:
             notes.append("model is downloaded on first use; checksum declared")
     else:
-        path = (loaded.directory / asset.graph_path).expanduser()
+        path = loaded.directory / Path(asset.graph_path).expanduser()  # ~ as run resolves it
         if not path.exists():
             if path.is_symlink():
                 raise ManifestError(loaded.path, "model.graph_path", f"{path} is a symbolic link that leads nowhere "
