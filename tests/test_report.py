@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import subprocess
+from html import unescape as html_unescape
 from pathlib import Path
 
 import pytest
@@ -97,8 +98,8 @@ def test_markdown_numbers_equal_loadgen_summaries(run_cli, results, tmp_path):
             # the metric is the number mlharness reported for the run
             assert float(fields[metric]) == meta["result"]["metric_value"]
             checked += 1
-        else:  # the metric's name beside its value; the demo has no MLPerf target, and says so
-            assert r["accuracy"] == f"{meta['accuracy']['name']} = {meta['accuracy']['value']:.5g}" == "top1 = 100"
+        else:  # the metric's own name and direction beside its value; the demo has no MLPerf target, and says so
+            assert meta["accuracy"]["value"] == 100.0 and r["accuracy"] == "top-1 100% (higher is better)"
             assert r["target"] == "no MLPerf target"
         assert r["submittable"] == f"no ({len(meta['not_submittable_reasons'])})"
     assert checked == 5
@@ -109,7 +110,10 @@ def test_markdown_numbers_equal_loadgen_summaries(run_cli, results, tmp_path):
     assert fields["Result is"] == "INVALID"
     failed = [k for k, v in fields.items() if "satisfied" in k and v.lower() != "yes"]
     assert failed and all(f"{k}: {fields[k]}" in ms for k in failed)
-    assert "not submittable: --count 64 limits the dataset" in ms
+    # a reason every run shares is said once, above the table, not once per run
+    assert md.count("not submittable: --count 64 limits the dataset") == 1
+    assert md.index("Every run:\n\n- not submittable: --count 64") < md.index("| run |")
+    assert "--count 64" not in ms and "not submittable: min_duration is 2000 ms" in ms  # its own settings
     assert "telemetry: process CPU %" in md and "stages (total ms): " in md
 
 
@@ -122,14 +126,22 @@ def test_html_is_self_contained_and_opens_cleanly(run_cli, results, tmp_path):
     assert "<script" not in html.lower()
     assert not re.search(r"""(src|href)\s*=\s*["'](?!data:|#)""", html), "external resource in the page"
     assert not re.findall(r"http://(?!www.w3.org/)", html)  # SVG namespaces only
-    # latency percentiles, throughput vs batch size (8 and 32), stage breakdown (traced run), CPU over time
-    # (and GPU utilisation on a host with NVML and GPUs)
-    for caption in ("Latency percentiles", "Throughput of runs", "Time per stage", "CPU utilisation"):
-        assert f"<figcaption>{caption}" in html
+    # one section of figures per benchmark and scenario: the Offline results (no latency percentiles: an
+    # Offline latency is no response time), throughput vs batch size (8 and 32), stage breakdown (traced run),
+    # latency percentiles of the other scenarios, CPU over time (and GPU utilisation on a host with NVML)
+    sections = dict(re.findall(r'<section class="group" data-benchmark="demo" data-scenario="(\w+)">(.*?)'
+                               r"</section>", html, re.S))
+    assert sorted(sections) == ["MultiStream", "Offline", "Server", "SingleStream"]
+    for caption in ("the result of each Offline", "throughput of runs", "time per stage", "CPU utilisation"):
+        assert f"<figcaption>demo Offline: {caption}" in sections["Offline"]
+    assert ": latency percentiles" not in sections["Offline"]  # neither a caption nor an SVG title says it
+    for scenario in ("MultiStream", "Server", "SingleStream"):
+        assert f"<figcaption>demo {scenario}: latency percentiles" in sections[scenario]
+        assert f"demo {scenario}: CPU utilisation" in sections[scenario]
     figures = html.count("<svg")
-    assert figures == html.count("<figcaption>") >= 4
+    assert figures == html.count("<figcaption>") >= 9
     assert ">sys/<wbr>demo/<wbr>MultiStream/<wbr>performance/<wbr>run_1<" in html
-    assert '<td class="FAIL long">INVALID</td>' in html
+    assert '<td class="FAIL">INVALID</td>' in html
     # the host and its GPUs once, at the top, not once per run
     assert html.count("GPUs: ") == 1 and html.index("GPUs: ") < html.index("<h2>Runs</h2>")
     assert not re.findall(r">\d{7,}<", html)  # no raw nanosecond counts
@@ -143,7 +155,7 @@ def test_html_is_self_contained_and_opens_cleanly(run_cli, results, tmp_path):
     assert any("undefined_function" in line for line in console), console
     dom, console = _chromium(html_path, tmp_path / "profile")
     assert console == []
-    assert dom.count("<svg") == figures and dom.count("<tr>") >= 7
+    assert dom.count("<svg") == figures and dom.count("<tr") >= 7
 
 
 def _chromium(page: Path, profile: Path) -> tuple[str, list[str]]:
@@ -247,3 +259,88 @@ def test_verdict_of_test06_words():
     assert numbers[0] == "EOS check pass = False"  # the failing check first
     assert parse_verify(Test06Result(None, True, True, []).text())[0] is True
     assert parse_verify("nothing decided here\n")[0] is None
+
+
+OFFICIAL = Path(__file__).parent / "fixtures"
+
+
+def _accuracy_run(root: Path, benchmark: str, text: str, accuracy: dict | None = None,
+                  not_submittable: tuple[str, ...] = ()) -> str:
+    """An accuracy run folder: LoadGen's summary of an accuracy run, accuracy.txt as the official script printed
+    it, and mlharness's metadata with the figure mlharness recorded."""
+    rel = f"sys/{benchmark}/Offline/accuracy"
+    run = root / rel
+    run.mkdir(parents=True)
+    (run / "mlperf_log_summary.txt").write_text("No warnings encountered during test.\n")
+    (run / "accuracy.txt").write_text(text)
+    (run / "mlharness_run.json").write_text(json.dumps({
+        "benchmark": benchmark, "scenario": "Offline", "mode": "accuracy", "accuracy": accuracy,
+        "not_submittable_reasons": list(not_submittable)}))
+    return rel
+
+
+def _glance_rows(page: str) -> dict[str, dict[str, str]]:
+    """The runs table of the HTML page: run -> column -> the cell's text (the details toggle left out)."""
+    table = re.search(r'<table class="glance"><thead><tr>(.*?)</tr></thead><tbody>(.*?)</tbody>', page, re.S)
+    heads = re.findall(r"<th>(.*?)</th>", table.group(1))
+    rows = {}
+    for tr in re.findall(r"<tr[^>]*>(.*?)</tr>", table.group(2), re.S):
+        cells = [re.sub(r"<[^>]+>", " ", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", tr, re.S)]
+        cells = [" ".join(html_unescape(c).split()) for c in cells]
+        rows[cells[0].replace(" ", "")] = dict(zip(heads, cells, strict=True))
+    return rows
+
+
+def test_accuracy_shown_under_its_metric_name(tmp_path):
+    """WER as WER (lower is better), never as the -1739.4 'accuracy' of a WER of 1839.4%; an image-generation
+    run shows FID and CLIP, each with its direction; texts as the official scripts print them."""
+    from mlharness.report import html, render
+    from mlharness.submission.rules import ACC_PATTERNS
+    from mlharness.tasks.librispeech.metric import result_line
+
+    root = tmp_path / "res"
+    wer = _accuracy_run(root, "whisper", result_line(18.394), {"name": "accuracy", "value": (1 - 18.394) * 100})
+    official_wer = _accuracy_run(root, "speech-ctc", (OFFICIAL / "librispeech" / "official_output.txt").read_text())
+    sdxl_text = (OFFICIAL / "coco_t2i" / "official_output.txt").read_text()
+    sdxl = _accuracy_run(root, "stable-diffusion-xl", sdxl_text, {"name": "CLIP_SCORE", "value": 4.098})
+    squad = _accuracy_run(root, "qa", '{"exact_match": 50.0, "f1": 66.667}\n', {"name": "exact_match", "value": 50.0})
+    report = render.build(root)
+    page = html.render(report)
+    rows = _glance_rows(page)
+    assert rows[wer]["accuracy"].startswith("WER 1,839.4% (lower is better)")
+    assert rows[official_wer]["accuracy"] == "WER 20.238% (lower is better)"
+    fid = float(re.match(ACC_PATTERNS["FID_SCORE"], sdxl_text).group(1))  # the checker's reading of the text
+    clip = float(re.match(ACC_PATTERNS["CLIP_SCORE"], sdxl_text).group(1))
+    assert rows[sdxl]["accuracy"].startswith(f"FID {fid:,.1f} (lower is better); CLIP {clip:,.5g} (higher is "
+                                             "better)")
+    assert rows[squad]["accuracy"] == "exact match 50 (higher is better); F1 66.667 (higher is better)"
+    # a target the run misses is said in the row (the checker's whisper target is on accuracy = 100 - WER)
+    assert rows[wer]["accuracy"].endswith("target MISSED")
+    assert "1739" not in page and "1,739" not in page
+    md = render.markdown(report)
+    assert "| WER 1,839.4% (lower is better) |" in md and "accuracy = " not in md
+
+
+def test_notes_shared_by_runs_are_said_once(tmp_path):
+    from mlharness.report import html, render
+
+    root = tmp_path / "res"
+    common = ("--count 64 limits the dataset", "the manifest names no MLPerf benchmark")
+    for name in ("a", "b", "c"):
+        extra = ("accuracy of a subset",) if name == "c" else ()
+        _accuracy_run(root, name, "accuracy=76.000%, good=38, total=50\n", None, common + extra)
+    report = render.build(root)
+    page = html.render(report)
+    outside = re.sub(r"<details>.*?</details>", "", page, flags=re.S)  # each row's toggle holds all its notes
+    for reason in common:
+        assert outside.count(f"<li>not submittable: {reason}</li>") == 1
+        assert outside.index(f"<li>not submittable: {reason}</li>") < outside.index('<table class="glance">')
+    assert "<p>Every run:</p>" in outside
+    # what only one run has is said in that run's own section, and nowhere else
+    (section,) = re.findall(r'<section class="run"><h3>(.*?)</h3>(.*?)</section>', outside, re.S)
+    assert section == ("sys/c/Offline/accuracy", "<ul><li>not submittable: accuracy of a subset</li></ul>")
+    rows = _glance_rows(page)
+    assert {r["submittable"] for r in rows.values()} == {"no (2)", "no (3)"}
+    md = render.markdown(report)
+    assert md.count("not submittable: --count 64 limits the dataset") == 1
+    assert md.count("not submittable: accuracy of a subset") == 1

@@ -188,14 +188,20 @@ def notes(r: Run) -> list[str]:
     return out
 
 
+_SETTINGS = ("not submittable: ", "LoadGen recommends: ")
+
+
 def shared_notes(runs: list[Run]) -> tuple[list[tuple[str, list[str]]], dict[str, list[str]]]:
-    """Notes said once for the page: (heading, notes) for each set of two or more runs that carry the same notes
-    (every run, every performance run, or the runs named), and each run's notes less those."""
+    """Notes on a run's settings (not submittable, LoadGen's recommendations) said once for the page: (heading,
+    notes) for each set of two or more runs that carry the same ones (every run, every performance run, or the
+    runs named), and each run's notes less those. What a run's outcome was (INVALID and why, a compliance
+    verdict) stays with the run, even where another run has the same words."""
     per_run = {r.rel: notes(r) for r in runs}
     holders: dict[str, list[str]] = {}
     for r in runs:
         for x in per_run[r.rel]:
-            holders.setdefault(x, []).append(r.rel)
+            if x.startswith(_SETTINGS):
+                holders.setdefault(x, []).append(r.rel)
     groups: dict[tuple[str, ...], list[str]] = {}
     for x, rels in holders.items():
         if len(rels) > 1 or len(runs) == 1:
