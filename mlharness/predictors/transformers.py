@@ -4,7 +4,9 @@ The model is a local checkpoint folder (config, safetensors, tokenizer) named by
 by ``model.generator``. Greedy unless ``generation.do_sample``. Requests waiting when the engine becomes free run
 as one left-padded batch through ``model.generate``; a streamer sees every step's tokens, so each sample's first
 token is reported the moment it is generated and each sample is done at its own EOS (or ``max_new_tokens``).
-Framework options: ``dtype`` (float32, bfloat16, float16), ``attn_implementation``.
+Framework options: ``dtype`` (float32, bfloat16, float16), ``attn_implementation``. Before any weight loads, the
+manifest's inputs and the checkpoint's config are checked (:mod:`.transformers_checks`): one input, the prompt's
+token ids, and a config that AutoModelForCausalLM takes.
 """
 
 from __future__ import annotations

@@ -24,8 +24,15 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import AccuracyError, DatasetError
-from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult, LogEntry, accuracy_log_entries
-from mlharness.tasks.generic import dataset, text
+from mlharness.tasks.base import (
+    AccuracyContext,
+    AccuracyMetric,
+    AccuracyResult,
+    LogEntry,
+    accuracy_log_entries,
+)
+from mlharness.tasks.generic import dataset
+from mlharness.tasks.generic.text import texts
 
 
 def _path(option: Any, ctx: AccuracyContext) -> Path:
@@ -136,7 +143,7 @@ class _Text(AccuracyMetric):
         path, answers = _labels(self.name, ctx, whole_lines=True)
         entries = accuracy_log_entries(accuracy_log)
         responses = _responses(self.name, accuracy_log, len(answers), path, entries)
-        decoded, tokenizer = text.texts(self.name, accuracy_log, ctx, entries, responses)
+        decoded, tokenizer = texts(self.name, accuracy_log, ctx, entries, responses)
         em = f1 = 0.0
         for (idx, _), said in zip(responses, decoded, strict=True):
             em += float(exact_match_score(said, answers[idx]))
