@@ -67,10 +67,10 @@ def check_against_summary(sweep_dir: Path, point: dict) -> None:
         assert point["tokens_per_s"] == float(s["Completed tokens per second"])
 
 
-# A model whose capacity does not depend on the host's speed: each sample's postprocess sleeps 4 ms, so a few
-# hundred samples/s at most, and the knee lies well inside 25..25,600 QPS on any machine (the demo model alone
-# kept up with 12,800 QPS on a quiet host).
-SLOW_POST = "import time\n\n\ndef postprocess(ctx, outputs):\n    time.sleep(0.004)\n    return outputs[0]\n"
+# A model whose capacity does not depend on the host's speed: each sample's postprocess sleeps 1 ms, so under a
+# thousand samples/s, and the knee lies well inside 200..25,600 QPS on any machine (the demo model alone kept up
+# with 12,800 QPS on a quiet host). Each point has the rules' minimum of queries (700): 3.5 s at 200 QPS.
+SLOW_POST = "import time\n\n\ndef postprocess(ctx, outputs):\n    time.sleep(0.001)\n    return outputs[0]\n"
 SLO_NS = 10_000_000
 
 
@@ -86,8 +86,8 @@ def server_sweep(tmp_path_factory, env) -> tuple[Path, dict, str]:
     m["postprocess"] = SLOW_POST
     (root / "slow.yaml").write_text(yaml.safe_dump(m, sort_keys=False))
     out = root / "slow"
-    proc = cli("sweep", "--manifest", str(root / "slow.yaml"), "--scenario", "Server", "--min-qps", "25",
-               "--max-qps", "25600", "--points", "10", "--seconds", "0.5", "--slo", "latency_p99=10ms",
+    proc = cli("sweep", "--manifest", str(root / "slow.yaml"), "--scenario", "Server", "--min-qps", "200",
+               "--max-qps", "25600", "--points", "8", "--min-duration-ms", "500", "--slo", "latency_p99=10ms",
                "--output", str(out), env=env)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     return out, json.loads((out / "sweep.json").read_text()), proc.stdout
@@ -98,7 +98,9 @@ def test_server_sweep_finds_the_knee(server_sweep):
     assert TOP_KEYS <= set(state) and state["kind"] == "mlharness-sweep" and state["version"] == 1
     assert state["axis"] == "target_qps" and state["plan"] == "adaptive" and state["slo"] == {"latency_p99": 0.01}
     values = [p["value"] for p in state["points"]]
-    assert {25, 50, 100} <= set(values)  # adaptive: doubling from --min-qps
+    assert {200, 400} <= set(values)  # adaptive: doubling from --min-qps
+    # every point had the rules' minimum of queries, so any of them may be the knee
+    assert all(p["meaningful"] and p["samples"] >= 700 and p["min_queries"] == 700 for p in state["points"])
     knee = state["knee"]
     assert knee is not None and knee["value"] in values, state["aggregates"]
     at = next(a for a in state["aggregates"] if a["value"] == knee["value"])
@@ -207,7 +209,9 @@ def test_tpot_of_each_sample_uses_the_token_counts_loadgen_logged(tmp_path, env,
 
 def test_sigterm_then_resume_redoes_nothing_finished(tmp_path, env):
     out = tmp_path / "resumable"
-    args = ["sweep", "--manifest", "demo", "--qps", "150,300,450", "--seconds", "1.5", "--output", str(out)]
+    # short points (--min-query-count 10): what is resumed, not what they show
+    args = ["sweep", "--manifest", "demo", "--qps", "150,300,450", "--min-duration-ms", "1500", "--min-query-count",
+            "10", "--output", str(out)]
     proc = subprocess.Popen([sys.executable, "-m", "mlharness.cli", *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 90
@@ -326,3 +330,67 @@ def test_bad_options_are_refused_before_any_run(tmp_path, env):
         proc = cli("sweep", "--manifest", "demo", *args, "--output", str(out), env=env, timeout=60)
         assert proc.returncode != 0 and words in proc.stderr, (args, proc.stderr)
         assert not out.exists()
+
+
+def test_a_sweep_without_range_starts_at_the_calibrated_rate(tmp_path, env):
+    """No --min-qps/--max-qps: the first run calibrates its rate, the sweep doubles from it (demo model)."""
+    out = tmp_path / "auto"
+    proc = cli("sweep", "--manifest", "demo", "--min-duration-ms", "200", "--points", "3", "--output", str(out),
+               env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    state = json.loads((out / "sweep.json").read_text())
+    first = next(p for p in state["points"] if p["value"] == state["range"]["min"])  # the points sort by value
+    meta = json.loads((out / first["dir"] / "mlharness_run.json").read_text())
+    assert meta["calibration"]["calibrated"] is True
+    assert first["value"] == pytest.approx(meta["settings"]["server_target_qps"], abs=1e-3)
+    start = state["range"]["min"]
+    assert state["range"]["from"] == "calibration" and start == first["value"]
+    assert state["range"]["max"] == pytest.approx(64 * start) and state["range"]["floor"] == pytest.approx(start / 64)
+    values = [p["value"] for p in state["points"]]
+    assert len(values) == 3 and start in values
+    # the second value doubles the start when it kept up, or halves it when it was already past the knee
+    assert any(v == pytest.approx(start * f, rel=1e-3) for v in values for f in (2, 0.5)), values
+    assert all(start / 64 <= v <= start * 64 for v in values)
+    assert not (out / "points" / "calibrating").exists()
+    assert "the sweep's range: from" in proc.stderr
+
+
+def test_the_adaptive_plan_halves_from_a_start_past_the_knee():
+    step = lambda aggs: sp.adaptive_next(aggs, "target_qps", 100, 6400, 6, False, floor=100 / 64)  # noqa: E731
+    assert step([]) == 100
+    assert step([_agg(100, 60, 50.0, ok=False)]) == 50  # the calibrated rate broke its bound: bracket below
+    assert step([_agg(50, 40, 40.0, ok=False), _agg(100, 60, 50.0, ok=False)]) == 25
+    # kept at 25, broken at 50: bisection between them
+    assert step([_agg(25, 25), _agg(50, 40, 40.0, ok=False), _agg(100, 60, 50.0, ok=False)]) == pytest.approx(35.355)
+    # no floor (a range given): no halving below --min-qps; a bound broken without a knee is confirmed above
+    assert sp.adaptive_next([_agg(100, 60, 50.0, ok=False)], "target_qps", 100, 6400, 6, False) is None
+    assert sp.adaptive_next([_agg(100, 100, 1.0, ok=False)], "target_qps", 100, 6400, 6, False) == 200
+
+
+def test_short_points_are_never_the_knee_nor_the_highest_valid():
+    aggs = [_agg(10, 10), _agg(20, 20), _agg(40, 10, 50.0)]
+    assert sp.find_knee(aggs, "target_qps")["value"] == 40 and sp.max_valid(aggs) == 40
+    points = [{"value": a["value"], "repeat": 1, "valid": True, "throughput": a["throughput"]["median"],
+               "latency_ms": {"p99": a["latency_p99_ms"]["median"]}, "tokens_per_s": None, "goodput": None,
+               "meaningful": a["value"] != 40} for a in aggs]
+    short = sp.by_value(points)
+    assert [a["meaningful"] for a in short] == [True, True, False]
+    assert sp.find_knee(short, "target_qps") is None and sp.max_valid(short) == 20
+
+
+def test_a_sweep_of_short_points_names_no_knee(tmp_path, env):
+    """50 queries a point (under the rules' 700): 100,000 QPS is far past what the demo model follows, yet the
+    sweep names no knee from it, and says why."""
+    out = tmp_path / "short"
+    proc = cli("sweep", "--manifest", "demo", "--qps", "200,100000", "--min-query-count", "50", "--min-duration-ms",
+               "1", "--output", str(out), env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    state = json.loads((out / "sweep.json").read_text())
+    assert [p["samples"] for p in state["points"]] == [50, 50]
+    assert all(p["meaningful"] is False and p["min_queries"] == 700 for p in state["points"])
+    assert [a["meaningful"] for a in state["aggregates"]] == [False, False]
+    assert state["knee"] is None and state["max_valid"] is None
+    # the same figures read as long enough would name the point the demo could not follow
+    assert sp.find_knee([{**a, "meaningful": True} for a in state["aggregates"]], "target_qps")["value"] == 100000
+    assert "no: too few queries" in proc.stdout and "knee: not reached" in proc.stdout
+    assert "not meaningful" in proc.stdout

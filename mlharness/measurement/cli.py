@@ -13,9 +13,19 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from mlharness.loadgen.run_args import add_run_options, deprecated_alias, seconds_to_ms
 from mlharness.progress import output_console
 
 err = output_console(stderr=True)
+
+# sweep: every point is a Server (or Interactive) performance run whose rate (or concurrency) the sweep sets
+SWEEP_GROUPS = ("model", "dataset", "sizing", "execution", "output", "remote")
+SWEEP_SKIPS = ("--mode", "--audit-config", "--target-qps", "--samples-per-query", "--results-root", "--system")
+SWEEP_OVERRIDES = {
+    "--scenario": {"required": False, "default": "Server"},
+    "--output": {"required": True, "help": "the sweep's folder (never overwritten): sweep.json and a run folder "
+                 "per point"},
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -98,26 +108,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     cmp.set_defaults(func=cmd_compare)
     sw = sub.add_parser("sweep", help="the operating curve: real LoadGen runs over target QPS or concurrency, "
                         "with goodput under SLOs, the knee and the highest VALID value")
-    sw.add_argument("--manifest", default="demo")
-    sw.add_argument("--scenario", default="Server", help="Server or Interactive")
-    sw.add_argument("--qps", default=None, help="target QPS values, comma-separated (e.g. 5,10,20)")
-    sw.add_argument("--concurrency", default=None, help="requests in flight (generative models), e.g. 1,2,4")
-    sw.add_argument("--plan", choices=("adaptive", "even", "log2"), default=None,
-                    help="how values are chosen between --min-* and --max-* (default: adaptive)")
+    groups = add_run_options(sw, SWEEP_GROUPS, skip=SWEEP_SKIPS, override=SWEEP_OVERRIDES)
+    own = groups["sizing"]
+    own.add_argument("--qps", default=None, help="target QPS values, comma-separated (e.g. 5,10,20)")
+    own.add_argument("--concurrency", default=None, help="requests in flight (generative models), e.g. 1,2,4")
+    own.add_argument("--plan", choices=("adaptive", "even", "log2"), default=None,
+                     help="how values are chosen between --min-* and --max-* (default: adaptive; without a range "
+                     "it starts at the calibrated rate and doubles or halves from there)")
     for axis, kind in (("qps", float), ("concurrency", int)):
-        sw.add_argument(f"--min-{axis}", type=kind, default=None)
-        sw.add_argument(f"--max-{axis}", type=kind, default=None)
-    sw.add_argument("--points", type=int, default=6, help="values measured by a plan (default: 6)")
-    sw.add_argument("--slo", default=None, help="per-sample objectives for goodput, e.g. ttft_p99=500ms,"
-                    "tpot_p99=30ms or latency_p99=20ms")
-    sw.add_argument("--repeats", type=int, default=1, help="runs per value")
-    sw.add_argument("--seconds", type=float, default=1.0, help="minimum duration of each run")
-    sw.add_argument("--queries", type=int, default=None, help="concurrency axis: queries per run "
-                    "(default: 4 per request in flight, at least 16)")
-    sw.add_argument("--dataset-path", default=None)
-    sw.add_argument("--count", type=int, default=None)
-    sw.add_argument("--output", type=Path, required=True, help="the sweep's folder (never overwritten)")
-    sw.add_argument("--resume", action="store_true", help="continue the sweep in --output with the same options")
+        own.add_argument(f"--min-{axis}", type=kind, default=None)
+        own.add_argument(f"--max-{axis}", type=kind, default=None)
+    own.add_argument("--points", type=int, default=6, help="values measured by a plan (default: 6)")
+    own.add_argument("--slo", default=None, help="per-sample objectives for goodput, e.g. ttft_p99=500ms,"
+                     "tpot_p99=30ms or latency_p99=20ms")
+    own.add_argument("--repeats", type=int, default=1, help="runs per value")
+    own.add_argument("--queries", type=int, default=None, help="concurrency axis: queries per run "
+                     "(default: 4 per request in flight, at least 16)")
+    deprecated_alias(own, "--seconds", "--min-duration-ms", float, seconds_to_ms)
+    groups["output"].add_argument("--resume", action="store_true", help="continue the sweep in --output with the "
+                                  "same options")
     sw.set_defaults(func=cmd_sweep)
 
 

@@ -12,6 +12,12 @@ Two axes:
 Every point is a run folder ``DIR/points/<label>`` (``qps-000010.000-r1``, ``conc-0008-r2``) with LoadGen's
 logs and trace; ``DIR/sweep.json`` is rewritten (atomically) after each point and is what the report reads.
 Goodput counts, over the run's per-sample latencies (:mod:`.goodput`), the samples that meet every SLO.
+A point of fewer queries than the rules' minimum for its scenario (on the rate axis, the queries LoadGen's early
+stopping needs to accept a 99th percentile: :data:`MIN_POINT_QUERIES`) is recorded as not meaningful
+(``meaningful: false``) and is never named as the knee or the highest VALID value; by default each rate point
+asks LoadGen for that many queries. Without a range (``--min-qps``/``--max-qps``) the adaptive plan starts from
+the rate the first run calibrates (or its user.conf states), doubles from there, and halves when that rate already
+broke its latency constraint, within :data:`AUTO_SPAN` times either way.
 A sweep that was interrupted leaves ``sweep.json`` with its finished points; ``resume`` with the same options
 measures only what is missing (a point folder that is not in ``sweep.json`` is kept as ``.failed-<time>``).
 """
@@ -28,6 +34,7 @@ from typing import Any
 
 from mlharness.errors import MLHarnessError
 from mlharness.loadgen import settings as lgs
+from mlharness.loadgen.calibrate import EARLY_STOPPING_QUERIES
 from mlharness.loadgen.rundir import Summary
 from mlharness.measurement import goodput as gp
 from mlharness.measurement import sweep_plan as sp
@@ -49,6 +56,9 @@ SUMMARY_LINES = {
 # verdict decide what is left to measure
 RESUME_SHAPE = {**SHAPE, "options": {}, "points": Need([Need({**POINT_SHAPE, "value": Need(POINT_SHAPE["value"]),
                                                                  "repeat": Need((int,)), "valid": Need((bool,))})])}
+MIN_POINT_QUERIES = EARLY_STOPPING_QUERIES  # Server and Interactive: fewer queries cannot show a p99
+AUTO_SPAN = 64.0  # a sweep that finds its own range looks this far above and below the calibrated rate
+CALIBRATING = "calibrating"  # the first point's folder while its run calibrates the rate it is named by
 THROUGHPUT_LINES = ("Completed samples per second", "Samples per second")
 TOKENS_LINES = ("Completed tokens per second", "Tokens per second")
 
@@ -67,13 +77,17 @@ class SweepConfig:
     points: int = 6
     slo: dict[str, float] = field(default_factory=dict)
     repeats: int = 1
-    seconds: float = 1.0
+    seconds: float = 1.0  # each run's min_duration
+    min_query_count: int | None = None  # the rate axis: each run's (default: MIN_POINT_QUERIES)
     queries: int | None = None  # the concurrency axis: queries per run (default: 4 per request in flight, >= 16)
     dataset_path: str | None = None
     count: int | None = None
     resume: bool = False
     progress: Callable[[str], None] | None = None
     on_point: Callable[[dict[str, Any]], None] | None = None
+    run: dict[str, Any] = field(default_factory=dict)  # more RunOptions of every run (framework, endpoints, ...)
+    sizing: dict[str, Any] = field(default_factory=dict)  # more Overrides of every run (max_query_count, ...)
+    progress_bar: Callable[[], Any] | None = None  # a fresh RunProgress for each run
 
 
 def summary_figures(summary: Summary) -> dict[str, Any]:
@@ -111,6 +125,7 @@ class Sweep:
             raise MLHarnessError(f"--scenario {cfg.scenario}: a sweep runs Server or Interactive")
         loaded = load_manifest(cfg.manifest)
         m = loaded.model
+        self.endpoints = list(cfg.run.get("endpoints") or [])
         self.generative = m.response is not None and m.response.kind == "tokens"
         gen = getattr(m, "generation", None)
         self.fixed_tokens = gen.max_new_tokens if gen is not None and gen.min_new_tokens == gen.max_new_tokens else None
@@ -118,14 +133,16 @@ class Sweep:
             raise MLHarnessError(f"sweep axis '{cfg.axis}': expected target_qps or concurrency")
         if cfg.qps and cfg.concurrency:
             raise MLHarnessError("--qps and --concurrency are two axes: give one")
-        auto = "concurrency" if self.generative and not cfg.qps and cfg.min_value is cfg.max_value is None else None
+        auto = ("concurrency" if self.generative and not self.endpoints and not cfg.qps
+                and cfg.min_value is cfg.max_value is None else None)
         self.axis = cfg.axis or ("concurrency" if cfg.concurrency else auto) or "target_qps"
         if self.axis == "concurrency":
             if not self.generative:
                 raise MLHarnessError(f"--concurrency: {m.name} is not a generative model (response.kind: tokens); "
                                      "sweep it over --qps")
-            if m.framework.name in ("openai", "remote"):
-                raise MLHarnessError(f"--concurrency: the {m.framework.name} framework paces requests itself; set its "
+            remote = "openai" if self.endpoints else "remote" if cfg.run.get("agents") else m.framework.name
+            if remote in ("openai", "remote"):
+                raise MLHarnessError(f"--concurrency: the {remote} framework paces requests itself; set its "
                                      "max_concurrency option in the manifest and sweep --qps")
         self.integer = self.axis == "concurrency"
         token_slos = sorted(n for n in cfg.slo if gp.slo_metric(n) in ("ttft", "tpot"))
@@ -133,6 +150,8 @@ class Sweep:
             raise MLHarnessError(f"--slo {', '.join(token_slos)}: {m.name} does not stream tokens (response.kind: "
                                  "tokens); its objective is latency_pNN")
         given = cfg.concurrency or cfg.qps
+        self.auto = False  # the range comes from the first run's calibrated rate
+        self.floor: float | None = None  # the lowest rate the adaptive plan may halve to
         self.plan = "list" if given and cfg.plan is None else (cfg.plan or "adaptive")
         if self.plan == "list":
             self.lo, self.hi = min(given), max(given)
@@ -143,10 +162,19 @@ class Sweep:
             default = (1, 64) if self.axis == "concurrency" else (None, None)
             self.lo = cfg.min_value if cfg.min_value is not None else default[0]
             self.hi = cfg.max_value if cfg.max_value is not None else default[1]
-            if self.lo is None or self.hi is None:
-                raise MLHarnessError(f"--plan {self.plan} over target QPS needs --min-qps and --max-qps")
-            if not 0 < self.lo <= self.hi:
+            if (self.lo is None or self.hi is None) and self.plan != "adaptive":
+                raise MLHarnessError(f"--plan {self.plan} over target QPS needs --min-qps and --max-qps (the "
+                                     "adaptive plan finds its own range from the calibrated rate)")
+            self.auto = self.lo is None or self.hi is None
+            if self.auto:  # a bound given alone is kept; the other comes with the calibrated rate
+                if self.lo is not None and self.hi is None:
+                    self.hi = self.lo * AUTO_SPAN
+            elif not 0 < self.lo <= self.hi:
                 raise MLHarnessError(f"the sweep's range {self.lo:g}..{self.hi:g} is empty or not above zero")
+        if self.auto and self.lo is not None and not self.lo > 0:
+            raise MLHarnessError(f"--min-qps {self.lo:g}: must be above zero")
+        if cfg.min_query_count is not None and cfg.min_query_count < 1:
+            raise MLHarnessError("--min-query-count must be at least 1")
         for name in ("repeats", "points"):
             if getattr(cfg, name) < 1:
                 raise MLHarnessError(f"--{name} must be at least 1")
@@ -161,7 +189,11 @@ class Sweep:
         return {"manifest": str(c.manifest), "scenario": c.scenario, "axis": self.axis, "plan": self.plan,
                 "values": list(c.concurrency or c.qps), "min": self.lo, "max": self.hi, "points": c.points,
                 "slo": c.slo, "repeats": c.repeats, "seconds": c.seconds, "queries": c.queries,
-                "dataset_path": c.dataset_path, "count": c.count}
+                "dataset_path": c.dataset_path, "count": c.count,
+                # newer options only when given, so a sweep made before them resumes
+                **{k: v for k, v in (("min_query_count", c.min_query_count), ("endpoints", self.endpoints),
+                                     ("framework", c.run.get("framework")), ("user_conf", str(c.run["user_conf"])
+                                     if c.run.get("user_conf") else None)) if v}}
 
     def _open(self) -> dict[str, Any]:
         path = self.cfg.output / SWEEP_FILE
@@ -209,40 +241,64 @@ class Sweep:
     def label(self, value: float, repeat: int) -> str:
         return (f"conc-{int(value):04d}" if self.axis == "concurrency" else f"qps-{value:010.3f}") + f"-r{repeat}"
 
-    def _overrides(self, value: float) -> tuple[lgs.Overrides, int | None]:
+    def _overrides(self, value: float | None) -> tuple[lgs.Overrides, int | None]:
         ms = max(1, int(self.cfg.seconds * 1000))
         if self.axis == "concurrency":
+            assert value is not None
             queries = self.cfg.queries or max(16, 4 * int(value))
-            return lgs.Overrides(min_duration_ms=ms, target_qps=CONCURRENCY_QPS, min_query_count=queries,
-                                 max_query_count=queries), int(value)
-        return lgs.Overrides(min_duration_ms=ms, target_qps=float(value), min_query_count=1), None
+            return lgs.Overrides(**{**self.cfg.sizing, "min_duration_ms": ms, "target_qps": CONCURRENCY_QPS,
+                                    "min_query_count": queries, "max_query_count": queries}), int(value)
+        # value None: the run calibrates its rate (or reads it from its user.conf)
+        queries = self.cfg.min_query_count or MIN_POINT_QUERIES
+        return lgs.Overrides(**{**self.cfg.sizing, "min_duration_ms": ms, "min_query_count": queries,
+                                "target_qps": None if value is None else float(value)}), self.cfg.run.get("max_batchsize")
 
-    def measure(self, value: float, repeat: int) -> dict[str, Any]:
+    def _clear(self, folder: Path) -> None:
+        """A run that finished after the last sweep.json is not trusted: its folder is kept aside, the point redone."""
+        if not folder.exists():
+            return
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        kept = folder.with_name(f"{folder.name}.failed-{stamp}")
+        n = 1
+        while kept.exists():
+            n += 1
+            kept = folder.with_name(f"{folder.name}.failed-{stamp}-{n}")
+        folder.rename(kept)
+        self._say(f"{folder.name}: an unrecorded run folder was kept as {kept.name} and the point is measured again")
+
+    def measure(self, value: float | None, repeat: int) -> dict[str, Any]:
+        """One run at ``value``; None: at the rate the run calibrates (the first point of a sweep without range)."""
+        from dataclasses import replace
+
         from mlharness.loadgen.runner import RunOptions, run
 
-        label = self.label(value, repeat)
+        label = self.label(value, repeat) if value is not None else CALIBRATING
         folder = self.cfg.output / "points" / label
-        if folder.exists():  # a run that finished after the last sweep.json: it is not trusted, it is redone
-            stamp = time.strftime("%Y%m%d-%H%M%S")
-            kept = folder.with_name(f"{label}.failed-{stamp}")
-            n = 1
-            while kept.exists():
-                n += 1
-                kept = folder.with_name(f"{label}.failed-{stamp}-{n}")
-            folder.rename(kept)
-            self._say(f"{label}: an unrecorded run folder was kept as {kept.name} and the point is measured again")
+        self._clear(folder)
         overrides, batch = self._overrides(value)
-        self._say(f"{label}: {'concurrency' if batch else 'target QPS'} {value:g}")
-        res = run(RunOptions(scenario=self.cfg.scenario, mode="performance", manifest=self.cfg.manifest,
-                             dataset_path=self.cfg.dataset_path, count=self.cfg.count, output=folder,
-                             overrides=overrides, max_batchsize=batch, loadgen_trace=True,
-                             audit_config=self._token_log()))
+        self._say(f"{label}: " + ("the rate the run calibrates starts the sweep" if value is None else
+                                  f"{'concurrency' if self.axis == 'concurrency' else 'target QPS'} {value:g}"))
+        opts = RunOptions(scenario=self.cfg.scenario, mode="performance", manifest=self.cfg.manifest,
+                          dataset_path=self.cfg.dataset_path, count=self.cfg.count, output=folder,
+                          overrides=overrides, loadgen_trace=True, audit_config=self._token_log())
+        fixed = {k: v for k, v in self.cfg.run.items() if k not in ("max_batchsize", "overrides")}
+        res = run(replace(opts, **fixed, max_batchsize=batch,
+                          progress=self.cfg.progress_bar() if self.cfg.progress_bar else None))
+        output = res.output
+        if value is None:  # named by the rate it ran at, as every other point
+            value = round(float(res.metadata["settings"]["server_target_qps"]), 3)
+            label = self.label(value, repeat)
+            target = self.cfg.output / "points" / label
+            self._clear(target)
+            output = folder.rename(target)
         figures = summary_figures(res.summary)
-        good, fraction, n_good, n = gp.goodput(res.output, self.cfg.slo, figures["throughput"], self.fixed_tokens)
+        good, fraction, n_good, n = gp.goodput(output, self.cfg.slo, figures["throughput"], self.fixed_tokens)
+        minimum = MIN_POINT_QUERIES if self.axis == "target_qps" else None
         return {"label": label, "value": value, "repeat": repeat,
-                "dir": str(res.output.relative_to(self.cfg.output)), "valid": bool(res.summary.valid), **figures,
+                "dir": str(output.relative_to(self.cfg.output)), "valid": bool(res.summary.valid), **figures,
                 "goodput": good, "goodput_fraction": fraction, "samples": n, "good_samples": n_good if self.cfg.slo
-                else None, "slo_met": self._slo_met(figures)}
+                else None, "slo_met": self._slo_met(figures), "min_queries": minimum,
+                "meaningful": minimum is None or n >= minimum}
 
     def _token_log(self) -> Path | None:
         """A TPOT objective on a model whose generation length varies needs each sample's token count: LoadGen
@@ -266,14 +322,45 @@ class Sweep:
             out[name] = None if value is None else value <= bound * 1000
         return out
 
+    def _range_from(self, start: float) -> None:
+        """The range of a sweep that finds its own, from the rate its first run used."""
+        cfg = self.cfg
+        if cfg.max_value is not None:
+            start = min(start, cfg.max_value)
+        self.lo = cfg.min_value if cfg.min_value is not None else start
+        self.hi = cfg.max_value if cfg.max_value is not None else self.lo * AUTO_SPAN
+        self.floor = None if cfg.min_value is not None else self.lo / AUTO_SPAN
+
+    def _start(self, state: dict[str, Any]) -> None:
+        """A sweep without range: its first point is a run at the calibrated rate (unless --min-qps gave it)."""
+        if "range" in state:  # resumed
+            self.lo, self.hi, self.floor = state["range"]["min"], state["range"]["max"], state["range"]["floor"]
+            return
+        if self.cfg.min_value is not None:
+            self._range_from(self.cfg.min_value)
+        else:
+            point = self.measure(None, 1)
+            self._range_from(point["value"])
+            state["points"].append(point)
+        state["range"] = {"from": "calibration" if self.cfg.min_value is None else "--min-qps", "min": self.lo,
+                          "max": self.hi, "floor": self.floor}
+        self._say(f"the sweep's range: from {self.lo:g} QPS, doubling up to {self.hi:g}"
+                  + (f" and halving down to {self.floor:g}" if self.floor else ""))
+        self._refresh(state)
+        self._write(state)
+        if self.cfg.on_point and state["points"]:
+            self.cfg.on_point(state["points"][-1])
+
     def run(self) -> dict[str, Any]:
         state = self.state
+        if self.auto:
+            self._start(state)
         while True:
             aggs = sp.by_value(state["points"])
             partial = [a["value"] for a in aggs if a["repeats"] < self.cfg.repeats]  # interrupted between repeats
             value = partial[0] if partial else sp.next_value(
                 self.plan, list(self.cfg.concurrency or self.cfg.qps), aggs, self.axis, self.lo, self.hi,
-                self.cfg.points, self.integer)
+                self.cfg.points, self.integer, self.floor)
             if value is None:
                 break
             done = {p["repeat"] for p in state["points"] if p["value"] == value}

@@ -9,7 +9,11 @@ Nothing else is kept, so a resumed sweep (which reloads its points) continues ex
   both ends, each region's midpoint added when ``--points`` asks for more;
 - ``adaptive`` (default): doubling from ``min`` until the knee, two rates in a row that break their latency
   constraint, or ``max``; then bisection between the highest value that kept its constraints and the lowest that did not (or
-  the knee and the value before it), until ``--points`` values were measured.
+  the knee and the value before it), until ``--points`` values were measured. A sweep that found its own range
+  (``floor`` given) halves from ``min`` instead while its lowest value already broke its constraint.
+
+A value whose runs were shorter than the rules' minimum query count (``meaningful: false``) is measured and shown,
+but never named as the knee or the highest VALID value.
 """
 
 from __future__ import annotations
@@ -73,7 +77,8 @@ def by_value(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for value in sorted(groups):
         reps = groups[value]
         agg: dict[str, Any] = {"value": value, "repeats": len(reps), "valid": all(p["valid"] for p in reps),
-                               "constraints_met": all(p.get("constraints_met", p["valid"]) for p in reps)}
+                               "constraints_met": all(p.get("constraints_met", p["valid"]) for p in reps),
+                               "meaningful": all(p.get("meaningful", True) for p in reps)}
         for key, get in (("throughput", lambda p: p.get("throughput")),
                          ("latency_p99_ms", lambda p: (p.get("latency_ms") or {}).get("p99")),
                          ("tokens_per_s", lambda p: p.get("tokens_per_s")),
@@ -91,7 +96,8 @@ def _median(agg: dict[str, Any], key: str) -> float | None:
 def find_knee(aggs: list[dict[str, Any]], axis: str) -> dict[str, Any] | None:
     """The first value where the curve bends: on the rate axis, where throughput stops following the offered
     rate or the p99 latency has risen steeply; on the concurrency axis, where throughput stops growing with the
-    number of requests in flight."""
+    number of requests in flight. Values too short to mean anything are left out."""
+    aggs = [a for a in aggs if a.get("meaningful", True)]
     if axis == "target_qps":
         floor: tuple[float, float] | None = None  # the lowest p99 at a lower rate (noise only ever adds latency)
         for a in aggs:
@@ -122,8 +128,8 @@ def find_knee(aggs: list[dict[str, Any]], axis: str) -> dict[str, Any] | None:
 
 
 def max_valid(aggs: list[dict[str, Any]]) -> float | None:
-    """The highest value whose every repeat was VALID."""
-    vals = [a["value"] for a in aggs if a["valid"]]
+    """The highest value whose every repeat was VALID (and long enough to mean it)."""
+    vals = [a["value"] for a in aggs if a["valid"] and a.get("meaningful", True)]
     return max(vals) if vals else None
 
 
@@ -132,7 +138,7 @@ def _double(v: float, hi: float, integer: bool) -> float:
 
 
 def adaptive_next(aggs: list[dict[str, Any]], axis: str, lo: float, hi: float, points: int,
-                  integer: bool) -> float | None:
+                  integer: bool, floor: float | None = None) -> float | None:
     """The next value of the adaptive plan, from the values measured so far (see the module's docstring).
 
     A rate that broke its latency constraint ends the doubling only when the next doubling breaks it too: in a
@@ -153,6 +159,11 @@ def adaptive_next(aggs: list[dict[str, Any]], axis: str, lo: float, hi: float, p
     chain = [lo]
     while len(chain) < len(done) and chain[-1] < hi:
         chain.append(_double(chain[-1], hi, integer))
+    first = done[0]
+    if floor is not None and (not kept[first] or (knee is not None and knee["value"] == first)):
+        half = round(first / 2) if integer else round(first / 2, 3)
+        if floor <= half < first and half not in done:  # the start was already past the knee: bracket it below
+            return half
     growing = done == chain[:len(done)]
     if growing and knee is None and len(streak) <= 1 and done[-1] < hi:
         return _double(done[-1], hi, integer)
@@ -173,12 +184,12 @@ def adaptive_next(aggs: list[dict[str, Any]], axis: str, lo: float, hi: float, p
 
 
 def next_value(plan: str, values: list[float], aggs: list[dict[str, Any]], axis: str, lo: float, hi: float,
-               points: int, integer: bool) -> float | None:
+               points: int, integer: bool, floor: float | None = None) -> float | None:
     done = {a["value"] for a in aggs}
     if plan in ("list", "even", "log2"):
         order = values if plan == "list" else planned(plan, lo, hi, points, integer)
         return next((v for v in order if v not in done), None)
     if plan == "adaptive":
-        return adaptive_next(aggs, axis, lo, hi, points, integer)
+        return adaptive_next(aggs, axis, lo, hi, points, integer, floor)
     raise MLHarnessError(f"--plan '{plan}': expected one of {', '.join(PLANS)}")
 
