@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -124,9 +125,20 @@ def test_slow_non_benchmark_model_gets_a_derived_bound_and_the_printed_fix_conve
     assert re.search(rf"^fix: --target-latency-ms {fix.group(1)} ", proc.stdout, re.M)
     assert md["latency_bound"]["target_latency"]["kind"] == "flag"
 
-    # the printed fix, applied once to the same command line: VALID
-    proc, md = _server(run_cli, manifest, tmp_path / "fixed", "--target-latency-ms", fix.group(1),
-                       "--min-query-count", "10")
+    # the explicit --min-query-count 10 was kept (never raised), and said to be too few for early stopping
+    assert "development shortcut: min_query_count 10 from --min-query-count is kept" in proc.stderr, proc.stderr
+    assert md["settings"]["min_query_count"] == 10
+    # the printed next command line (the fix with every flag the next run needs), run as printed: VALID
+    line = re.search(r"^next run: (mlharness run .*)$", proc.stdout, re.M)
+    assert line, proc.stdout
+    words = shlex.split(line.group(1))
+    assert words[words.index("--target-latency-ms") + 1] == fix.group(1)
+    assert words[words.index("--min-duration-ms") + 1] == "2000" and "--target-qps" in words
+    assert int(words[words.index("--min-query-count") + 1]) >= 459  # what early stopping needs, not the 10 given
+    out = tmp_path / "fixed"
+    proc = run_cli(*words[1:], "--no-progress", "--output", str(out), timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    md = json.loads((out / "mlharness_run.json").read_text())
     assert "INVALID" not in proc.stdout and "VALID" in proc.stdout, proc.stdout + proc.stderr
     assert md["latency_bound"]["target_latency"]["ms"] == float(fix.group(1))
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from mlharness.loadgen import estimate, server_bound, server_probe
+from mlharness.loadgen import calibrate_dev, estimate, server_bound, server_probe
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.pinning import pinned
 from mlharness.paths import USER_CONF_DIR
@@ -65,7 +65,7 @@ SERVER_FRACTION = 0.35  # of the ideal-queue rate (the harness reaches about hal
 # harness costs added to the measured Server batch times: per batch (hand-offs, completion) and per query
 # (LoadGen's issue callback into Python, queueing); they only matter for models of a few microseconds
 SERVER_BATCH_OVERHEAD_MS, SERVER_QUERY_OVERHEAD_MS = 0.2, 0.05
-EARLY_STOPPING_QUERIES = 700  # queries a Server run needs before early stopping can accept its 99th percentile
+EARLY_STOPPING_QUERIES = estimate.EARLY_STOPPING_QUERIES  # a Server run sized for early stopping asks this many
 MAX_GENERATED_QUERIES = 2_000_000  # cap on the queries LoadGen pre-generates (memory), via the expected latency
 FAST_PERCENTILE = 10  # the streams' generated queries are sized from the fast end of the timed queries
 MIN_ROUNDS = 10  # measured queries/batches (per instance) at least, whatever the time budget
@@ -140,12 +140,24 @@ def given_by(scenario: str, model: str, overrides: lgs.Overrides, user_conf: Pat
     if scenario in ("SingleStream", "MultiStream") and overrides.target_latency_ms is not None:
         return "the command line (--target-latency-ms)"
     # the package's own user.conf files (mlharness/user_conf/) are generic guesses, not this system's figures
-    if user_conf is not None and Path(user_conf).is_file() and Path(user_conf).resolve().parent != USER_CONF_DIR:
-        key = EXPECTED_KEYS[scenario]
-        for _, m, s, k, _ in lgs.parse_conf(Path(user_conf).read_text(), str(user_conf)):
-            if k == key and m in (model, "*") and s in (scenario, "*"):
-                return f"{user_conf}"
-    return None
+    return f"{user_conf}" if conf_states(user_conf, model, scenario, EXPECTED_KEYS[scenario]) else None
+
+
+def conf_states(user_conf: Path | None, model: str, scenario: str, key: str) -> bool:
+    """Whether a user.conf given with --user-conf (not the package's own, generic guesses) has a ``key`` line for
+    this model and scenario."""
+    if user_conf is None or not Path(user_conf).is_file() or Path(user_conf).resolve().parent == USER_CONF_DIR:
+        return False
+    return any(k == key and m in (model, "*") and s in (scenario, "*")
+               for _, m, s, k, _ in lgs.parse_conf(lgs.read_conf(Path(user_conf)), str(user_conf)))
+
+
+def count_given_by(plan: lgs.SettingsPlan, user_conf: Path | None) -> str | None:
+    """Where the user stated this run's min_query_count (the flag, or their user.conf), or None. A stated count is
+    the user's: calibration never raises it for early stopping."""
+    if plan.overrides.min_query_count is not None:
+        return "--min-query-count"
+    return f"{user_conf}" if conf_states(user_conf, plan.model, plan.scenario, "min_query_count") else None
 
 
 def budget_seconds(settings: Any) -> float:
@@ -169,9 +181,10 @@ def settled(times: list[float]) -> tuple[list[float], bool]:
 
 
 def calibrate(scenario: str, settings: Any, pipelines: list[Any], loader: Any, perf_count: int, batch: int,
-              warmup: int = 1, budget_s: float | None = None, affinity: list[set[int]] | None = None) -> Calibration:
+              warmup: int = 1, budget_s: float | None = None, affinity: list[set[int]] | None = None,
+              keep_count: bool = False) -> Calibration:
     """Measure on up to a few dozen samples loaded for the purpose (unloaded afterwards), set the expected
-    performance in ``settings`` and return how."""
+    performance in ``settings`` and return how (``keep_count``: the user stated min_query_count; never raised)."""
     budget = budget_seconds(settings) if budget_s is None else budget_s
     spq = int(settings.multi_stream_samples_per_query) if scenario == "MultiStream" else 1
     n = max(1, min(perf_count, max(2 * batch, 16, spq)))
@@ -186,7 +199,7 @@ def calibrate(scenario: str, settings: Any, pipelines: list[Any], loader: Any, p
             with pinned(affinity[0] if affinity else None):  # the cores the run's first runner gets
                 cal = _latency(scenario, settings, pipelines[0], n, spq, batch, budget)
         else:
-            cal = _throughput(scenario, settings, pipelines, n, batch, budget, affinity)
+            cal = _throughput(scenario, settings, pipelines, n, batch, budget, affinity, keep_count)
     finally:
         loader.unload(indices)
         loader.on_progress = progress
@@ -297,7 +310,7 @@ def _one_pass(pipelines: list[Any], n: int, size: int, budget: float,
 
 
 def _throughput(scenario: str, settings: Any, pipelines: list[Any], n: int, batch: int,
-                budget: float, affinity: list[set[int]] | None = None) -> Calibration:
+                budget: float, affinity: list[set[int]] | None = None, keep_count: bool = False) -> Calibration:
     size = min(batch, n)
     main = _batches_per_second(pipelines, n, size, budget if scenario == "Offline" else budget / 2, affinity)
     checks = {"stable": main.stable, "passes": main.passes}
@@ -335,7 +348,7 @@ def _throughput(scenario: str, settings: Any, pipelines: list[Any], n: int, batc
     needed = EARLY_STOPPING_QUERIES
     # more queries for early stopping only help a rate that can meet the bound: with none, the run is INVALID
     # whatever its length, and a trickle of 700 queries would last for many minutes
-    if ideal > 0 and int(settings.min_query_count) < needed and qps * int(settings.min_duration_ms) / 1000.0 < needed:
+    if not keep_count and ideal > 0 and int(settings.min_query_count) < needed and qps * int(settings.min_duration_ms) / 1000.0 < needed:
         cal.extra["min_query_count"] = needed
     long_run = estimate.long_server_plan(qps, int(cal.extra.get("min_query_count", settings.min_query_count)),
                                          int(settings.min_duration_ms), ideal, bound_ms, "min_query_count" in cal.extra)
@@ -373,7 +386,19 @@ def effective_conf(base: Path | None, model: str, scenario: str, overrides: dict
 def for_run(opts: Any, plan: lgs.SettingsPlan, settings: Any, pipelines: list[Any], loader: Any, perf_count: int,
             batch: int, warmup: int, outdir: Path, affinity: list[set[int]] | None = None) -> dict[str, Any]:
     """The runner's step: calibrate when the run needs it, say so, write the effective user.conf beside the
-    logs; returns what goes into the run metadata under 'calibration'."""
+    logs; returns what goes into the run metadata under 'calibration'. A Server run whose stated min_query_count
+    is too small for early stopping says so (calibrate_dev.short_count_note)."""
+    result = _for_run(opts, plan, settings, pipelines, loader, perf_count, batch, warmup, outdir, affinity)
+    note = calibrate_dev.short_count_note(plan, settings, count_given_by(plan, opts.user_conf))
+    if note:
+        result["short_count"] = note
+        if getattr(opts, "say", None):
+            opts.say(note)
+    return result
+
+
+def _for_run(opts: Any, plan: lgs.SettingsPlan, settings: Any, pipelines: list[Any], loader: Any, perf_count: int,
+             batch: int, warmup: int, outdir: Path, affinity: list[set[int]] | None) -> dict[str, Any]:
     if plan.mode != "performance":
         return {"calibrated": False, "reason": "accuracy mode"}
     if not getattr(opts, "calibrate", True):
@@ -383,7 +408,9 @@ def for_run(opts: Any, plan: lgs.SettingsPlan, settings: Any, pipelines: list[An
     source = given_by(plan.scenario, plan.model, plan.overrides, opts.user_conf)
     if source is not None:
         return {"calibrated": False, "reason": f"expected performance given by {source}"}
-    cal = calibrate(plan.scenario, settings, pipelines, loader, perf_count, batch, warmup, affinity=affinity)
+    stated = count_given_by(plan, opts.user_conf)
+    cal = calibrate(plan.scenario, settings, pipelines, loader, perf_count, batch, warmup, affinity=affinity,
+                    keep_count=stated is not None)
     if getattr(opts, "say", None):
         opts.say(cal.one_line())
     (outdir / "user.conf").write_text(effective_conf(plan.user_conf, plan.model, plan.scenario,
@@ -391,4 +418,5 @@ def for_run(opts: Any, plan: lgs.SettingsPlan, settings: Any, pipelines: list[An
     return cal.as_dict()
 
 
-__all__ = ["Calibration", "EXPECTED_KEYS", "apply", "calibrate", "effective_conf", "fmt_value", "for_run", "given_by"]
+__all__ = ["Calibration", "EXPECTED_KEYS", "apply", "calibrate", "conf_states", "count_given_by", "effective_conf",
+           "fmt_value", "for_run", "given_by"]

@@ -12,10 +12,17 @@ given with ``--target-qps`` / a user.conf line). Offline asks for ``1.1 x min_du
 nothing. The run says what it changed and which flag restores the official count. A run that names
 ``--min-query-count`` or ``--performance-sample-count``, a compliance run (audit config) and every run at the
 official duration keep mlperf.conf's figures.
+
+A Server run is sized by min_duration and by early stopping (:data:`~mlharness.loadgen.estimate.EARLY_STOPPING_QUERIES`
+queries, which calibration asks for when min_duration at the calibrated rate holds fewer). The development shortcut
+for a model whose rate makes those queries long (the run's estimate says so before it starts) is an explicit
+``--min-query-count N``: it is always kept, and when it leaves fewer queries than early stopping needs the run says
+so in one line before it starts (:func:`short_count_note`) and is recorded as not submittable.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from mlharness.loadgen import estimate
@@ -69,4 +76,25 @@ def size(plan: lgs.SettingsPlan, settings: Any, perf_count: int, floor: int = 1)
             "performance_sample_count": [official_count, count], "restore": flag, "message": message}
 
 
-__all__ = ["applies", "size"]
+def short_count_note(plan: lgs.SettingsPlan, settings: Any, stated: str | None) -> str | None:
+    """The line a Server performance run prints when the min_query_count its user stated (``stated``: where)
+    leaves fewer queries than a run sized for early stopping issues; the reason is recorded as not submittable."""
+    if stated is None or plan.scenario != "Server" or plan.mode != "performance":
+        return None
+    count = int(settings.min_query_count)
+    queries = max(count, math.ceil(int(settings.min_duration_ms) / 1000.0 * float(settings.server_target_qps)))
+    if queries >= estimate.EARLY_STOPPING_QUERIES:
+        return None
+    verdict = ("LoadGen will call the run INVALID for early stopping alone"
+               if queries < estimate.EARLY_STOPPING_NONE_OVER else "early stopping accepts it only if no query is "
+               "over the bound")
+    message = (f"development shortcut: min_query_count {count} from {stated} is kept; the run issues about "
+               f"{queries} queries, fewer than the {estimate.EARLY_STOPPING_QUERIES} a Server run is sized with for "
+               f"early stopping ({estimate.EARLY_STOPPING_NONE_OVER} accept the 99th percentile when none is over "
+               f"the bound, {estimate.EARLY_STOPPING_ONE_OVER} when one is): {verdict}; not submittable")
+    plan.not_submittable.append(f"min_query_count {count} from {stated} leaves about {queries} queries, fewer than "
+                                "early stopping needs (a development shortcut)")
+    return message
+
+
+__all__ = ["applies", "short_count_note", "size"]

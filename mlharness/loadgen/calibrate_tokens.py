@@ -12,8 +12,13 @@ to the predictor(s) directly on samples loaded for the purpose, after a warm-up:
   ``tpot_latency``). Bursts of ``k`` concurrent generations, ``k`` halved from the loaded count until every
   generation of the burst keeps both limits with margin; ``target_qps`` = 0.35 x that burst's samples/s, so that
   the engine holds about a third of ``k`` requests on average (Little's law) under Poisson arrivals.
-  ``min_query_count`` is raised for early stopping as for any Server run. When a generation alone breaks a limit
-  no rate meets it: a trickle is set, and the run's explanation says why it is INVALID.
+  ``min_query_count`` is raised for early stopping as for any Server run (never a count the user stated: an
+  explicit ``--min-query-count`` is the development shortcut, see :mod:`~mlharness.loadgen.calibrate_dev`), and a
+  plan that makes the run long says so before it starts, with that shortcut. When a generation alone breaks a
+  limit no rate meets it: a trickle is set, and the run's explanation says why it is INVALID.
+- The TTFT/TPOT bounds of a model that is not an MLPerf benchmark, where nobody set them, come from generations
+  one at a time (:func:`single_request`, :func:`mlharness.loadgen.server_bound.derive_token_bounds`), before the
+  rate is calibrated against them.
 - Accuracy runs of Server and Interactive get the same rate: LoadGen issues every sample at ``target_qps`` there
   too, and the package's generic 0.5/s would make an accuracy run of the 13368 samples last 7.4 hours whatever
   the model's speed.
@@ -34,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import RunFailed
-from mlharness.loadgen import calibrate_dev
+from mlharness.loadgen import calibrate_dev, estimate, server_bound
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.calibrate import (
     EARLY_STOPPING_QUERIES,
@@ -44,6 +49,7 @@ from mlharness.loadgen.calibrate import (
     Calibration,
     apply,
     budget_seconds,
+    count_given_by,
     effective_conf,
     fast_quantile,
     fmt_value,
@@ -58,6 +64,7 @@ MIN_SAMPLES = 16  # samples loaded for the measurement (fewer when the performan
 # the Offline target over the measured token rate: token models keep the headroom their calibration was measured
 # with (the image models' busy-host calibration in calibrate.py uses its own)
 OFFLINE_HEADROOM = 1.5
+ALONE_MIN_RUNS, ALONE_MAX_RUNS, ALONE_BUDGET_S = 8, 200, 1.0  # generations one at a time, for derived bounds
 
 
 class _Timing:
@@ -134,9 +141,23 @@ def _rounds(predictors: list[GenerativePredictor], prompts: list[tuple[int, np.n
     return seconds, timings
 
 
+def single_request(predictors: list[GenerativePredictor], prompts: list[tuple[int, np.ndarray]],
+                   budget: float = ALONE_BUDGET_S) -> dict[str, float]:
+    """p99 milliseconds of generations one at a time over ``prompts`` (at least ALONE_MIN_RUNS, about ``budget``
+    seconds): of the whole generation (``ttft_latency``'s basis) and of the time per output token."""
+    timings: list[_Timing] = []
+    start = time.perf_counter()
+    while len(timings) < ALONE_MIN_RUNS or (time.perf_counter() - start < budget and len(timings) < ALONE_MAX_RUNS):
+        timings += _burst(predictors[:1], [prompts[len(timings) % len(prompts)]])[1]
+    whole = [(t.done_at - t.start) * 1000.0 + SUT_SAMPLE_OVERHEAD_MS for t in timings]
+    return {"ttft_latency": float(np.percentile(whole, 99)),
+            "tpot_latency": float(np.percentile([t.tpot_ms for t in timings], 99))}
+
+
 def measure(scenario: str, settings: Any, predictors: list[GenerativePredictor], prompts: list[tuple[int, np.ndarray]],
-            budget: float) -> Calibration:
-    """The calibration of a LoadGen ``scenario`` (Interactive is 'Server') from generations of ``prompts``."""
+            budget: float, keep_count: bool = False) -> Calibration:
+    """The calibration of a LoadGen ``scenario`` (Interactive is 'Server') from generations of ``prompts``
+    (``keep_count``: the user stated min_query_count, which is never raised)."""
     start = time.perf_counter()
     n = len(prompts)
     if scenario in ("SingleStream", "MultiStream"):
@@ -152,11 +173,11 @@ def measure(scenario: str, settings: Any, predictors: list[GenerativePredictor],
         sps = n / fast_quantile(seconds)
         return Calibration(scenario, "target_qps", OFFLINE_HEADROOM * sps, sps, OFFLINE_HEADROOM, n, len(seconds),
                            time.perf_counter() - start, n, {"token_streams": True})
-    return _server(settings, predictors, prompts, budget, start)
+    return _server(settings, predictors, prompts, budget, start, keep_count)
 
 
 def _server(settings: Any, predictors: list[GenerativePredictor], prompts: list[tuple[int, np.ndarray]],
-            budget: float, start: float) -> Calibration:
+            budget: float, start: float, keep_count: bool = False) -> Calibration:
     ttft_limit, tpot_limit = int(settings.ttft_latency) / 1e6, int(settings.tpot_latency) / 1e6
     _, alone = _rounds(predictors[:1], prompts[:1], budget / 4)
     one_ttft = float(np.median([t.ttft_ms for t in alone]))
@@ -183,16 +204,23 @@ def _server(settings: Any, predictors: list[GenerativePredictor], prompts: list[
         extra.update(concurrency=k, burst_ttft_ms=worst_ttft, burst_tpot_ms=worst_tpot)
     cal = Calibration("Server", "target_qps", qps, sps, SERVER_FRACTION, len(prompts), rounds,
                       time.perf_counter() - start, k, extra)
-    if int(settings.min_query_count) < EARLY_STOPPING_QUERIES and qps * int(settings.min_duration_ms) / 1000.0 < \
-            EARLY_STOPPING_QUERIES:
+    min_s = int(settings.min_duration_ms) / 1000.0
+    meets = "concurrency" in extra  # a trickle is INVALID whatever its length: more queries would not help
+    if not keep_count and meets and int(settings.min_query_count) < EARLY_STOPPING_QUERIES and \
+            qps * min_s < EARLY_STOPPING_QUERIES:
         cal.extra["min_query_count"] = EARLY_STOPPING_QUERIES
+    long_run = estimate.long_server_plan(qps, int(cal.extra.get("min_query_count", settings.min_query_count)),
+                                         int(settings.min_duration_ms), qps if meets else 0.0,
+                                         min(ttft_limit, tpot_limit), "min_query_count" in cal.extra,
+                                         "--user-conf lines '<model>.Server.ttft_latency/tpot_latency = N'")
+    if long_run:
+        cal.extra["long_run"] = long_run
     return cal
 
 
-def calibrate(scenario: str, settings: Any, predictors: list[GenerativePredictor], store: Any, loader: Any,
-              perf_count: int, warmup: int = 1, budget_s: float | None = None) -> Calibration:
-    """Load a few samples, warm up, measure, unload; set the expected performance in ``settings``."""
-    budget = budget_seconds(settings) if budget_s is None else budget_s
+def _with_prompts(predictors: list[GenerativePredictor], store: Any, loader: Any, perf_count: int, warmup: int,
+                  step: Any) -> Any:
+    """``step(prompts)`` on a few samples loaded for the purpose (unloaded afterwards), after a warm-up."""
     indices = list(range(max(1, min(perf_count, MIN_SAMPLES))))
     progress, loader.on_progress = loader.on_progress, None
     loader.load(indices)
@@ -200,10 +228,18 @@ def calibrate(scenario: str, settings: Any, predictors: list[GenerativePredictor
         prompts = [(i, store.gather(np.asarray([i], dtype=np.int64))[0][0]) for i in indices]
         for _ in range(max(1, warmup)):
             _burst(predictors, prompts[:len(predictors)])
-        cal = measure(scenario, settings, predictors, prompts, budget)
+        return step(prompts)
     finally:
         loader.unload(indices)
         loader.on_progress = progress
+
+
+def calibrate(scenario: str, settings: Any, predictors: list[GenerativePredictor], store: Any, loader: Any,
+              perf_count: int, warmup: int = 1, budget_s: float | None = None, keep_count: bool = False) -> Calibration:
+    """Load a few samples, warm up, measure, unload; set the expected performance in ``settings``."""
+    budget = budget_seconds(settings) if budget_s is None else budget_s
+    cal = _with_prompts(predictors, store, loader, perf_count, warmup,
+                        lambda prompts: measure(scenario, settings, predictors, prompts, budget, keep_count))
     cal.value = float(fmt_value(cal.value))  # exactly what the written user.conf says
     apply(cal, settings)
     return cal
@@ -222,7 +258,8 @@ def one_line(cal: Calibration) -> str:
                 f"{e['ttft_limit_ms']:g}/{e['tpot_limit_ms']:g} ms")
         if "min_query_count" in e:
             what += f"; min_query_count raised to {e['min_query_count']} for early stopping"
-    return f"calibrated {what}; --no-calibrate or a user.conf line turns this off)"
+    line = f"calibrated {what}; --no-calibrate or a user.conf line turns this off)"
+    return line + (f"\n{cal.extra['long_run']}" if "long_run" in cal.extra else "")
 
 
 def for_run(opts: Any, plan: lgs.SettingsPlan, settings: Any, predictors: list[GenerativePredictor], store: Any,
@@ -230,6 +267,14 @@ def for_run(opts: Any, plan: lgs.SettingsPlan, settings: Any, predictors: list[G
     """The runner's step for a token-stream model: calibrate when the run needs it (performance runs, and the
     accuracy runs of Server/Interactive), say so, write the effective user.conf beside the logs; returns what goes
     into the run metadata under 'calibration'."""
+    say = getattr(opts, "say", None)
+    if server_bound.token_bounds_to_derive(plan, getattr(opts, "network", None)):
+        # before the rate, which is calibrated against them
+        measured = _with_prompts(predictors, store, loader, perf_count, warmup,
+                                 lambda prompts: single_request(predictors, prompts))
+        for line in server_bound.derive_token_bounds(plan, settings, measured):
+            if say:
+                say(line)
     result = _calibrated(opts, plan, settings, predictors, store, loader, perf_count, warmup, outdir)
     # a development run is then sized from the expected rate, not from the dataset (calibrate_dev)
     sized = calibrate_dev.size(plan, settings, perf_count, floor=MIN_SAMPLES)
@@ -237,6 +282,11 @@ def for_run(opts: Any, plan: lgs.SettingsPlan, settings: Any, predictors: list[G
         result["development_sizing"] = sized
         if getattr(opts, "say", None):
             opts.say(sized["message"])
+    note = calibrate_dev.short_count_note(plan, settings, count_given_by(plan, opts.user_conf))
+    if note:
+        result["short_count"] = note
+        if say:
+            say(note)
     return result
 
 
@@ -249,7 +299,8 @@ def _calibrated(opts: Any, plan: lgs.SettingsPlan, settings: Any, predictors: li
     source = given_by(plan.scenario, plan.model, plan.overrides, opts.user_conf)
     if source is not None:
         return {"calibrated": False, "reason": f"expected performance given by {source}"}
-    cal = calibrate(plan.scenario, settings, predictors, store, loader, perf_count, warmup)
+    cal = calibrate(plan.scenario, settings, predictors, store, loader, perf_count, warmup,
+                    keep_count=count_given_by(plan, opts.user_conf) is not None)
     if plan.mode != "performance":
         cal.extra.pop("min_query_count", None)  # an accuracy run issues every sample once whatever it says
     if getattr(opts, "say", None):
@@ -259,4 +310,4 @@ def _calibrated(opts: Any, plan: lgs.SettingsPlan, settings: Any, predictors: li
     return cal.as_dict()
 
 
-__all__ = ["SUT_SAMPLE_OVERHEAD_MS", "calibrate", "for_run", "measure", "one_line"]
+__all__ = ["SUT_SAMPLE_OVERHEAD_MS", "calibrate", "for_run", "measure", "one_line", "single_request"]

@@ -114,12 +114,16 @@ def estimate_run(settings: Any, dataset_samples: int | None = None) -> Estimate:
 
 
 LONG_RUN_FACTOR = 10  # a Server plan longer than this x min_duration says why and how to shorten it
+# LoadGen's early stopping (99th percentile, 99% confidence) accepts a Server run's p99 after 459 queries when none
+# was over the bound, after 662 when one was; a run sized for it asks for EARLY_STOPPING_QUERIES, room for one
+EARLY_STOPPING_NONE_OVER, EARLY_STOPPING_ONE_OVER, EARLY_STOPPING_QUERIES = 459, 662, 700
 
 
 def long_server_plan(qps: float, min_query_count: int, min_duration_ms: int, ideal_qps: float, bound_ms: float,
-                     raised: bool) -> str | None:
-    """Why a calibrated Server plan lasts more than LONG_RUN_FACTOR x min_duration, and which flags shorten it
-    (None when it does not). ``raised``: calibration raised min_query_count for early stopping."""
+                     raised: bool, bound_flag: str = "--target-latency-ms") -> str | None:
+    """Why a calibrated Server plan lasts more than LONG_RUN_FACTOR x min_duration, and the development shortcut
+    that shortens it (None when it does not). ``raised``: calibration raised min_query_count for early stopping;
+    ``bound_flag``: how this run's bound is loosened."""
     min_s = min_duration_ms / 1000.0
     queries = max(min_query_count, 1)
     seconds = max(queries, min_s * qps) / max(qps, 1e-9)
@@ -131,7 +135,10 @@ def long_server_plan(qps: float, min_query_count: int, min_duration_ms: int, ide
                f"trickle of {qps:.4g} QPS")
     else:
         why = f"{queries} queries at {qps:.4g} QPS" + (
-            " (early stopping needs that many to accept the 99th percentile)" if raised else "")
+            f" (early stopping needs {EARLY_STOPPING_NONE_OVER} queries to accept the 99th percentile when none is "
+            f"over the bound, {EARLY_STOPPING_ONE_OVER} when one is)" if raised else "")
     return (f"this Server run lasts about {format_duration(seconds)}, more than {LONG_RUN_FACTOR}x "
-            f"--min-duration-ms: {why}; shorten it with --min-query-count {fewer} (early stopping may then "
-            f"refuse the 99th percentile), a looser bound (--target-latency-ms) or a faster model")
+            f"--min-duration-ms: {why}. Development shortcut: --min-query-count {fewer} (about "
+            f"{format_duration(max(fewer, min_s * qps) / max(qps, 1e-9))}; an explicit count is kept, and the run is "
+            f"recorded as not submittable; with fewer than {EARLY_STOPPING_NONE_OVER} queries LoadGen calls it "
+            f"INVALID for early stopping alone); or a looser bound ({bound_flag}) or a faster model")

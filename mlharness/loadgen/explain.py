@@ -5,7 +5,10 @@ requirement: performance constraints (the latency bound, or TTFT/TPOT), min dura
 stopping), its own recommendations and the early-stopping result; errors and warnings go to
 ``mlperf_log_detail.txt`` as ``:::MLLOG`` events whose value is the message. This module reads both and turns
 them into: the requirement(s) that failed, LoadGen's recommendation(s), and the flag or user.conf line that
-fixes the run, with a value computed from what the run measured.
+fixes the run, with a value computed from what the run measured. :func:`explain_run` also writes the whole next
+command line (:func:`next_command`): the fixes with every flag the next run needs besides them (the rate, the query
+count that early stopping needs at that rate, the duration), since a stated rate turns calibration off and with it
+the raised query count.
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import shlex
+
 from mlharness.loadgen.calibrate import EARLY_STOPPING_QUERIES, LATENCY_HEADROOM
+from mlharness.paths import MANIFESTS_DIR
 from mlharness.loadgen.rundir import read_detail
 
 # the fix for a query that ended early: 1.75 x the rate the run reached (a measured rate, not a timed batch's)
@@ -53,6 +59,7 @@ class Explanation:
     warnings: list[str] = field(default_factory=list)
     measured: list[str] = field(default_factory=list)  # token runs: the failed TTFT/TPOT p99 against its limit
     bound: list[str] = field(default_factory=list)  # Server: the latency bound and where it comes from
+    command: str | None = None  # the next run's whole command line (explain_run, from the run's metadata)
 
     def lines(self) -> list[str]:
         out = []
@@ -63,6 +70,8 @@ class Explanation:
             out += self.measured
             out += [f"LoadGen recommends: {r}" for r in self.recommendations]
             out += [f"fix: {f.text()}" for f in self.fixes]
+            if self.command:
+                out.append(f"next run: {self.command}")
             out += [f"LoadGen error: {e}" for e in self.errors]
             out += [f"LoadGen warning: {w}" for w in self.warnings]
         return out
@@ -259,17 +268,75 @@ def explain_run(outdir: Path, scenario: str, model: str) -> Explanation:
     summary = Path(outdir) / "mlperf_log_summary.txt"
     detail = Path(outdir) / "mlperf_log_detail.txt"
     text = summary.read_text(errors="replace") if summary.is_file() else ""
-    return explain(text, read_detail(detail) if detail.is_file() else [], scenario, model, _run_bound(outdir))
+    md = _run_metadata(outdir)
+    exp = explain(text, read_detail(detail) if detail.is_file() else [], scenario, model, md.get("latency_bound"))
+    if not exp.valid and md:
+        exp.command = next_command(md, scenario, exp.fixes, summary_sections(text)["stats"])
+    return exp
 
 
-def _run_bound(outdir: Path) -> dict[str, Any] | None:
-    """The latency bound recorded in the run's mlharness_run.json (None when absent or unreadable)."""
+def _run_metadata(outdir: Path) -> dict[str, Any]:
+    """The run's mlharness_run.json ({} when absent or unreadable)."""
     import json
 
     try:
-        return json.loads((Path(outdir) / "mlharness_run.json").read_text()).get("latency_bound")
-    except (OSError, ValueError, AttributeError):
+        md = json.loads((Path(outdir) / "mlharness_run.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return md if isinstance(md, dict) else {}
+
+
+_FLAG_OF = {"min_duration_ms": "--min-duration-ms", "min_query_count": "--min-query-count",
+            "max_query_count": "--max-query-count", "target_qps": "--target-qps",
+            "target_latency_ms": "--target-latency-ms", "samples_per_query": "--samples-per-query",
+            "performance_sample_count": "--performance-sample-count"}
+
+
+def next_command(md: dict[str, Any], scenario: str, fixes: list[Fix], stats: dict[str, str]) -> str | None:
+    """The whole command line of the next run: this run's manifest, scenario and development flags, the fixes'
+    flags over them, and for Server the rate and the query count early stopping needs at that rate (None when no
+    fix names a flag)."""
+    flags = [f.flag for f in fixes if f.flag.startswith("--")]
+    if not flags:
         return None
+    given: dict[str, str] = {_FLAG_OF[k]: _plain(v) for k, v in (md.get("overrides") or {}).items() if k in _FLAG_OF}
+    for flag in flags:
+        words = flag.split()
+        given.update(zip(words[::2], words[1::2], strict=False))
+    if "--min-duration-ms" not in given and _num(stats, "min_duration (ms)") is not None:
+        given["--min-duration-ms"] = _plain(_num(stats, "min_duration (ms)"))
+    if scenario == "Server":
+        qps = given.get("--target-qps") or (_plain(_num(stats, "target_qps")) if _num(stats, "target_qps") else None)
+        if qps:
+            given["--target-qps"] = qps
+            # a stated rate turns calibration off: the count early stopping needs comes with it
+            count = int(float(given.get("--min-query-count", _num(stats, "min_query_count") or 0)))
+            min_s = float(given.get("--min-duration-ms", 0)) / 1000.0
+            if float(qps) * min_s < EARLY_STOPPING_QUERIES and count < EARLY_STOPPING_QUERIES and \
+                    not _count_fixed(fixes):
+                given["--min-query-count"] = str(EARLY_STOPPING_QUERIES)
+    path = Path(str((md.get("manifest") or {}).get("path") or ""))
+    name = (md.get("manifest") or {}).get("name")
+    manifest = name if name and path.is_relative_to(MANIFESTS_DIR) else str(path)
+    words = ["mlharness", "run", "--manifest", manifest, "--scenario", str(md.get("scenario") or scenario),
+             "--mode", "performance"]
+    if md.get("dataset_path"):
+        words += ["--dataset-path", str(md["dataset_path"])]
+    if md.get("user_conf") and not Path(str(md["user_conf"])).is_relative_to(MANIFESTS_DIR.parent / "user_conf"):
+        words += ["--user-conf", str(md["user_conf"])]
+    for flag, value in given.items():
+        words += [flag, value]
+    return shlex.join(words)
+
+
+def _count_fixed(fixes: list[Fix]) -> bool:
+    """A fix states the query count itself (early stopping's own figure)."""
+    return any("--min-query-count" in f.flag for f in fixes)
+
+
+def _plain(value: Any) -> str:
+    v = float(value)
+    return str(int(v)) if v.is_integer() else f"{v:g}"
 
 
 def error_texts(errors: list[dict[str, Any]]) -> list[str]:

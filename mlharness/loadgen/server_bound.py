@@ -12,6 +12,14 @@ do with such a model's speed, and a model slower than it can never be VALID. So 
 on loaded samples before LoadGen starts (:func:`derived_ms`): ``max(10 ms, 5 x the p99 of batch-1 runs)``,
 rounded up to a whole millisecond. Five times the single-sample time leaves room for the queueing a Server run
 adds at a useful rate (an ideal queue at about half load keeps its p99 within a few service times).
+
+A token-stream model that is not an MLPerf benchmark has no ``ttft_latency``/``tpot_latency`` line in mlperf.conf,
+and LoadGen's built-in 100 ms for each has nothing to do with it either. Its bounds follow the same rule from one
+generation at a time, measured by :mod:`mlharness.loadgen.calibrate_tokens` before LoadGen starts
+(:func:`derive_token_bounds`): TPOT = ``max(1 ms, 5 x the single-request TPOT p99)``, and TTFT = ``max(10 ms, 5 x
+the single-request p99 of a whole generation)``: under Server arrivals a request can wait for a generation in
+flight (an engine that batches statically starts it only when the batch ahead ends), so its first token is
+judged against the time a generation takes, not against a prefill alone.
 """
 
 from __future__ import annotations
@@ -33,6 +41,9 @@ log = logging.getLogger(__name__)
 DERIVED_MULTIPLE = 5.0  # derived bound = this x the single-sample p99 ...
 DERIVED_FLOOR_MS = 10.0  # ... and never below mlperf.conf's own default
 MEASURE_MIN_RUNS, MEASURE_MAX_RUNS, MEASURE_BUDGET_S = 8, 200, 0.5  # the single-sample timing pass
+TOKEN_FLOOR_MS = {"ttft_latency": DERIVED_FLOOR_MS, "tpot_latency": 1.0}
+TOKEN_BASIS = {"ttft_latency": "single-request generation p99 (time to its last token: a request can wait for "
+                               "one in flight)", "tpot_latency": "single-request time-per-output-token p99"}
 SETTING_ATTR = {"target_latency": "server_target_latency_ns", "ttft_latency": "ttft_latency",
                 "tpot_latency": "tpot_latency"}
 
@@ -100,8 +111,39 @@ def no_rate_reason(extra: dict[str, Any]) -> str:
     return f"a trickle: the measured batches leave no rate within the latency bound {bound:.4g} ms"
 
 
-def derived_ms(single_p99_ms: float) -> float:
-    return float(math.ceil(max(DERIVED_FLOOR_MS, DERIVED_MULTIPLE * single_p99_ms)))
+def derived_ms(single_p99_ms: float, floor_ms: float = DERIVED_FLOOR_MS) -> float:
+    return float(math.ceil(max(floor_ms, DERIVED_MULTIPLE * single_p99_ms)))
+
+
+def token_bounds_to_derive(plan: lgs.SettingsPlan, network: str | None = None) -> list[str]:
+    """The TTFT/TPOT keys of a non-benchmark token model's Server performance run that nobody bounded (LoadGen's
+    built-in default), which calibrate_tokens derives from the model's single-request latency."""
+    if plan.scenario != "Server" or plan.mode != "performance" or plan.official or network == "lon":
+        return []
+    return [k for k, b in (plan.latency_bound or {}).items()
+            if k in TOKEN_FLOOR_MS and b.get("kind") == "default"]
+
+
+def derive_token_bounds(plan: lgs.SettingsPlan, settings: Any, measured_ms: dict[str, float]) -> list[str]:
+    """Set the derived TTFT/TPOT bounds (``measured_ms``: key -> the single-request p99 it is derived from) in
+    ``settings`` and ``plan.latency_bound``, record them as not submittable; returns the lines to print."""
+    lines = []
+    for key in token_bounds_to_derive(plan):
+        if measured_ms.get(key) is None:
+            continue
+        b = LatencyBound(**plan.latency_bound[key])
+        b.single_sample_p99_ms = float(measured_ms[key])
+        b.ms = derived_ms(b.single_sample_p99_ms, TOKEN_FLOOR_MS[key])
+        b.kind = "derived"
+        b.source = (f"{DERIVED_MULTIPLE:g} x the measured {TOKEN_BASIS[key]} {b.single_sample_p99_ms:.4g} ms, at "
+                    f"least {TOKEN_FLOOR_MS[key]:g} ms, as the model is not an MLPerf benchmark; set your own with "
+                    f"--user-conf and a line '{plan.model}.Server.{key} = N' (whole ms)")
+        setattr(settings, SETTING_ATTR[key], int(b.ms * 1e6))
+        plan.latency_bound[key] = b.as_dict()
+        plan.not_submittable.append(f"the Server {key} bound {b.ms:g} ms was derived from the model's measured "
+                                    "latency, not set by an MLPerf benchmark")
+        lines.append(b.line())
+    return lines
 
 
 def measure_single_sample(pipeline: Any, loader: Any, perf_count: int, warmup: int = 1) -> float:
@@ -151,12 +193,15 @@ def for_run(opts: Any, plan: lgs.SettingsPlan, settings: Any, pipelines: list[An
             settings.server_target_latency_ns = int(b.ms * 1e6)
             plan.not_submittable.append(f"the Server latency bound {b.ms:g} ms was derived from the model's "
                                         "measured latency, not set by an MLPerf benchmark")
+    plan.latency_bound = {b.key: b.as_dict() for b in bounds}
+    later = token_bounds_to_derive(plan, getattr(opts, "network", None)) if tokens else []
     say = getattr(opts, "say", None)
     if say and plan.mode == "performance":
         for b in bounds:
-            say(b.line())
-    plan.latency_bound = {b.key: b.as_dict() for b in bounds}
+            if b.key not in later:  # said once derived, by calibrate_tokens
+                say(b.line())
     return plan.latency_bound
 
 
-__all__ = ["LatencyBound", "derived_ms", "for_run", "measure_single_sample", "no_rate_reason", "resolve"]
+__all__ = ["LatencyBound", "derive_token_bounds", "derived_ms", "for_run", "measure_single_sample", "no_rate_reason",
+           "resolve", "token_bounds_to_derive"]
