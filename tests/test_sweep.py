@@ -386,7 +386,7 @@ def test_a_sweep_of_short_points_names_no_knee(tmp_path, env):
                "1", "--output", str(out), env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     state = json.loads((out / "sweep.json").read_text())
-    assert [p["samples"] for p in state["points"]] == [50, 50]
+    assert all(50 <= p["samples"] < 700 for p in state["points"]), state["points"]
     assert all(p["meaningful"] is False and p["min_queries"] == 700 for p in state["points"])
     assert [a["meaningful"] for a in state["aggregates"]] == [False, False]
     assert state["knee"] is None and state["max_valid"] is None
