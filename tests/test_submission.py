@@ -274,7 +274,10 @@ def test_audit_verify_rewrites_the_verdicts(tree, env):
     # the same logs give the same verdicts, written again
     assert {name: (scen / "TEST01" / name).read_text() for name in before} == before
     performance_passed = verdict_line(scen / "TEST01" / "verify_performance.txt") == "TEST PASS"
-    assert proc.returncode == (0 if performance_passed else 4), proc.stdout + proc.stderr
+    # runs of 200 ms: a failed performance comparison is a development finding, as `submission run` reports it
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert ("development finding: TEST01 did not pass its performance comparison" in proc.stdout) != \
+        performance_passed, proc.stdout
     assert "TEST01 accuracy PASS" in proc.stdout
     assert f"TEST01 performance {'PASS' if performance_passed else 'FAIL'}" in proc.stdout
     proc = cli(env, "audit", "verify", "TEST04", "--results", str(tree["results"]))

@@ -120,14 +120,17 @@ def test_failed_audit_reason_holds_the_scores_and_the_band(tmp_path):
                              "900 to 1,100")
 
 
-def test_audit_verify_prints_why_and_that_short_runs_are_too_noisy(tmp_path, run_cli):
+def test_audit_verify_prints_why_and_that_short_runs_are_a_development_finding(tmp_path, run_cli):
     scen = tmp_path / "Offline"
     write_run(scen / "performance" / "run_1", "Offline", 1000.0, effective_min_duration_ms=1000)
     write_run(scen / "TEST04" / "performance" / "run_1", "Offline", 1300.0, effective_min_duration_ms=1000)
     proc = run_cli("audit", "verify", "TEST04", "--results", str(scen))
-    assert proc.returncode == 4, proc.stdout + proc.stderr
+    # runs of 1 s: a development finding, in the words of `submission check`, as `submission run` reports it
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "TEST04 performance FAIL: test 1,300 vs reference 1,000 samples/s (+30.0%)" in proc.stdout
-    assert "TEST04 compared runs of 1 s" in proc.stdout and "--min-duration-ms 600000" in proc.stdout
+    assert ": development finding: TEST04 did not pass its performance comparison, between runs of 1000 ms: " \
+           "figures of runs that short vary by more than the band; it is meant for runs of at least 600000 ms" \
+           in proc.stdout, proc.stdout
     # official durations: the verdict alone, no note
     write_run(scen / "performance" / "run_1", "Offline", 1000.0, effective_min_duration_ms=600000)
     write_run(scen / "TEST04" / "performance" / "run_1", "Offline", 1300.0, effective_min_duration_ms=600000)

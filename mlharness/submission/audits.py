@@ -12,10 +12,11 @@ from pathlib import Path
 
 from mlharness.errors import MLHarnessError
 from mlharness.loadgen.rundir import detail_values
+from mlharness.submission.checker_logs import development_finding
 from mlharness.submission.compliance import Scorer, Verdict, dtype_for_response, verify_scenario
 from mlharness.submission.layout import ARCHIVE, Tree
 from mlharness.submission.rules import MIN_DURATION_MS, TEST01_FIGURE_DELTAS, benchmark_for
-from mlharness.submission.steps import record_verdict
+from mlharness.submission.steps import record_finding, record_verdict
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,8 @@ def scenario_verdicts(tree: Tree, ids: tuple[str, str, str], tests: list[str],
         checks.setdefault(v.test, {})[v.check] = v.passed
     for test, outcome in checks.items():
         record_verdict(tree, ids, test, outcome)
+        failed = [check for check, passed in outcome.items() if not passed]
+        record_finding(tree, ids, test, development_finding(test, failed, tree.scenario_dir(*ids) / test))
     return verdicts
 
 

@@ -27,13 +27,22 @@ ROUND_HELP = (f"MLPerf Inference round ({', '.join(ROUNDS)}; default: {DEFAULT_R
 DTYPES = ("byte", "float32", "int32", "int64")
 
 
+RUN_FLAGS = ("--manifest", "--framework", "--dataset", "--dataset-path", "--user-conf", "--count",
+             *(f for f, _ in DEV_FLAGS + EXECUTION_FLAGS), "--ignore-framework-version")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
+    from mlharness.loadgen.run_args import add_run_options
+
     group = sub.add_parser("submission", help="submission-style result trees: run, package, check")
     actions = group.add_subparsers(dest="action", required=True)
 
     r = actions.add_parser("run", help="accuracy, performance and compliance runs of a benchmark, one LoadGen "
                                        "test per process, into a results tree")
-    r.add_argument("--manifest", default="demo", help="model manifest: a path or a built-in name (default: demo)")
+    # the options every command that runs LoadGen shares (mlharness.loadgen.run_args): same names and meanings as
+    # on `run`; its defaults of None where the runs' own defaults apply (each run gets only the flags given)
+    shared = add_run_options(r, only=RUN_FLAGS, override={"--manifest": {"default": "demo"},
+                                                          **{f: {"default": None} for f in ("--device", "--workers")}})
     r.add_argument("--scenarios", nargs="+", required=True, metavar="SCENARIO",
                    help="scenarios to run (a datacenter LLM: Offline plus Server, Interactive or both)")
     r.add_argument("--division", required=True, choices=DIVISIONS)
@@ -45,10 +54,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--round", default=DEFAULT_ROUND, help=ROUND_HELP + " every run is made for")
     r.add_argument("--resume", action="store_true", help="skip LoadGen tests whose results are complete and were "
                                                          "made with the same command and manifest")
-    r.add_argument("--framework", default=None)
-    r.add_argument("--dataset", default=None, help="dataset manifest overriding the model's")
-    r.add_argument("--dataset-path", default=None)
-    r.add_argument("--user-conf", type=Path, default=None)
     r.add_argument("--system-overrides", type=Path, default=None, help="YAML of system-description fields that "
                    "cannot be detected (status, system_type, cooling, ...); `mlharness submission "
                    "system-template` prints an example")
@@ -56,15 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "benchmark's required ones (TEST05 for older rounds)")
     r.add_argument("--compliance-dtype", default=None, choices=DTYPES, help="TEST01 compares the first "
                    "element of each response in this dtype (default: the manifest's response.element_type)")
-    dev = r.add_argument_group("development overrides (results not submittable in any division: the official "
-                               "checker's duration rule applies to open results too)")
-    dev.add_argument("--count", type=int, default=None, help="use only the first N dataset samples")
-    for flag, kind in DEV_FLAGS:
-        dev.add_argument(flag, type=kind, default=None)
-    ex = r.add_argument_group("execution (passed to every run)")
-    for flag, kind in EXECUTION_FLAGS:
-        ex.add_argument(flag, type=kind, default=None)
-    ex.add_argument("--ignore-framework-version", action="store_true")
+    # development overrides: results not submittable in any division (the official checker's duration rule
+    # applies to open results too); execution flags: passed to every run
+    del shared
     r.set_defaults(func=cmd_run)
 
     p = actions.add_parser("package", help="a submission package: <division>/<submitter>/{src,systems,results} "
@@ -246,22 +245,31 @@ def cmd_audit_verify(args: argparse.Namespace, console: Any) -> int:
 
     from mlharness.errors import AuditFailed, MLHarnessError
     from mlharness.submission.audits import find_audited, noise_note, verify_directory
+    from mlharness.submission.checker_logs import development_finding
 
     dirs = find_audited(args.results, args.test)
     if not dirs:
         raise MLHarnessError(f"no scenario directory under {args.results} holds a {args.test} directory")
     failed = []
     for scen in dirs:
-        for verdict in verify_directory(scen, args.test, args.dtype):
+        verdicts = verify_directory(scen, args.test, args.dtype)
+        for verdict in verdicts:
             colour = "green" if verdict.passed else "red"
             console.print(f"{escape(str(scen))}: {verdict.test} {verdict.check} [{colour}]{verdict.label}[/]"
                           + ("" if verdict.passed else f": {escape(verdict.reason)}"), highlight=False,
                           soft_wrap=True)
-            if not verdict.passed:
-                failed.append(f"{scen} {verdict.check}")
-                note = noise_note(scen, verdict)
-                if note:
-                    console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
+        # as `submission run` and `check --allow-development` take it: check's own rule
+        finding = development_finding(args.test, [v.check for v in verdicts if not v.passed], scen / args.test)
+        if finding:
+            console.print(f"{escape(str(scen))}: [yellow]development finding[/]: {escape(finding)} (tolerated by "
+                          f"`submission check --allow-development`; not submittable)", highlight=False,
+                          soft_wrap=True)
+            continue
+        for verdict in (v for v in verdicts if not v.passed):
+            failed.append(f"{scen} {verdict.check}")
+            note = noise_note(scen, verdict)
+            if note:
+                console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
     if failed:
         raise AuditFailed(f"{args.test} failed: " + "; ".join(failed))
     return 0

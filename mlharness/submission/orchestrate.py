@@ -39,7 +39,6 @@ from mlharness.submission.steps import (
     StepFailed,
     complete,
     failed_before,
-    record_finding,
     result_line,
     run_step,
 )
@@ -193,8 +192,7 @@ def _report_verdicts(tree: Tree, ids: tuple[str, str, str], verdicts: list[Verdi
     scen_dir = tree.scenario_dir(*ids)
     for test, checks in by_test.items():
         failed = [v.check for v in checks if not v.passed]
-        finding = development_finding(test, failed, scen_dir / test)
-        record_finding(tree, ids, test, finding)
+        finding = development_finding(test, failed, scen_dir / test)  # recorded by scenario_verdicts
         row[test] = "PASS" if not failed else "FAIL (development)" if finding else "FAIL"
         if finding:
             where = f"{'/'.join(ids[1:])} {test}"
