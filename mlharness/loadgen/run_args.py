@@ -102,6 +102,12 @@ GROUPS = {
 }
 ALL = tuple(GROUPS)
 FLAG_NAMES = tuple(flags[0] for _, flags, _ in _FLAGS)
+MANIFEST_HELP = "model manifest: a path or a built-in name (default: %(default)s)"  # a command's own default
+
+
+def manifest_default(name: str) -> dict[str, Any]:
+    """The override of ``--manifest`` for a command with a default manifest of its own."""
+    return {"default": name, "help": MANIFEST_HELP}
 
 
 def add_run_options(p: argparse.ArgumentParser, groups: tuple[str, ...] = ALL, *, only: tuple[str, ...] = (),
@@ -149,7 +155,10 @@ def deprecated_alias(p: Any, old: str, new: str, kind: Any = str, convert: Any =
 
 
 def seconds_to_ms(seconds: float) -> int:
-    """``--seconds S`` as ``--min-duration-ms``."""
+    """``--seconds S`` as ``--min-duration-ms`` (a value out of range refused as the old flag's, exit 2)."""
+    from mlharness.loadgen.bounds import check_flag
+
+    check_flag("--seconds", seconds)
     return max(1, round(seconds * 1000))
 
 

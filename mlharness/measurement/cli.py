@@ -13,7 +13,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from mlharness.loadgen.run_args import add_run_options, deprecated_alias, seconds_to_ms
+from mlharness.loadgen.run_args import add_run_options, deprecated_alias, manifest_default, seconds_to_ms
 from mlharness.progress import output_console
 
 err = output_console(stderr=True)
@@ -21,6 +21,16 @@ err = output_console(stderr=True)
 # sweep: every point is a Server (or Interactive) performance run whose rate (or concurrency) the sweep sets
 SWEEP_GROUPS = ("model", "dataset", "sizing", "execution", "output", "remote")
 SWEEP_SKIPS = ("--mode", "--audit-config", "--target-qps", "--samples-per-query", "--results-root", "--system")
+# tune: trial runs of the shared options; --output and --instances are its own (the user.conf it writes, the
+# instance counts it tries)
+TUNE_GROUPS = ("model", "dataset", "sizing", "remote")
+TUNE_FLAGS = ("--manifest", "--framework", "--device", "--round", "--dataset", "--dataset-path", "--count",
+              "--scenario", "--min-duration-ms", "--target-latency-ms", "--endpoint", "--agent")
+# bench overhead|generate: the timed runs of the shared options it compares (a synthetic dataset by default)
+BENCH_FLAGS = ("--manifest", "--dataset-path", "--count", "--min-duration-ms", "--threads")
+BENCH_RUN_MS = 5000  # each timed run's min_duration without --min-duration-ms
+TUNE_RUN_FIELDS = ("framework", "device", "round", "dataset", "endpoints", "agents", "agent_options")
+TUNE_TRIAL_MS = 5000  # each trial's min_duration without --min-duration-ms
 SWEEP_OVERRIDES = {
     "--scenario": {"required": False, "default": "Server"},
     "--output": {"required": True, "help": "the sweep's folder (never overwritten): sweep.json and a run folder "
@@ -41,22 +51,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser("bench", help="benchmarks of the harness itself").add_subparsers(dest="action",
                                                                                            required=True)
     bo = bench.add_parser("overhead", help="mlharness vs the bare framework and LoadGen's null floor")
-    bo.add_argument("--manifest", default="resnet50-random")
-    bo.add_argument("--dataset-path", default=None, help="default: a synthetic ImageNet in the cache")
-    bo.add_argument("--count", type=int, default=64)
+    add_run_options(bo, only=BENCH_FLAGS, override={"--manifest": manifest_default("resnet50-random"),
+                                                    "--count": {"default": 64}})
+    deprecated_alias(bo, "--seconds", "--min-duration-ms", float, seconds_to_ms)
     bo.add_argument("--rounds", type=int, default=3)
-    bo.add_argument("--seconds", type=float, default=5.0, help="duration of each timed run")
-    bo.add_argument("--threads", type=int, default=None)
     bo.add_argument("--quick", action="store_true", help="one round of short runs (a few minutes)")
     bo.add_argument("--server-bound-ms", type=float, default=None,
                     help="Server latency bound of the trials (default: 6x the bare batch-1 p90)")
     bo.add_argument("--server-queries", type=int, default=None, help="queries per Server trial (default: 1500)")
     bo.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     bg = bench.add_parser("generate", help="mlharness vs the bare transformers engine on a generative model")
-    bg.add_argument("--manifest", default="llama3.1-8b-random")
-    bg.add_argument("--dataset-path", default=None, help="default: the manifest's (a synthetic set in the cache)")
-    for flag, kind, default in (("--count", int, 32), ("--rounds", int, 3), ("--seconds", float, 5.0),
-                                ("--server-queries", int, 32), ("--threads", int, None)):
+    add_run_options(bg, only=BENCH_FLAGS, override={"--manifest": manifest_default("llama3.1-8b-random"),
+                                                    "--count": {"default": 32}})
+    deprecated_alias(bg, "--seconds", "--min-duration-ms", float, seconds_to_ms)
+    for flag, kind, default in (("--rounds", int, 3), ("--server-queries", int, 32)):
         bg.add_argument(flag, type=kind, default=default)
     bg.add_argument("--quick", action="store_true", help="one round of short runs")
     bg.add_argument("--json", action="store_true", help="print the figures as one JSON object")
@@ -84,14 +92,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     bc.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     bc.set_defaults(func=cmd_bench_client)
     tn = sub.add_parser("tune", help="find the settings a VALID run needs and write them as a user.conf")
-    tn.add_argument("--manifest", default="demo")
-    tn.add_argument("--scenario", required=True)
-    tn.add_argument("--dataset-path", default=None)
-    tn.add_argument("--count", type=int, default=None)
-    tn.add_argument("--seconds", type=float, default=5.0, help="duration of each trial run")
+    tune_groups = add_run_options(tn, TUNE_GROUPS, only=TUNE_FLAGS)
+    deprecated_alias(tune_groups["sizing"], "--seconds", "--min-duration-ms", float, seconds_to_ms)
     tn.add_argument("--batch-sizes", type=int, nargs="*", default=[], help="Offline/Server batch sizes to try")
     tn.add_argument("--instances", type=int, nargs="*", default=[], help="instance counts to try")
-    tn.add_argument("--target-latency-ms", type=float, default=None, help="Server p99 bound (default: mlperf.conf)")
     tn.add_argument("--steps", type=int, default=5, help="Server search steps")
     tn.add_argument("--output", type=Path, default=Path("user.conf"), help="the user.conf to write (default: "
                     "./user.conf); an existing one is left alone and the result goes to <output>.new")
@@ -143,6 +147,12 @@ def cmd_bench(args: argparse.Namespace, out: Any) -> int:
 
     from mlharness.measurement.bench import BenchConfig, bench_overhead, default_dataset, format_figures
 
+    ms = BENCH_RUN_MS if args.min_duration_ms is None else args.min_duration_ms
+    if ms < 1:
+        from mlharness.errors import MLHarnessError
+
+        raise MLHarnessError(f"--min-duration-ms {ms}: a timed run needs at least 1")
+    args.seconds = ms / 1000.0  # the benchmarks' unit
     if args.action == "generate":
         from mlharness.measurement.bench_generate import run_cli
 
@@ -163,11 +173,18 @@ def cmd_bench(args: argparse.Namespace, out: Any) -> int:
 
 def cmd_tune(args: argparse.Namespace, out: Any) -> int:
     from mlharness.loadgen.bounds import check_args
+    from mlharness.loadgen.run_args import manifest_of, run_options
     from mlharness.measurement.tune import TuneConfig, tune
 
     check_args(args)  # counts, batch sizes, instances and durations in range before any trial
-    cfg = TuneConfig(manifest=args.manifest, scenario=args.scenario, dataset_path=args.dataset_path,
-                     count=args.count, seconds=args.seconds, batch_sizes=args.batch_sizes,
+    ms = TUNE_TRIAL_MS if args.min_duration_ms is None else args.min_duration_ms
+    if ms < 1:
+        from mlharness.errors import MLHarnessError
+
+        raise MLHarnessError(f"--min-duration-ms {ms}: a trial needs at least 1")
+    base = run_options(args, scenario=args.scenario)
+    cfg = TuneConfig(manifest=manifest_of(args), scenario=args.scenario, dataset_path=args.dataset_path,
+                     count=args.count, seconds=ms / 1000.0, run={k: getattr(base, k) for k in TUNE_RUN_FIELDS}, batch_sizes=args.batch_sizes,
                      instances=args.instances, target_latency_ms=args.target_latency_ms, steps=args.steps,
                      output=args.output, progress=lambda text: err.print(f"[dim]{escape(text)}[/]"),
                      force=args.force, show_diff=lambda text: out.print(escape(text), highlight=False, end=""))

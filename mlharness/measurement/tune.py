@@ -43,6 +43,7 @@ class TuneConfig:
     progress: Callable[[str], None] | None = None
     force: bool = False  # replace an existing output (its diff is shown)
     show_diff: Callable[[str], None] | None = None
+    run: dict[str, Any] = field(default_factory=dict)  # more RunOptions of every trial (framework, endpoints, ...)
 
 
 @dataclass
@@ -85,7 +86,7 @@ class Tuner:
         res = run(RunOptions(scenario=scenario, mode="performance", manifest=self.cfg.manifest,
                              dataset_path=self.cfg.dataset_path, count=self.cfg.count, user_conf=user_conf,
                              output=self.work / f"trial_{self._n}", max_batchsize=batch, instances=instances,
-                             overrides=lgs.Overrides(**overrides)))
+                             overrides=lgs.Overrides(**overrides), **self.cfg.run))
         settings = {k: v for k, v in overrides.items()}
         if batch:
             settings["max_batchsize"] = batch
