@@ -27,12 +27,12 @@ ROUND_HELP = (f"MLPerf Inference round ({', '.join(ROUNDS)}; default: {DEFAULT_R
 DTYPES = ("byte", "float32", "int32", "int64")
 
 
-RUN_FLAGS = ("--manifest", "--framework", "--dataset", "--dataset-path", "--user-conf", "--count",
+RUN_FLAGS = ("--manifest", "--framework", "--round", "--dataset", "--dataset-path", "--user-conf", "--count",
              *(f for f, _ in DEV_FLAGS + EXECUTION_FLAGS), "--ignore-framework-version")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from mlharness.loadgen.run_args import add_run_options
+    from mlharness.loadgen.run_args import add_run_options, manifest_default
 
     group = sub.add_parser("submission", help="submission-style result trees: run, package, check")
     actions = group.add_subparsers(dest="action", required=True)
@@ -40,8 +40,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     r = actions.add_parser("run", help="accuracy, performance and compliance runs of a benchmark, one LoadGen "
                                        "test per process, into a results tree")
     # the options every command that runs LoadGen shares (mlharness.loadgen.run_args): same names and meanings as
-    # on `run`; its defaults of None where the runs' own defaults apply (each run gets only the flags given)
-    shared = add_run_options(r, only=RUN_FLAGS, override={"--manifest": {"default": "demo"},
+    # on `run`, passed to every run; defaults of None where the runs' own apply (each run gets the flags given).
+    # The development overrides make results not submittable in any division (the official checker's duration
+    # rule applies to open results too).
+    add_run_options(r, only=RUN_FLAGS, override={"--manifest": manifest_default("demo"),
+                                                          "--round": {"default": DEFAULT_ROUND},
                                                           **{f: {"default": None} for f in ("--device", "--workers")}})
     r.add_argument("--scenarios", nargs="+", required=True, metavar="SCENARIO",
                    help="scenarios to run (a datacenter LLM: Offline plus Server, Interactive or both)")
@@ -51,7 +54,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="system description id: the systems/<name>.json of the package (default: $MLHARNESS_SYSTEM"
                         " or 'default')")
     r.add_argument("--results", type=Path, default=Path("results"), help="results tree (default: results)")
-    r.add_argument("--round", default=DEFAULT_ROUND, help=ROUND_HELP + " every run is made for")
     r.add_argument("--resume", action="store_true", help="skip LoadGen tests whose results are complete and were "
                                                          "made with the same command and manifest")
     r.add_argument("--system-overrides", type=Path, default=None, help="YAML of system-description fields that "
@@ -61,9 +63,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "benchmark's required ones (TEST05 for older rounds)")
     r.add_argument("--compliance-dtype", default=None, choices=DTYPES, help="TEST01 compares the first "
                    "element of each response in this dtype (default: the manifest's response.element_type)")
-    # development overrides: results not submittable in any division (the official checker's duration rule
-    # applies to open results too); execution flags: passed to every run
-    del shared
     r.set_defaults(func=cmd_run)
 
     p = actions.add_parser("package", help="a submission package: <division>/<submitter>/{src,systems,results} "
