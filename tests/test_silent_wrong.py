@@ -123,16 +123,12 @@ def test_checkpoint_of_another_kind_is_refused_in_one_paragraph(run_cli, tmp_pat
         said = ("LlamaForSequenceClassification", "sequence classifier", "untrained language-model head")
     checkpoint = config_only(tmp_path, config)
     manifest = llm_manifest(tmp_path, checkpoint)
-    for proc in (run_cli("manifest", "validate", str(manifest), timeout=TIMEOUT),
-                 run_accuracy(run_cli, manifest, tmp_path / "run")):
+    procs = [run_cli("manifest", "validate", str(manifest), timeout=TIMEOUT)]
+    if kind == "ctc":  # run refuses with the same paragraph (one kind: each run imports torch and transformers)
+        procs.append(run_accuracy(run_cli, manifest, tmp_path / "run"))
+    for proc in procs:
         err = refused(proc, str(manifest), "model.graph_path", "AutoModelForCausalLM", *said, "Use framework")
         assert len(err) < 1200 and "ForCausalLM," not in err  # a paragraph, not transformers' list of classes
-
-
-def test_validate_accepts_and_names_the_class_of_a_causal_lm(run_cli, tmp_path, llama):
-    proc = run_cli("manifest", "validate", str(llm_manifest(tmp_path, llama)), timeout=TIMEOUT)
-    assert proc.returncode == 0, proc.stderr
-    assert "resolves to LlamaForCausalLM" in proc.stdout
 
 
 def test_text_metric_refuses_token_ids_without_a_tokenizer(run_cli, tmp_path, llama):
@@ -209,7 +205,7 @@ def test_official_only_for_the_benchmark_metric(run_cli, tmp_path, what, officia
     assert acc["value"] == 100.0 and acc["official"] is official, acc
 
 
-def test_validate_resolves_a_home_relative_checkpoint_as_run_does(run_cli, cli_env, tmp_path, llama):
+def test_validate_names_the_class_of_a_causal_lm_under_home_as_run_finds_it(run_cli, cli_env, tmp_path, llama):
     home = tmp_path / "home"
     home.mkdir()
     (home / "tiny").symlink_to(llama, target_is_directory=True)
