@@ -211,7 +211,10 @@ def main(argv: list[str] | None = None) -> int:
             return handlers[args.command](args)
     except MLHarnessError as e:
         err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
-        return e.exit_code
+        from mlharness.extras import missing_package
+
+        # a package an extra brings, missing: the install's fault (2), also when found once the run had started
+        return 2 if e.exit_code == 3 and missing_package(e) else e.exit_code
     except KeyboardInterrupt as e:  # also mlharness.loadgen.interrupt.Interrupted (SIGINT, SIGTERM)
         err.print(f"[bold red]error:[/] {escape(str(e) or 'interrupted')}", highlight=False, soft_wrap=True)
         return getattr(e, "exit_code", 130)

@@ -95,6 +95,17 @@ def hint_for_exception(exc: BaseException) -> str | None:
     return None
 
 
+def missing_package(exc: BaseException) -> bool:
+    """Whether ``exc`` was caused (``raise ... from``) by the import of a package one of the extras brings."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if hint_for_exception(exc):
+            return True
+        exc = exc.__cause__
+    return False
+
+
 def hint_for_framework(framework: str) -> str | None:
     extras = FRAMEWORKS.get(framework)
     return pip_command(extras) if extras else None

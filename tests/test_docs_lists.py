@@ -149,3 +149,25 @@ def test_a_hook_importing_a_missing_package_exits_2_naming_the_extra(tmp_path):
     assert "Traceback" not in proc.stderr, proc.stderr
     assert "No module named 'soundfile'" in proc.stderr
     assert "pip install 'mlharness[speech]'" in proc.stderr, proc.stderr
+
+
+
+def test_a_run_failed_by_a_missing_package_is_the_installs_fault():
+    from mlharness.errors import HookError, RunFailed
+
+    def failed_run(missing: str) -> RunFailed:
+        """RunFailed from HookError from the import, as the timed path chains them."""
+        try:
+            try:
+                raise ModuleNotFoundError(f"No module named '{missing}'", name=missing)
+            except ModuleNotFoundError as e:
+                raise HookError("preprocess", "m.yaml", str(e)) from e
+        except HookError as e:
+            try:
+                raise RunFailed(f"the run failed: {e}") from e
+            except RunFailed as failed:
+                return failed
+
+    assert extras.missing_package(failed_run("cv2"))
+    assert not extras.missing_package(failed_run("mlharness_no_such_module"))
+    assert not extras.missing_package(RunFailed("the model raised"))
