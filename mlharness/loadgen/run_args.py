@@ -22,8 +22,9 @@ _FLAGS: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
     ("model", ("--manifest",), dict(default=None, help="model manifest: a path or a built-in name (default: the "
                                     f"demo; with --endpoint: {ENDPOINT_MANIFEST}, a generative model on synthetic "
                                     "prompts)")),
-    ("model", ("--framework",), dict(default=None, help="run the manifest's variant for this framework "
-                                     "(onnxruntime, pytorch, tensorflow); also MANIFEST@FRAMEWORK")),
+    ("model", ("--framework",), dict(default=None, help="run the manifest's variant for this framework: "
+                                     "a key of its 'frameworks' section (e.g. pytorch, tensorflow, transformers, "
+                                     "vllm); also MANIFEST@FRAMEWORK")),
     ("model", ("--device",), dict(default="cpu", help="cpu or cuda[:N]")),
     ("model", ("--round",), dict(default=None, help="MLPerf Inference round whose seeds the run uses (v6.0, v6.1; "
                                  "default: v6.1, the round of the pinned LoadGen)")),
