@@ -171,6 +171,12 @@ def cmd_bench(args: argparse.Namespace, out: Any) -> int:
     return 0
 
 
+def given_run_fields(opts: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """The fields of ``opts`` among ``names`` that the flags changed from RunOptions' defaults."""
+    default = type(opts)(scenario=opts.scenario)
+    return {k: getattr(opts, k) for k in names if getattr(opts, k) != getattr(default, k)}
+
+
 def cmd_tune(args: argparse.Namespace, out: Any) -> int:
     from mlharness.loadgen.bounds import check_args
     from mlharness.loadgen.run_args import manifest_of, run_options
@@ -184,7 +190,7 @@ def cmd_tune(args: argparse.Namespace, out: Any) -> int:
         raise MLHarnessError(f"--min-duration-ms {ms}: a trial needs at least 1")
     base = run_options(args, scenario=args.scenario)
     cfg = TuneConfig(manifest=manifest_of(args), scenario=args.scenario, dataset_path=args.dataset_path,
-                     count=args.count, seconds=ms / 1000.0, run={k: getattr(base, k) for k in TUNE_RUN_FIELDS}, batch_sizes=args.batch_sizes,
+                     count=args.count, seconds=ms / 1000.0, run=given_run_fields(base, TUNE_RUN_FIELDS), batch_sizes=args.batch_sizes,
                      instances=args.instances, target_latency_ms=args.target_latency_ms, steps=args.steps,
                      output=args.output, progress=lambda text: err.print(f"[dim]{escape(text)}[/]"),
                      force=args.force, show_diff=lambda text: out.print(escape(text), highlight=False, end=""))
