@@ -23,21 +23,21 @@ TAKES = "the transformers predictor loads causal language models (AutoModelForCa
 # framework that runs that kind of model; the first table holding the checkpoint's type or architecture wins.
 KINDS = (
     ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", "a speech-to-text encoder-decoder",
-     "framework transformers-speech"),
+     "Use framework transformers-speech"),
     ("MODEL_FOR_CTC_MAPPING_NAMES", "a CTC speech recogniser",
-     "framework pytorch (model.factory building it) or onnxruntime (an ONNX export)"),
+     "Use framework pytorch (model.factory building it) or onnxruntime (an ONNX export)"),
     ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", "an image+text-to-text model",
-     "framework openai (the model behind an OpenAI-compatible server such as vLLM)"),
+     "No predictor of mlharness takes image+text prompts yet"),
     ("MODEL_FOR_VISION_2_SEQ_MAPPING_NAMES", "an image+text-to-text model",
-     "framework openai (the model behind an OpenAI-compatible server such as vLLM)"),
+     "No predictor of mlharness takes image+text prompts yet"),
     ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "a text encoder-decoder (seq2seq)",
-     "framework openai (behind a server that serves it) or pytorch (model.factory)"),
+     "Use framework openai (behind a server that serves it) or pytorch (model.factory)"),
     ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", "an image classifier",
-     "framework pytorch (model.factory) or onnxruntime (an ONNX export)"),
+     "Use framework pytorch (model.factory) or onnxruntime (an ONNX export)"),
     ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", "a sequence classifier",
-     "framework pytorch (model.factory) or onnxruntime (an ONNX export)"),
+     "Use framework pytorch (model.factory) or onnxruntime (an ONNX export)"),
 )
-OTHER = ("not a causal language model", "framework pytorch (model.factory) or onnxruntime (an ONNX export)")
+OTHER = ("not a causal language model", "Use framework pytorch (model.factory) or onnxruntime (an ONNX export)")
 
 
 def check_inputs(input_specs: list[dict[str, Any]], manifest: str | None) -> None:
@@ -47,8 +47,8 @@ def check_inputs(input_specs: list[dict[str, Any]], manifest: str | None) -> Non
         extra = ", ".join(f"'{s.get('name') or f'input {k}'}'" for k, s in enumerate(input_specs) if k)
         raise ManifestError(manifest, "inputs", f"declares {len(input_specs)} inputs, but {TAKES} and consumes "
                             f"one input per sample, the prompt's token ids (inputs[0] '{input_specs[0].get('name')}')"
-                            f"; {extra} would be dropped. Remove it, or use a framework that takes it (an image+text "
-                            "model: framework openai, behind an OpenAI-compatible server such as vLLM)")
+                            f"; {extra} would be dropped. Remove it (no predictor of mlharness takes image+text prompts "
+                            "yet)")
     for spec in input_specs:
         element = str(spec.get("element_type", "float32"))
         try:
@@ -113,4 +113,4 @@ def causal_lm_class(checkpoint: Path | str, manifest: str | None) -> str:
     what = f"{type(config).__name__} (model_type '{model_type}'{saved})"
     head = (" AutoModelForCausalLM would load its type with a new, untrained language-model head" if own else "")
     raise ManifestError(manifest, "model.graph_path", f"{TAKES}; the checkpoint {checkpoint} holds {what}, "
-                        f"{kind}.{head} Use {use}.")
+                        f"{kind}.{head} {use}.")
