@@ -27,9 +27,9 @@ KINDS = (
     ("MODEL_FOR_CTC_MAPPING_NAMES", "a CTC speech recogniser",
      "Use framework pytorch (model.factory building it) or onnxruntime (an ONNX export)"),
     ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", "an image+text-to-text model",
-     "No predictor of mlharness takes image+text prompts yet"),
+     "No token predictor of mlharness takes image+text prompts yet; run it as a tensor model: framework pytorch with a model.factory building it"),
     ("MODEL_FOR_VISION_2_SEQ_MAPPING_NAMES", "an image+text-to-text model",
-     "No predictor of mlharness takes image+text prompts yet"),
+     "No token predictor of mlharness takes image+text prompts yet; run it as a tensor model: framework pytorch with a model.factory building it"),
     ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "a text encoder-decoder (seq2seq)",
      "Use framework openai (behind a server that serves it) or pytorch (model.factory)"),
     ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", "an image classifier",
@@ -47,8 +47,8 @@ def check_inputs(input_specs: list[dict[str, Any]], manifest: str | None) -> Non
         extra = ", ".join(f"'{s.get('name') or f'input {k}'}'" for k, s in enumerate(input_specs) if k)
         raise ManifestError(manifest, "inputs", f"declares {len(input_specs)} inputs, but {TAKES} and consumes "
                             f"one input per sample, the prompt's token ids (inputs[0] '{input_specs[0].get('name')}')"
-                            f"; {extra} would be dropped. Remove it (no predictor of mlharness takes image+text prompts "
-                            "yet)")
+                            f"; {extra} would be dropped. Remove it; no token predictor of mlharness takes image+text "
+                            "prompts yet (run such a model as a tensor model: framework pytorch, model.factory)")
     for spec in input_specs:
         element = str(spec.get("element_type", "float32"))
         try:
