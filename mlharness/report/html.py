@@ -42,16 +42,18 @@ table { border-collapse: separate; border-spacing: 0; font-size: 0.85em; }
 th, td { border-right: 1px solid #ddd; border-bottom: 1px solid #ddd; padding: 0.25em 0.6em; text-align: left;
          vertical-align: top; }
 th { background: #f0f0f0; white-space: nowrap; }
+thead th { white-space: normal; min-width: 3.5em; }  /* "TTFT p99 (ms)" over two lines: columns stay narrow */
 th:first-child, td:first-child { position: sticky; left: 0; z-index: 1; background: #fff;
   box-shadow: 2px 0 3px rgba(0,0,0,.12); min-width: 6em; max-width: 22em; }
 th:first-child { background: #f0f0f0; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-td.long { min-width: 14em; max-width: 30em; }
+td.long { min-width: 11em; max-width: 30em; }
 .VALID, .PASS { color: #17702b; font-weight: 600; }
 .INVALID, .MISSED, .FAIL { color: #b3261e; font-weight: 600; }
 tr.failed td:first-child { border-left: 4px solid #b3261e; }
 ul.facts { background: #f7f7f7; padding: 0.6em 1em 0.6em 2em; border: 1px solid #e3e3e3; }
 section.run { border-top: 1px solid #ddd; margin-top: 1em; }
+h2, h3 { overflow-wrap: anywhere; }
 figure { margin: 1em 0; max-width: 100%; }
 figure svg { max-width: 100%; height: auto; }
 code { background: #f5f5f5; padding: 0 0.2em; overflow-wrap: anywhere; }
@@ -61,6 +63,7 @@ table.glance td.acc { min-width: 10em; }
 .sub { display: block; font-size: 0.85em; color: #666; white-space: normal; }
 td.more details > summary { cursor: pointer; color: #1f4e9c; white-space: nowrap; }
 td.more dl { display: grid; grid-template-columns: max-content minmax(10em, 24em); gap: 0.1em 0.8em; margin: 0.3em 0; }
+details:not([open]) > :not(summary) { display: none; }
 td.more dt { color: #555; }
 td.more dd { margin: 0; overflow-wrap: anywhere; }
 td.more ul { margin: 0.3em 0; padding-left: 1.2em; max-width: 34em; }
