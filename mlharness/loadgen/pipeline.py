@@ -97,7 +97,7 @@ class Pipeline:
         with a third parameter also gets the batch's sample indices (detection responses carry them)."""
         try:
             if self._post is None:
-                return self.encode(outputs[0], n)
+                return self.encode(outputs[0], n, indices)
             try:
                 if self._post_indices:
                     responses = self._post(self.ctx, outputs, indices)
@@ -105,7 +105,7 @@ class Pipeline:
                     responses = self._post(self.ctx, outputs)
             except Exception as e:
                 raise self.hooks.runtime_error("postprocess", e) from e
-            return self.encode(responses, n)
+            return self.encode(responses, n, indices)
         except HookError as e:  # blame the model, not postprocess, for an output without a batch axis
             better = misshapen_output(outputs, n, self.predictor, by_hook=self._predict is not None)
             if better is None:
@@ -118,8 +118,12 @@ class Pipeline:
         for _ in range(n):
             self.infer(batch)
 
-    def encode(self, responses: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+    def encode(self, responses: Any, n: int, indices: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """One response per sample in the declared dtype. A float response bound for an integer dtype is refused
+        when it holds NaN or infinity, naming the sample (``indices``: the batch's sample indices): the cast
+        would turn them into arbitrary integers that are then scored as data (a NaN image into black pixels)."""
         if isinstance(responses, np.ndarray) and responses.ndim >= 1 and responses.shape[0] == n:
+            self._check_finite(responses, range(n), indices)
             try:
                 arr = np.ascontiguousarray(responses, dtype=self.dtype)
             except (TypeError, ValueError) as e:
@@ -138,13 +142,13 @@ class Pipeline:
         if len(responses) != n:
             raise HookError("postprocess", self.hooks.manifest,
                             f"returned {len(responses)} responses for a batch of {n} samples")
-        parts = [self._one(r, i) for i, r in enumerate(responses)]
+        parts = [self._one(r, i, indices) for i, r in enumerate(responses)]
         sizes = np.fromiter((len(p) for p in parts), dtype=np.int64, count=n)
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(sizes, out=offsets[1:])
         return np.frombuffer(b"".join(parts), dtype=np.uint8), offsets
 
-    def _one(self, r: Any, i: int) -> bytes:
+    def _one(self, r: Any, i: int, indices: np.ndarray | None = None) -> bytes:
         if isinstance(r, bytes | bytearray | memoryview):
             return bytes(r)
         if isinstance(r, str):  # MLHarness manifests return JSON text per sample
@@ -153,11 +157,27 @@ class Pipeline:
             except json.JSONDecodeError as e:
                 raise HookError("postprocess", self.hooks.manifest,
                                 f"response {i} is a string but not JSON: {e}") from e
+        if isinstance(r, np.ndarray):
+            self._check_finite(r[np.newaxis], [i], indices)
         try:
             return np.asarray(r, dtype=self.dtype).tobytes()
         except (TypeError, ValueError) as e:
             raise HookError("postprocess", self.hooks.manifest,
                             f"response {i} cannot be encoded as {self.dtype}: {e}") from e
+
+    def _check_finite(self, batch: np.ndarray, positions: Any, indices: np.ndarray | None) -> None:
+        """Refuse NaN or infinity in float responses that are cast to an integer dtype, naming the sample."""
+        if batch.dtype.kind != "f" or np.dtype(self.dtype).kind not in "iub":
+            return
+        for k, position in enumerate(positions):
+            bad = batch[k].size - int(np.count_nonzero(np.isfinite(batch[k])))
+            if bad:
+                sample = (f"of sample {int(indices[position])}" if indices is not None and position < len(indices)
+                          else f"at position {position} of the batch")
+                raise HookError("postprocess", self.hooks.manifest,
+                                f"the {batch.dtype} response {sample} holds {bad} non-finite values (NaN or "
+                                f"infinity); the cast to {self.dtype} would make them arbitrary numbers, scored "
+                                f"as data: the model's output is bad")
 
 
 def _takes_indices(fn: Callable[..., Any] | None) -> bool:
