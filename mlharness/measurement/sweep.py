@@ -334,7 +334,14 @@ class Sweep:
     def _start(self, state: dict[str, Any]) -> None:
         """A sweep without range: its first point is a run at the calibrated rate (unless --min-qps gave it)."""
         if "range" in state:  # resumed
-            self.lo, self.hi, self.floor = state["range"]["min"], state["range"]["max"], state["range"]["floor"]
+            r = state["range"]
+            num = (int, float)
+            if not (isinstance(r, dict) and isinstance(r.get("min"), num) and isinstance(r.get("max"), num)
+                    and isinstance(r.get("floor"), (*num, type(None))) and 0 < r["min"] <= r["max"]):
+                raise MLHarnessError(f"--resume: {self.cfg.output / SWEEP_FILE}: 'range' is not the range a sweep "
+                                     "wrote ({from, min, max, floor}); it cannot be continued (start a new sweep "
+                                     "with another --output)")
+            self.lo, self.hi, self.floor = r["min"], r["max"], r["floor"]
             return
         if self.cfg.min_value is not None:
             self._range_from(self.cfg.min_value)
