@@ -94,8 +94,8 @@ def throughput_of_runs(runs: list[Run]) -> str | None:
     values = [float(r.metric_value or 0) for r in runs]
     ax.barh(labels, values, color="#4c72b0")
     for y, v in enumerate(values):
-        ax.annotate(f"{v:,.0f}" if v >= 1000 else f"{v:,.4g}", (v, y), xytext=(3, 0), textcoords="offset points", va="center",
-                    fontsize="x-small")
+        ax.annotate(f"{v:,.0f}" if v >= 1000 else f"{v:,.4g}", (v, y), xytext=(3, 0), textcoords="offset points",
+                    va="center", fontsize="x-small")
     ax.set_xlabel(runs[0].metric_unit or "result")
     ax.set_title(plain(f"{group_title(runs)}: result of each run"))
     ax.invert_yaxis()
