@@ -29,7 +29,7 @@ demo: $(CORE_STAMP)
 	$(BIN)/mlharness run --scenario Offline --mode accuracy
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 lint: $(STAMP)
 	$(BIN)/python -m pip install --quiet ruff
