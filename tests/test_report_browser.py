@@ -290,8 +290,8 @@ def test_report_of_a_real_sweep(env, tmp_path):
     """`mlharness sweep` over the demo (two offered loads), then the report of its folder: one sweep row per
     point, the same numbers as each point's run, which is reported too."""
     out = tmp_path / "sweep"
-    proc = _cli(env, "sweep", "--manifest", "demo", "--scenario", "Server", "--qps", "50,400", "--seconds", "0.3",
-                "--slo", "latency_p99=20ms", "--count", "64", "--output", str(out))
+    proc = _cli(env, "sweep", "--manifest", "demo", "--scenario", "Server", "--qps", "50,400", "--min-duration-ms",
+                "300", "--slo", "latency_p99=20ms", "--count", "64", "--min-query-count", "10", "--output", str(out))
     assert proc.returncode == 0, proc.stderr
     state = json.loads((out / "sweep.json").read_text())
     md, stdout = _report(env, out, tmp_path / "report")
