@@ -64,6 +64,9 @@ MIN_SAMPLES = 16  # samples loaded for the measurement (fewer when the performan
 # the Offline target over the measured token rate: token models keep the headroom their calibration was measured
 # with (the image models' busy-host calibration in calibrate.py uses its own)
 OFFLINE_HEADROOM = 1.5
+# the planned rate is then tried with Poisson arrivals (an engine that batches statically meets partial batches and
+# waits for the batch in flight there, which bursts never show): halved while the p99 breaks LIMIT_MARGIN of a limit
+PROBE_SECONDS, PROBE_MAX_REQUESTS, MAX_PROBES, PROBE_SEED = 1.5, 200, 4, 20261
 ALONE_MIN_RUNS, ALONE_MAX_RUNS, ALONE_BUDGET_S = 8, 200, 1.0  # generations one at a time, for derived bounds
 
 
@@ -154,6 +157,48 @@ def single_request(predictors: list[GenerativePredictor], prompts: list[tuple[in
             "tpot_latency": float(np.percentile([t.tpot_ms for t in timings], 99))}
 
 
+def _paced(predictors: list[GenerativePredictor], prompts: list[tuple[int, np.ndarray]], qps: float,
+           seed: int) -> list[_Timing]:
+    """Requests at Poisson arrival times of ``qps`` for about PROBE_SECONDS, each timed from its scheduled arrival."""
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1.0 / qps, size=max(1, min(PROBE_MAX_REQUESTS, int(qps * PROBE_SECONDS)))))
+    timings = []
+    start = time.perf_counter()
+    for j, at in enumerate(arrivals):
+        wait = start + at - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+        timing = _Timing()
+        timing.start = start + at
+        index, prompt = prompts[j % len(prompts)]
+        predictors[j % len(predictors)].submit([TokenRequest(index, prompt)], [timing])
+        timings.append(timing)
+    for p in predictors:
+        if not p.drain(timeout_s=DRAIN_TIMEOUT_S):
+            raise RunFailed(f"calibration: paced generations did not finish within {DRAIN_TIMEOUT_S:.0f} s")
+    failed = [t.error for t in timings if t.error is not None]
+    if failed:
+        raise RunFailed(f"calibration: a paced generation failed before the LoadGen test: {failed[0]}") from failed[0]
+    return timings
+
+
+def _probed(predictors: list[GenerativePredictor], prompts: list[tuple[int, np.ndarray]], qps: float,
+            ttft_limit: float, tpot_limit: float) -> tuple[float, list[dict[str, float]]]:
+    """The rate after paced trials: halved while a trial's p99 TTFT or TPOT breaks LIMIT_MARGIN of its limit."""
+    probes = []
+    for n in range(MAX_PROBES):
+        timings = _paced(predictors, prompts, qps, PROBE_SEED + n)
+        ttft = float(np.percentile([t.ttft_ms for t in timings], 99))
+        tpot = float(np.percentile([t.tpot_ms for t in timings], 99))
+        ok = ttft <= LIMIT_MARGIN * ttft_limit and tpot <= LIMIT_MARGIN * tpot_limit
+        probes.append({"qps": round(qps, 4), "requests": len(timings), "ttft_p99_ms": round(ttft, 3),
+                       "tpot_p99_ms": round(tpot, 3), "ok": ok})
+        if ok:
+            return qps, probes
+        qps /= 2
+    return qps, probes
+
+
 def measure(scenario: str, settings: Any, predictors: list[GenerativePredictor], prompts: list[tuple[int, np.ndarray]],
             budget: float, keep_count: bool = False) -> Calibration:
     """The calibration of a LoadGen ``scenario`` (Interactive is 'Server') from generations of ``prompts``
@@ -202,6 +247,7 @@ def _server(settings: Any, predictors: list[GenerativePredictor], prompts: list[
         sps = k / fast_quantile(seconds)
         qps = SERVER_FRACTION * sps
         extra.update(concurrency=k, burst_ttft_ms=worst_ttft, burst_tpot_ms=worst_tpot)
+        qps, extra["probes"] = _probed(predictors, prompts, qps, ttft_limit, tpot_limit)
     cal = Calibration("Server", "target_qps", qps, sps, SERVER_FRACTION, len(prompts), rounds,
                       time.perf_counter() - start, k, extra)
     min_s = int(settings.min_duration_ms) / 1000.0
@@ -258,6 +304,10 @@ def one_line(cal: Calibration) -> str:
                 f"{e['ttft_limit_ms']:g}/{e['tpot_limit_ms']:g} ms")
         if "min_query_count" in e:
             what += f"; min_query_count raised to {e['min_query_count']} for early stopping"
+        if len(e.get("probes", [])) > 1:
+            what += "; lowered by paced trials (" + ", ".join(
+                f"{p['qps']:.4g} QPS gave TTFT/TPOT p99 {p['ttft_p99_ms']:.4g}/{p['tpot_p99_ms']:.4g} ms"
+                for p in e["probes"][:-1]) + ")"
     line = f"calibrated {what}; --no-calibrate or a user.conf line turns this off)"
     return line + (f"\n{cal.extra['long_run']}" if "long_run" in cal.extra else "")
 
