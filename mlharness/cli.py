@@ -9,6 +9,7 @@ if __name__ == "__main__":  # python -m mlharness.cli: signals handled before th
     from mlharness import startup
 
     startup.guard()
+    startup.announce(sys.argv[1:])  # what the command loads: before the imports, so within its first second
 
 import argparse
 import logging

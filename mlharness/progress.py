@@ -22,10 +22,13 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
     SpinnerColumn,
     TextColumn,
     TimeElapsedColumn,
+    TimeRemainingColumn,
 )
+from rich.text import Text
 
 from mlharness.loadgen.estimate import Estimate, estimate_run, format_duration
 
@@ -33,6 +36,23 @@ INTERVAL_ENV = "MLHARNESS_PROGRESS_INTERVAL_S"
 DEFAULT_INTERVAL_S = 30.0
 FIRST_LINE_S = 5.0  # the first line, at the latest (runs over 50 s: 10% of the estimate)
 BAR_REFRESH_S = 0.2
+
+
+class RateColumn(ProgressColumn):
+    """Samples per second over rich's recent window (``task.speed``); a dash until two updates have been seen."""
+
+    def render(self, task: Any) -> Text:
+        speed = task.speed
+        return Text(f"{speed:,.1f} samples/s" if speed is not None else "- samples/s", style="progress.data.speed")
+
+
+class RemainingColumn(TimeRemainingColumn):
+    """rich's time remaining (at the recent rate), said as such: ``0:00:12 left``."""
+
+    def render(self, task: Any) -> Text:
+        text = super().render(task)
+        text.append(" left")
+        return text
 
 
 def line_interval_s() -> float:
@@ -51,8 +71,8 @@ class RunProgress:
         self.lines = live and not self.console.is_terminal
         self.interval_s = interval_s if interval_s is not None else line_interval_s()
         self._progress = Progress(
-            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), console=self.console, transient=False, disable=not self.bars,
+            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), RateColumn(),
+            TimeElapsedColumn(), RemainingColumn(), console=self.console, transient=False, disable=not self.bars,
         )
         self._load_task: Any = None
         self._run_task: Any = None
@@ -140,8 +160,11 @@ class RunProgress:
                 text += f" ({min(100 * done / total, 100):.0f}%)"
             text += f", {format_duration(now - self._t0)} elapsed"
             t_mark, done_mark = self._mark or (now, done)
-            if done_mark < done < total:  # at the rate since the first line of the run
-                text += f", about {format_duration((total - done) * (now - t_mark) / (done - done_mark))} left"
+            if done_mark < done:  # the rate since the first line of the run, and the time left at that rate
+                rate = (done - done_mark) / max(now - t_mark, 1e-9)
+                text += f", {rate:,.1f} samples/s"
+                if done < total:
+                    text += f", about {format_duration((total - done) / rate)} left"
         self.console.print(text, highlight=False, markup=False, soft_wrap=True)
 
     def close(self) -> None:
