@@ -116,8 +116,10 @@ def test_a_response_of_the_wrong_size_is_named(tmp_path):
 
     log = tmp_path / "log.json"
     log.write_text(json.dumps([{"seq_id": 0, "qsl_idx": 3, "data": "00" * 100}]))
-    with pytest.raises(AccuracyError, match=r"entry 0 \(qsl_idx 3\): 100 bytes; an image response is 3145728"):
+    with pytest.raises(AccuracyError, match=r"entry 0 \(qsl_idx 3\): 100 bytes is no square RGB image"):
         list(log_images(log))
+    with pytest.raises(AccuracyError, match=r"entry 0 \(qsl_idx 3\): 100 bytes; an image response is 3145728"):
+        list(log_images(log, [1024, 1024, 3]))
 
 
 def test_scores_do_not_depend_on_the_callers_thread_count(inputs):

@@ -1,7 +1,8 @@
 """CLIP score and FID of generated images, as ``text_to_image/tools/accuracy_coco.py`` computes them.
 
 Each log entry's ``data`` is a 1024x1024x3 uint8 image (row-major, RGB, the bytes of the reference's
-``postprocess`` array). The first entry of a qsl_idx counts and later ones are skipped, in log order; the CLIP
+``postprocess`` array); a generator of another size is scored too (the networks resize every image, as the
+reference's do: ``resolution.py``), its figures recorded as not official and its size in the details. The first entry of a qsl_idx counts and later ones are skipped, in log order; the CLIP
 score is 100 x the cosine similarity of the image and its caption (row qsl_idx of the captions TSV), averaged;
 the FID compares the Inception pool-3 statistics of the images with the statistics file (``val2014.npz``: ``mu``,
 ``sigma``). The printed line is the script's: ``Accuracy Results: {'FID_SCORE': '...', 'CLIP_SCORE': '...'}``.
@@ -28,6 +29,7 @@ from mlharness.errors import AccuracyError, DatasetError
 from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult
 from mlharness.tasks.coco_t2i.dataset import CAPTIONS, read_captions
 from mlharness.tasks.coco_t2i.imagelog import log_images
+from mlharness.tasks.coco_t2i.resolution import BENCHMARK_SHAPE, size_text
 
 log = logging.getLogger(__name__)
 STATISTICS = "val2014.npz"
@@ -167,7 +169,8 @@ def image_statistics(images: Iterator, inception) -> tuple[np.ndarray, np.ndarra
 class CocoT2IMetric(AccuracyMetric):
     """Options: ``captions`` (default captions/captions.tsv), ``statistics`` (default val2014.npz), both relative
     to the dataset path; ``networks``: a folder with stand-in weights (see ``networks.py``) instead of the
-    official ones."""
+    official ones; ``image_shape``: [height, width, 3] of the images (default: the first image's size, the
+    benchmark's 1024x1024 or a square)."""
 
     name = "coco_t2i"
 
@@ -183,7 +186,7 @@ class CocoT2IMetric(AccuracyMetric):
         except DatasetError as e:
             raise AccuracyError(f"coco_t2i: {e}") from e
         mu1, sigma1 = read_statistics(self._path(ctx, "statistics", STATISTICS))
-        images = log_images(Path(accuracy_log))
+        images = log_images(Path(accuracy_log), ctx.options.get("image_shape"))
         first = next(images, None)  # a malformed log is refused before seconds of loading the networks
         if first is None:
             raise AccuracyError(f"coco_t2i: accuracy log {accuracy_log} has no entries; nothing to score")
@@ -209,9 +212,15 @@ class CocoT2IMetric(AccuracyMetric):
         fid = frechet_distance(mu1, sigma1, np.mean(feats, axis=0), np.cov(feats, rowvar=False))
         clip_mean = np.mean(clip_scores)
         figures = {"FID_SCORE": f"{fid}", "CLIP_SCORE": f"{clip_mean}"}
-        return AccuracyResult(text=f"Accuracy Results: {figures}\n", value=float(clip_mean), name="CLIP_SCORE",
+        shape = first[2].shape
+        benchmark = shape == BENCHMARK_SHAPE
+        text = f"Accuracy Results: {figures}\n"
+        if not benchmark:  # not the script's line: a checker reading accuracy.txt must not take it for one
+            text = (f"{size_text(shape)} images (the benchmark's are {size_text(BENCHMARK_SHAPE)}; CLIP resizes "
+                    f"to 224, Inception to 299), not official: {figures}\n")
+        return AccuracyResult(text=text, value=float(clip_mean), name="CLIP_SCORE", official=benchmark,
                               details={"FID_SCORE": float(fid), "CLIP_SCORE": float(clip_mean),
-                                       "images": len(features)})
+                                       "images": len(features), "image_size": size_text(shape)})
 
     @staticmethod
     def _path(ctx: AccuracyContext, key: str, default: str | None) -> Path:

@@ -6,6 +6,9 @@ The module takes a batch of captions (UTF-8, zero-padded to ``CAPTION_BYTES``) a
 output in [0, 1], times 255, rounded, as the reference's post-processing writes them. Generation follows the
 reference: Euler discrete scheduler from the checkpoint's ``scheduler`` folder, 20 steps, guidance scale 8, its
 negative prompt, no watermark.
+
+:class:`ImageGenerator` wraps any diffusers text-to-image pipeline the same way (a model of another size, e.g.
+a Stable Diffusion 1.x pipeline at 256x256 or 512x512: docs/image-generation.md).
 """
 
 from __future__ import annotations
@@ -43,27 +46,49 @@ def decode_caption(row: torch.Tensor) -> str:
     return bytes(row.cpu().numpy().astype(np.uint8)).rstrip(b"\0").decode("utf-8")
 
 
-class SdxlModule(nn.Module):
+class ImageGenerator(nn.Module):
+    """A diffusers text-to-image pipeline as an ``nn.Module``: captions (UTF-8 bytes, zero-padded) and,
+    optionally, the initial latents in; (N, height, width, 3) uint8 images out, the pipeline's [0, 1] output
+    times 255, rounded. With latents, the image is as large as they decode to (each side times the VAE's
+    scale factor); without, the pipeline's default size, from a generator seeded with ``seed`` at every call
+    (each batch starts from the same noise, as every benchmark prompt starts from one latent)."""
+
     def __init__(self, pipe: Any, steps: int = STEPS, guidance: float = GUIDANCE,
-                 negative_prompt: str = NEGATIVE_PROMPT) -> None:
+                 negative_prompt: str | None = None, seed: int = 0, name: str = "text-to-image model") -> None:
         super().__init__()
         self.pipe, self.steps, self.guidance = pipe, int(steps), float(guidance)
-        self.negative_prompt = negative_prompt
+        self.negative_prompt, self.seed, self.name = negative_prompt, int(seed), name
         self.unet = pipe.unet  # registered, so .to() and eval() reach the weights
 
-    def forward(self, captions: torch.Tensor, latents: torch.Tensor) -> torch.Tensor:
+    def forward(self, captions: torch.Tensor, latents: torch.Tensor | None = None) -> torch.Tensor:
         prompts = [decode_caption(row) for row in captions]
-        images = self.pipe(prompt=prompts, negative_prompt=[self.negative_prompt] * len(prompts),
-                           guidance_scale=self.guidance, num_inference_steps=self.steps,
-                           latents=latents.to(self.unet.device, self.unet.dtype), output_type="pt").images
+        args: dict[str, Any] = dict(prompt=prompts, guidance_scale=self.guidance, num_inference_steps=self.steps,
+                                    output_type="pt")
+        if self.negative_prompt is not None:
+            args["negative_prompt"] = [self.negative_prompt] * len(prompts)
+        if latents is not None:
+            scale = getattr(self.pipe, "vae_scale_factor", 8)
+            args.update(latents=latents.to(self.unet.device, self.unet.dtype), height=latents.shape[-2] * scale,
+                        width=latents.shape[-1] * scale)
+        else:
+            args["generator"] = torch.Generator(self.unet.device).manual_seed(self.seed)
+        images = self.pipe(**args).images
         finite = torch.isfinite(images).flatten(1).all(dim=1)
         if not bool(finite.all()):  # the cast below would make them black pixels, scored as an image
             bad = [prompts[k] for k in (~finite).nonzero().flatten().tolist()]
-            raise PredictorError(f"stable-diffusion-xl: the image generated for caption {bad[0][:80]!r}"
+            raise PredictorError(f"{self.name}: the image generated for caption {bad[0][:80]!r}"
                                  f"{f' (and {len(bad) - 1} more in the batch)' if len(bad) > 1 else ''} holds "
                                  f"NaN or infinity: the model's output is bad (a float16 overflow? non-finite "
                                  f"weights?), not an image")
         return (images.permute(0, 2, 3, 1).float() * 255).round().to(torch.uint8)
+
+
+class SdxlModule(ImageGenerator):
+    """The stable-diffusion-xl benchmark's generator: the reference's negative prompt, latents always given."""
+
+    def __init__(self, pipe: Any, steps: int = STEPS, guidance: float = GUIDANCE,
+                 negative_prompt: str = NEGATIVE_PROMPT) -> None:
+        super().__init__(pipe, steps, guidance, negative_prompt, name="stable-diffusion-xl")
 
 
 def return_large_buffers() -> bool:
