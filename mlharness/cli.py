@@ -140,9 +140,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if md["mode"] == "performance":
         value = "n/a" if s.metric_value is None else f"{s.metric_value:,.2f} {s.metric_unit}"
         table.add_row(s.metric_name, value)
-        from mlharness.loadgen.token_report import token_rows
+        from mlharness.loadgen.token_report import latency_rows, token_rows
 
-        for label, text in token_rows(result.output, throughput=s.metric_unit != "tokens/s"):
+        for label, text in latency_rows(result.output) + token_rows(result.output,
+                                                                    throughput=s.metric_unit != "tokens/s"):
             table.add_row(label, text)
         table.add_row("result", "[green]VALID[/]" if s.valid else "[red]INVALID[/]")
     else:

@@ -30,12 +30,14 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from mlharness.loadgen.estimate import Estimate, estimate_run, format_duration
+from mlharness.loadgen.estimate import Estimate, estimate_run, format_duration, rate_from
 
 INTERVAL_ENV = "MLHARNESS_PROGRESS_INTERVAL_S"
 DEFAULT_INTERVAL_S = 30.0
 FIRST_LINE_S = 5.0  # the first line, at the latest (runs over 50 s: 10% of the estimate)
 BAR_REFRESH_S = 0.2
+# an estimate without a time (an accuracy run: no measured rate) gets one from the first samples done over this
+FIRST_RATE_S = 1.0
 
 
 class RateColumn(ProgressColumn):
@@ -130,9 +132,31 @@ class RunProgress:
                 self._refresh()
             return
         wait = self.first_line_s()
+        if self._estimate is not None and self._estimate.seconds is None:
+            self._first_rate(wait)
+            wait = max(wait - (time.monotonic() - self._t0), BAR_REFRESH_S)
         while not self._stop.wait(wait):
             self._line()
             wait = self.interval_s
+
+    def _first_rate(self, within_s: float) -> None:
+        """For logs, an estimate that had no time: one line with the rate of the run's first samples, and the
+        time left at that rate, once they have been completing for FIRST_RATE_S (within ``within_s``)."""
+        first: tuple[float, int] | None = None
+        while not self._stop.wait(BAR_REFRESH_S) and time.monotonic() - self._t0 < within_s:
+            now, done = time.monotonic(), self._sut.completed
+            if first is None or done == 0:
+                first = (now, done) if done else None
+                continue
+            total = self._total or 0
+            if now - first[0] >= FIRST_RATE_S and first[1] < done < total:
+                rate = (done - first[1]) / (now - first[0])
+                scenario = self._estimate.scenario if self._estimate is not None else ""
+                self.console.print(f"{scenario} accuracy run at "
+                                   f"{rate_from(rate, 'samples/s', f'the first {done:,} samples')}: about "
+                                   f"{format_duration((total - done) / rate)} left", highlight=False, markup=False,
+                                   soft_wrap=True)
+                return
 
     def _refresh(self) -> None:
         sut = self._sut

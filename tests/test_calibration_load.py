@@ -155,7 +155,7 @@ def test_the_estimate_uses_the_calibrated_rate_over_the_headroom():
     assert estimate.estimate_run(settings).seconds == pytest.approx(2.2)
     estimate.note_expected(settings, 1000.0)
     e = estimate.estimate_run(settings)
-    assert e.samples == 2750 and e.seconds == pytest.approx(2.75) and "calibrated 1,000.0 samples/s" in e.line()
+    assert e.samples == 2750 and e.seconds == pytest.approx(2.75) and "1,000.0 samples/s (from calibration)" in e.line()
 
 
 def test_a_paced_trial_halves_a_rate_whose_waits_break_the_bound():

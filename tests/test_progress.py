@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mlharness.loadgen.estimate import estimate_run
+from mlharness.loadgen.estimate import estimate_run, note_expected
 
 ECHO = """\
 name: echo_slow
@@ -63,8 +63,14 @@ def test_estimates_follow_loadgens_rules():
     e = estimate_run(_settings("Server", min_duration_ms=600_000, min_query_count=100, server_target_qps=50,
                                max_query_count=500))
     assert e.queries == 500 and e.seconds == pytest.approx(10.0)
-    e = estimate_run(_settings("Offline", "AccuracyOnly", offline_expected_qps=100), 256)
-    assert (e.queries, e.samples, e.mode) == (1, 256, "accuracy") and e.seconds == pytest.approx(2.56)
+    # accuracy mode: LoadGen's expected value is a placeholder there, so no time without a measured rate
+    settings = _settings("Offline", "AccuracyOnly", offline_expected_qps=100)
+    e = estimate_run(settings, 256)
+    assert (e.queries, e.samples, e.mode, e.seconds) == (1, 256, "accuracy", None)
+    assert "100" not in e.line() and "follow from the first samples" in e.line(), e.line()
+    note_expected(settings, 64.0)  # a calibration's figure (a token model's Server accuracy run calibrates)
+    e = estimate_run(settings, 256)
+    assert e.seconds == pytest.approx(4.0) and "about 4.0 s at 64.0 samples/s (from calibration)" in e.line()
     assert "about 10 min 00 s" in estimate_run(_settings("Server", min_duration_ms=600_000, min_query_count=1,
                                                           server_target_qps=50)).line()
 
@@ -86,7 +92,7 @@ def test_performance_run_prints_the_estimate_and_progress_lines(run_cli, cli_env
     assert proc.returncode == 0, proc.stderr
     # 1.2 s at 20 ms per query: 60 queries (min_query_count 10 is less)
     assert ("SingleStream performance run: LoadGen will issue at least 60 queries of 1 sample; about 1.2 s at the "
-            "expected latency of 20.000 ms per query") in proc.stderr, proc.stderr
+            "stated latency of 20.000 ms per query (expected latency, not measured)") in proc.stderr, proc.stderr
     lines = re.findall(r"progress: ([\d,]+) / ~60 samples completed \((\d+)%\)", proc.stderr)
     assert lines, proc.stderr
     done = [int(d.replace(",", "")) for d, _ in lines]

@@ -288,27 +288,34 @@ def calibrate(scenario: str, settings: Any, predictors: list[GenerativePredictor
                         lambda prompts: measure(scenario, settings, predictors, prompts, budget, keep_count))
     cal.value = float(fmt_value(cal.value))  # exactly what the written user.conf says
     apply(cal, settings)
+    # the run's time is estimated at the measured rate, as for a tensor model (not at the value set with headroom)
+    estimate.note_expected(settings, 1000.0 / cal.measured if cal.key == "target_latency" else cal.measured)
     return cal
 
 
 def one_line(cal: Calibration) -> str:
+    """The calibration's line, in the words of a tensor model's (:func:`estimate.calibration_line`)."""
     if cal.key == "target_latency":
-        what = f"expected latency: {fmt_value(cal.value)} ms (a generation takes {cal.measured:.4g} ms"
+        setting, value = "expected latency", f"{fmt_value(cal.value)} ms"
+        timing, how = f"{cal.measured:.4g} ms per generation", f"headroom x{cal.headroom:g}"
     elif cal.scenario == "Offline":
-        what = f"expected QPS: {fmt_value(cal.value)} ({cal.measured:,.4g} samples/s in bursts of {cal.batch}"
+        setting, value = "expected QPS", fmt_value(cal.value)
+        timing, how = f"{cal.measured:,.4g} samples/s in bursts of {cal.batch}", f"headroom x{cal.headroom:g}"
     else:
         e = cal.extra
-        what = (f"target QPS: {fmt_value(cal.value)} ({cal.headroom:g} x {cal.measured:,.4g} samples/s with "
-                f"{cal.batch} generation(s) at once; TTFT {e.get('burst_ttft_ms', e['alone_ttft_ms']):.4g} ms and "
-                f"TPOT {e.get('burst_tpot_ms', e['alone_tpot_ms']):.4g} ms against the limits "
-                f"{e['ttft_limit_ms']:g}/{e['tpot_limit_ms']:g} ms")
+        setting, value = "target QPS", fmt_value(cal.value)
+        timing = (f"{cal.measured:,.4g} samples/s with {cal.batch} generation(s) at once, TTFT "
+                  f"{e.get('burst_ttft_ms', e['alone_ttft_ms']):.4g} ms and TPOT "
+                  f"{e.get('burst_tpot_ms', e['alone_tpot_ms']):.4g} ms against the limits "
+                  f"{e['ttft_limit_ms']:g}/{e['tpot_limit_ms']:g} ms")
+        how = f"headroom x{cal.headroom:g}"
         if "min_query_count" in e:
-            what += f"; min_query_count raised to {e['min_query_count']} for early stopping"
+            how += f"; min_query_count raised to {e['min_query_count']} for early stopping"
         if len(e.get("probes", [])) > 1:
-            what += "; lowered by paced trials (" + ", ".join(
+            how += "; lowered by paced trials (" + ", ".join(
                 f"{p['qps']:.4g} QPS gave TTFT/TPOT p99 {p['ttft_p99_ms']:.4g}/{p['tpot_p99_ms']:.4g} ms"
                 for p in e["probes"][:-1]) + ")"
-    line = f"calibrated {what}; --no-calibrate or a user.conf line turns this off)"
+    line = estimate.calibration_line(setting, value, timing, how)
     return line + (f"\n{cal.extra['long_run']}" if "long_run" in cal.extra else "")
 
 

@@ -10,7 +10,12 @@ at the expected performance (LoadGen's own rules, ``test_settings_internal.cc`` 
 
 LoadGen's expected value carries deliberate headroom when calibration set it (Offline asks for more samples than
 the system is expected to finish in min_duration, the streams for more queries), so the time is estimated at the
-rate calibration expects the run to reach (:func:`note_expected`) when there is one.
+rate the model was measured at (:func:`note_expected`) when there is one. An accuracy run without one gives no
+time: LoadGen's expected value is then a placeholder, and the progress display measures the first samples.
+
+One vocabulary for tensor and token models (:func:`calibration_line`, :func:`rate_from`): "measured" is what
+calibration timed, "calibrated" only names the LoadGen setting it set from that, "from calibration" (or "from the
+first samples") the rate a run is estimated at, and "stated" a setting a flag or a user.conf gave.
 """
 
 from __future__ import annotations
@@ -26,10 +31,28 @@ _EXPECTED: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
 
 def note_expected(settings: Any, rate: float) -> None:
-    """Estimate the run of these settings at ``rate`` (samples/s for Offline, queries/s otherwise) rather than
-    at LoadGen's expected value, which calibration sets with headroom."""
+    """Estimate the run of these settings at ``rate``, the rate calibration expects from the model's measured
+    timing (samples/s for Offline and Server, queries/s for the streams), rather than at LoadGen's expected value,
+    which calibration sets with headroom."""
     if rate > 0:
         _EXPECTED[settings] = float(rate)
+
+
+def rate_text(value: float) -> str:
+    return f"{value:,.1f}" if value >= 10 else f"{value:.4g}"
+
+
+def rate_from(value: float, unit: str, source: str = "calibration") -> str:
+    """``85.3 samples/s (from calibration)``: the rate a run is expected at, and the model timing it comes from
+    (calibration, the run's first samples)."""
+    return f"{rate_text(value)} {unit} (from {source})"
+
+
+def calibration_line(setting: str, value: str, timing: str, how: str) -> str:
+    """The line a calibration prints, tensor and token models alike: the LoadGen setting it calibrated, then
+    what it measured (``timing``, said after 'measured') and how the one follows from the other."""
+    return (f"calibrated {setting}: {value} (measured {timing}; {how}; --no-calibrate or a user.conf line turns "
+            f"this off)")
 
 
 @dataclass
@@ -52,6 +75,8 @@ class Estimate:
         text = f"{self.scenario} {self.mode} run: LoadGen will issue {what}"
         if self.seconds is not None:
             text += f"; about {format_duration(self.seconds)} at {self.rate}"
+        elif self.mode == "accuracy":  # no measured rate: the placeholder expected value would be a wrong figure
+            text += "; the rate and the time left follow from the first samples"
         return text
 
 
@@ -79,31 +104,37 @@ def estimate_run(settings: Any, dataset_samples: int | None = None) -> Estimate:
     spq = int(settings.multi_stream_samples_per_query) if scenario == "MultiStream" else 1
     if scenario == "Offline":
         qps = float(settings.offline_expected_qps)
-        rate = f"the expected {qps:,.1f} samples/s"
+        rate = f"the stated {rate_text(qps)} samples/s (expected QPS, not measured)"
     elif scenario == "Server":
         qps = float(settings.server_target_qps)
-        rate = f"the target {qps:,.1f} queries/s"
+        rate = f"the target {rate_text(qps)} queries/s"
     else:
         latency_ns = float(settings.single_stream_expected_latency_ns if scenario == "SingleStream"
                            else settings.multi_stream_expected_latency_ns)
         qps = 1e9 / latency_ns if latency_ns > 0 else 0.0
-        rate = f"the expected latency of {latency_ns / 1e6:,.3f} ms per query"
+        rate = f"the stated latency of {latency_ns / 1e6:,.3f} ms per query (expected latency, not measured)"
     query_rate = qps  # queries/s; for Offline, samples/s
-    if accuracy:
+    expected = _EXPECTED.get(settings) if settings in _EXPECTED else None
+    if accuracy:  # only a measured rate: LoadGen's expected value is a placeholder in accuracy mode
         samples = int(dataset_samples or 0)
         queries = 1 if scenario == "Offline" else max(samples // spq, 1)
-        seconds = samples / qps if scenario == "Offline" and qps > 0 else (
-            queries / query_rate if query_rate > 0 else None)
-        return Estimate(scenario, "accuracy", queries, samples, seconds, rate, False)
-    expected = _EXPECTED.get(settings) if settings in _EXPECTED else None
+        if not expected:
+            return Estimate(scenario, "accuracy", queries, samples, None, "", False)
+        if scenario == "Server" and 0 < qps < expected:  # issued on LoadGen's schedule, slower than the model
+            return Estimate(scenario, "accuracy", queries, samples, queries / qps, rate, False)
+        if scenario in ("Offline", "Server"):
+            return Estimate(scenario, "accuracy", queries, samples, samples / expected,
+                            rate_from(expected, 'samples/s'), False)
+        return Estimate(scenario, "accuracy", queries, samples, queries / expected,
+                        rate_from(1000.0 / expected, 'ms per query'), False)
     if scenario == "Offline":
         samples = max(min_queries, int(OFFLINE_SLACK * min_s * qps))
         if expected:  # LoadGen's value asks for more samples than the run is expected to finish in min_duration
-            qps, rate = expected, f"the calibrated {expected:,.1f} samples/s"
+            qps, rate = expected, rate_from(expected, 'samples/s')
         return Estimate(scenario, "performance", 1, samples, samples / qps if qps > 0 else None, rate, False)
     if expected and scenario != "Server":  # queries are issued until min_duration at the rate the run reaches
         query_rate = expected
-        rate = f"the calibrated latency of {1000.0 / expected:,.3f} ms per query"
+        rate = rate_from(1000.0 / expected, 'ms per query')
     queries = max(min_queries, math.ceil(min_s * query_rate))
     if settings.max_query_count > 0:
         queries = min(queries, int(settings.max_query_count))
