@@ -17,6 +17,7 @@ import pytest
 from mlharness.errors import AccuracyError
 from mlharness.manifest.loader import find_builtin
 from mlharness.tasks.coco_t2i.clip_net import VOCAB_FILE
+from mlharness.tasks.coco_t2i.dataset import CAPTIONS
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "image-generation.md"
 _BLOCK = re.compile(r"^```(?:yaml|python)\n(# file: (\S+)\n.*?)^```", re.M | re.S)
@@ -135,7 +136,7 @@ def _score(dataset: Path, log: Path, **options):
     return CocoT2IMetric().score(log, ctx)
 
 
-def test_a_non_square_log_is_scored_with_its_declared_shape(dataset, tmp_path):
+def test_a_non_square_log_is_scored_with_its_declared_shape(run_cli, dataset, tmp_path):
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 256, (24, 40, 3), dtype=np.uint8) for _ in range(3)]
     log = _log(tmp_path / "log.json", images)
@@ -145,16 +146,20 @@ def test_a_non_square_log_is_scored_with_its_declared_shape(dataset, tmp_path):
     with pytest.raises(AccuracyError, match=r"2880 bytes is no square RGB image; set "
                                             r"accuracy.options.image_shape"):
         _score(dataset, log)  # without the option, its size cannot be told from its bytes
-    with pytest.raises(AccuracyError, match=r"entry 0 \(qsl_idx 0\): 2880 bytes; an image response is 3072"):
-        _score(dataset, log, image_shape=[32, 32, 3])
+    proc = run_cli("accuracy", "coco-t2i", "--log", str(log), "--caption-path", str(dataset / CAPTIONS),
+                   "--statistics-path", str(dataset / "val2014.npz"), "--networks", str(dataset / "networks"),
+                   "--image-shape", "32", "32", "3")
+    refused(proc, "entry 0 (qsl_idx 0): 2880 bytes; an image response is 3072 bytes (32x32x3 uint8")
 
 
-def test_a_square_log_is_scored_at_the_size_of_its_first_image(dataset, tmp_path):
+def test_a_log_is_read_at_the_size_of_its_first_image_and_every_image_must_match(tmp_path):
+    from mlharness.tasks.coco_t2i.imagelog import log_images
+
     rng = np.random.default_rng(1)
     images = [rng.integers(0, 256, (64, 64, 3), dtype=np.uint8) for _ in range(3)]
-    result = _score(dataset, _log(tmp_path / "log.json", images))
-    assert result.details["image_size"] == "64x64" and not result.official
-    assert result.text.startswith("64x64 images") and "'FID_SCORE'" in result.text
+    read = list(log_images(_log(tmp_path / "log.json", images)))
+    assert [(idx, image.shape) for _, idx, image in read] == [(i, (64, 64, 3)) for i in range(3)]
+    assert all(np.array_equal(image, images[i]) for _, i, image in read)
     images[2] = images[2][:32]  # a later image of another size is named, not reshaped
     with pytest.raises(AccuracyError, match=r"entry 2 \(qsl_idx 2\): 6144 bytes; an image response is 12288"):
-        _score(dataset, _log(tmp_path / "mixed.json", images))
+        list(log_images(_log(tmp_path / "mixed.json", images)))

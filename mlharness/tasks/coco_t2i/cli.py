@@ -26,14 +26,17 @@ def register(synth: Any, prepare: Any, accuracy: Any) -> None:
     p.set_defaults(func=cmd_synth)
 
     a = accuracy.add_parser("coco-t2i", help="CLIP score and FID of an image accuracy log (accuracy_coco.py)",
-                            description="Score an mlperf_log_accuracy.json of 1024x1024x3 uint8 images against "
-                                        "the captions and the FID statistics as the MLPerf reference script does "
-                                        "and print its line.")
+                            description="Score an mlperf_log_accuracy.json of uint8 RGB images against the "
+                                        "captions and the FID statistics as the MLPerf reference script does and "
+                                        "print its line (1024x1024 images); images of another size are scored "
+                                        "too, as not official.")
     a.add_argument("--log", type=Path, required=True, help="mlperf_log_accuracy.json")
     a.add_argument("--caption-path", type=Path, required=True, help="captions.tsv")
     a.add_argument("--statistics-path", type=Path, required=True, help="FID statistics (val2014.npz)")
     a.add_argument("--networks", type=Path, default=None,
                    help="folder with clip.pt and inception.pth to score with instead of the official weights")
+    a.add_argument("--image-shape", type=int, nargs=3, metavar=("HEIGHT", "WIDTH", "3"), default=None,
+                   help="the images' shape (default: the first image's size, 1024x1024 or a square)")
     a.set_defaults(func=cmd_accuracy)
 
 
@@ -61,6 +64,8 @@ def cmd_accuracy(args: argparse.Namespace, console: Any) -> int:
     options = {"captions": str(args.caption_path.resolve()), "statistics": str(args.statistics_path.resolve())}
     if args.networks:
         options["networks"] = str(args.networks.resolve())
+    if args.image_shape:
+        options["image_shape"] = list(args.image_shape)
     result = CocoT2IMetric().score(args.log, AccuracyContext(dataset_path=None, count=0, options=options))
     sys.stdout.write(result.text)  # exactly what accuracy.txt holds, as the official script prints it
     sys.stdout.flush()

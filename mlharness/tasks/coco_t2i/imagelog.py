@@ -116,7 +116,7 @@ def log_images(path: Path, image_shape: Any = None) -> Iterator[tuple[int, int, 
         where = f"{path}: entry {position} (qsl_idx {idx})"
         if shape is None:  # the first image: its size is that of every image
             size = len(data) // 2 if isinstance(data, str) and len(data) % 2 == 0 else None
-            shape = log_image_shape(None, size, where, AccuracyError)
+            shape = log_image_shape(size, where, AccuracyError)
         yield position, idx, decode_image(data, where, shape)
 
 

@@ -61,13 +61,10 @@ def declared_image_shape(ctx: dict[str, Any], benchmark: str | None = None) -> t
     return shape
 
 
-def log_image_shape(option: Any, first_bytes: int | None, where: str, error: Any) -> tuple[int, int, int]:
-    """The size of the log's images: ``accuracy.options.image_shape`` when given, else the benchmark's when the
+def log_image_shape(first_bytes: int | None, where: str, error: Any) -> tuple[int, int, int]:
+    """The size of a log's images when ``accuracy.options.image_shape`` does not say: the benchmark's when the
     first response has its size, else the square RGB image its byte count makes (a non-square image needs the
     option)."""
-    if option is not None:
-        return check_shape(list(option) if isinstance(option, list | tuple) else option,
-                           "accuracy.options.image_shape", error)
     if first_bytes is None or first_bytes == math.prod(BENCHMARK_SHAPE):
         return BENCHMARK_SHAPE
     side = math.isqrt(first_bytes // 3) if first_bytes > 0 and first_bytes % 3 == 0 else 0
