@@ -34,22 +34,24 @@ def check_free(path: Path, force: bool, flag: str = "--force") -> None:
     raise OutputExists(f"{path} exists; not overwriting it ({flag} replaces it)")
 
 
-def refuse_non_regular(path: Path) -> None:
+def refuse_non_regular(path: Path, flag: str = "--force") -> None:
     """Raise :class:`OutputExists` when ``path`` holds anything but a regular file (a device node, a FIFO, a
-    folder, a link): ``--force`` replaces a file, never one of those."""
+    folder, a link): ``flag`` replaces a file, never one of those, whose loss would destroy what the user keeps
+    there. A name that is not printable is shown escaped, so it cannot forge a line."""
     import stat
 
     from mlharness.fileguard import describe_kind
 
+    shown = str(path) if str(path).isprintable() else ascii(str(path))
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return
     except OSError as e:
-        raise OutputExists(f"{path!s:.300} cannot be checked ({e.strerror or e}); not writing there") from None
+        raise OutputExists(f"{shown} cannot be checked: {e.strerror or e}; not writing there") from None
     if not stat.S_ISREG(mode):
-        raise OutputExists(f"{ascii(str(path))[1:-1]:.300} is {describe_kind(mode)}, not a regular file; not "
-                           f"writing there (--force replaces only a regular file)")
+        raise OutputExists(f"{shown} is {describe_kind(mode)}, not a regular file; not writing there "
+                           f"({flag} replaces only a regular file)")
 
 
 def unified_diff(old: str, new: str, path: Path) -> str:

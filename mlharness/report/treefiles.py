@@ -167,20 +167,11 @@ def check_shape(value: Any, shape: Any, path: Path, what: str, field: str = "") 
 
 def check_output(path: Path, force: bool, flag: str = "--force") -> None:
     """Refuse an output path (``report --html/--md``, ``compare --html``) that holds anything but a regular file,
-    with or without ``flag``: replacing a device node, a FIFO, a folder or a symbolic link with a file would destroy
-    what the user keeps there. A regular file is refused without ``flag`` (:func:`mlharness.userfiles.check_free`)."""
-    from mlharness.userfiles import OutputExists, check_free
+    with or without ``flag`` (:func:`mlharness.userfiles.refuse_non_regular`), and a regular file without ``flag``
+    (:func:`mlharness.userfiles.check_free`)."""
+    from mlharness.userfiles import check_free, refuse_non_regular
 
-    path = Path(path)
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    except OSError as e:
-        raise OutputExists(f"{shown(path)} cannot be checked: {e.strerror or e}; not writing there") from None
-    if not stat.S_ISREG(mode):
-        raise OutputExists(f"{shown(path)} is {describe_kind(mode)}, not a regular file; not writing there "
-                           f"({flag} replaces only a regular file)")
+    refuse_non_regular(Path(path), flag)
     check_free(path, force, flag)
 
 
