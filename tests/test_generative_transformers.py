@@ -58,21 +58,9 @@ def prompt(index: int) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from tests.helpers.tiny_llama import write_tiny_llama
 
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, VOCAB)}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-                            pad_token="</s>").save_pretrained(folder)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                         bos_token_id=1, eos_token_id=2, pad_token_id=2)
-    LlamaForCausalLM(config).save_pretrained(folder)
-    return folder
+    return write_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), VOCAB)
 
 
 @pytest.fixture(scope="module")

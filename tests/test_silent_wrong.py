@@ -32,21 +32,10 @@ WITH_IMAGE = ("import numpy as np\n\n\ndef preprocess(ctx, index):\n"
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory) -> Path:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from tests.helpers.tiny_llama import write_tiny_llama
 
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, VOCAB)}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-                            pad_token="</s>").save_pretrained(folder)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
-                         bos_token_id=1, eos_token_id=2, pad_token_id=2)
-    LlamaForCausalLM(config).save_pretrained(folder)
-    return folder
+    return write_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), VOCAB, hidden=16, layers=1, heads=2,
+                            kv_heads=1, positions=64)
 
 
 def config_only(tmp_path: Path, config) -> Path:
