@@ -156,6 +156,22 @@ def test_offline_and_singlestream(prompts):
     assert single.value == pytest.approx(0.5 * single.measured)
 
 
+def test_an_offline_burst_grows_while_more_in_flight_raises_the_rate(prompts):
+    table, ps = prompts
+    # the oracle answers every request after 20 ms however many are in flight (a server that batches without
+    # limit): the Offline query's thousands of samples at once go faster than the eight loaded ones show
+    p = oracle(table, first_token_delay_ms=20)
+    try:
+        grown = ct.measure("Offline", Settings(), [p], ps, budget=0.5)
+    finally:
+        p.close()
+    assert grown.batch > len(ps) and grown.measured > len(ps) / 0.020
+    assert grown.value == pytest.approx(1.5 * grown.measured) and "in bursts of" in ct.one_line(grown)
+    # an engine whose time grows with what runs (2 tokens, 1 ms per running request and step) gains nothing
+    kept = ct.measure("Offline", Settings(), [BatchingEngine(step_ms=1, tokens=2)], ps, budget=0.5)
+    assert kept.batch == len(ps)
+
+
 def test_an_overloaded_server_retries_at_half_what_it_completed():
     # the real LoadGen summary of a Server run over its bound, as an overloaded system writes it: it completed far
     # fewer samples per second than arrived
