@@ -284,3 +284,19 @@ def test_first_performance_run_with_only_a_min_duration(request, env, tmp_path, 
     assert re.search(r"^\s*result\s+VALID", stdout, re.M), why(stdout, stderr, out)
     if scenario == "Server":
         assert wall < SERVER_LIMIT_S, why(stdout, stderr, out)
+
+
+def test_the_ctc_speech_model_is_scored_with_the_wer_not_as_official(env, tmp_path, ctc_speech):
+    out = tmp_path / "acc"
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "mlharness.cli", "run", "--manifest", str(ctc_speech.manifest),
+                           *ctc_speech.args, "--scenario", "Offline", "--mode", "accuracy", "--no-progress",
+                           "--output", str(out)], capture_output=True, text=True, env=env, timeout=180)
+    print(f"tiny-ctc accuracy: {time.monotonic() - start:.1f} s wall")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = (out / "accuracy.txt").read_text()
+    wer = re.fullmatch(r"Word Error Rate: ([0-9.e+-]+)%, accuracy=(-?[0-9.e+-]+)%\n", text)
+    assert wer and float(wer.group(1)) > 0  # random weights: words come out wrong
+    accuracy = json.loads((out / "mlharness_run.json").read_text())["accuracy"]
+    assert accuracy["official"] is False  # a WER of a model that is no MLPerf benchmark
+    assert accuracy["text"] == wer.group(0) and accuracy["value"] == pytest.approx(float(wer.group(2)))
