@@ -14,15 +14,14 @@ the raised query count.
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import shlex
-
 from mlharness.loadgen.calibrate import EARLY_STOPPING_QUERIES, LATENCY_HEADROOM
-from mlharness.paths import MANIFESTS_DIR
 from mlharness.loadgen.rundir import read_detail
+from mlharness.paths import MANIFESTS_DIR
 
 # the fix for a query that ended early: 1.75 x the rate the run reached (a measured rate, not a timed batch's)
 FIX_OFFLINE_HEADROOM = 1.75
@@ -294,8 +293,9 @@ _FLAG_OF = {"min_duration_ms": "--min-duration-ms", "min_query_count": "--min-qu
 
 def next_command(md: dict[str, Any], scenario: str, fixes: list[Fix], stats: dict[str, str]) -> str | None:
     """The whole command line of the next run: this run's manifest, scenario and development flags, the fixes'
-    flags over them, and for Server the rate and the query count early stopping needs at that rate (None when no
-    fix names a flag)."""
+    flags over them, and for Server the rate and the query count early stopping needs at that rate, or, when the fix
+    is a new latency bound for a calibrated rate, no rate, so that the next run calibrates against the new bound
+    (None when no fix names a flag)."""
     flags = [f.flag for f in fixes if f.flag.startswith("--")]
     if not flags:
         return None
@@ -305,7 +305,14 @@ def next_command(md: dict[str, Any], scenario: str, fixes: list[Fix], stats: dic
         given.update(zip(words[::2], words[1::2], strict=False))
     if "--min-duration-ms" not in given and _num(stats, "min_duration (ms)") is not None:
         given["--min-duration-ms"] = _plain(_num(stats, "min_duration (ms)"))
-    if scenario == "Server":
+    stated_rate = "--target-qps" in given
+    if scenario == "Server" and not stated_rate and any(f.startswith("--target-latency-ms") for f in flags):
+        # a new latency bound and a rate this run calibrated: the next run calibrates its rate against the new
+        # bound (and sizes its queries for early stopping) rather than repeat a rate measured against the old one;
+        # a stated count too small for early stopping would leave it INVALID, so it is not repeated
+        if int(float(given.get("--min-query-count", EARLY_STOPPING_QUERIES))) < EARLY_STOPPING_QUERIES:
+            given.pop("--min-query-count", None)
+    elif scenario == "Server":
         qps = given.get("--target-qps") or (_plain(_num(stats, "target_qps")) if _num(stats, "target_qps") else None)
         if qps:
             given["--target-qps"] = qps
