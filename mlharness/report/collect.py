@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import MLHarnessError
-from mlharness.loadgen.rundir import METRIC_LINES, TOKEN_METRIC_LINES
 from mlharness.fileguard import describe_kind
+from mlharness.loadgen.rundir import METRIC_LINES, TOKEN_METRIC_LINES
 from mlharness.report.treefiles import ANY, NUMBER, STRING, Each, present, read_json, read_text, shown
 from mlharness.report.verdicts import Verdict, test_of
 

@@ -12,8 +12,16 @@ from typing import Any
 from mlharness.errors import MLHarnessError
 from mlharness.report import accuracy, units
 from mlharness.report.collect import TOKEN_FIELDS, Run, attach_verdicts, find_runs, pair_runs
-from mlharness.report.treefiles import ANY, NUMBER, TRACE_LIMIT, Need, TreeFileError, check_shape, read_json, \
-    shown
+from mlharness.report.treefiles import (
+    ANY,
+    NUMBER,
+    TRACE_LIMIT,
+    Need,
+    TreeFileError,
+    check_shape,
+    read_json,
+    shown,
+)
 from mlharness.report.verdicts import Verdict, find_verdicts
 from mlharness.telemetry.breakdown import Breakdown, layer_breakdown
 

@@ -11,8 +11,18 @@ from typing import Any
 
 from mlharness.errors import MLHarnessError
 from mlharness.report import units
-from mlharness.report.treefiles import ANY, NUMBER, STRING, Each, Need, TreeFileError, check_shape, present, \
-    read_json, shown
+from mlharness.report.treefiles import (
+    ANY,
+    NUMBER,
+    STRING,
+    Each,
+    Need,
+    TreeFileError,
+    check_shape,
+    present,
+    read_json,
+    shown,
+)
 
 SWEEP_FILE = "sweep.json"
 AXES = {"target_qps": "offered load (target queries/s)", "concurrency": "concurrency (requests in flight)"}
