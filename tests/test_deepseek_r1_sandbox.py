@@ -170,24 +170,32 @@ def test_adversarial_programs_fail_and_nothing_gets_out_as_root(tmp_path):
     assert slow == {}, f"programs that outlived the deadline: {slow}"
 
 
+REPO_VIEW = "/mnt/mlharness-repo"  # where the ordinary user sees the checkout, in its own mount namespace
+
+
 def as_ordinary_user(tmp_path: Path, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
-    """``argv`` run under uid :data:`ORDINARY_UID` in a private mount namespace where the folders under /root (the
-    interpreter may live there, behind a 0700 /root) are bound into a 0755 tmpfs: the host's /root is not
-    changed, only this process's view of it."""
+    """``argv`` run under uid :data:`ORDINARY_UID` in a private mount namespace where the checkout is bound at
+    :data:`REPO_VIEW` (it may lie in a folder that user cannot enter, such as a 0700 temporary folder) and the
+    folders under /root (the interpreter may live there, behind a 0700 /root) are bound into a 0755 tmpfs: the
+    host's folders are not changed, only this process's view of them. A path of ``argv`` inside the checkout is
+    given as its view."""
     view = tmp_path / "root-view"
     view.mkdir()
-    script = ("set -e\nmount --bind /root \"$1\"\nmount -t tmpfs -o mode=0755,size=1m tmpfs /root\n"
+    script = (f"set -e\nmount -t tmpfs -o mode=0755,size=1m tmpfs /mnt\nmkdir {REPO_VIEW}\n"
+              f"mount --bind \"$2\" {REPO_VIEW}\n"
+              "mount --bind /root \"$1\"\nmount -t tmpfs -o mode=0755,size=1m tmpfs /root\n"
               "for e in \"$1\"/* \"$1\"/.[!.]*; do\n  [ -e \"$e\" ] || continue\n  n=$(basename \"$e\")\n"
               "  if [ -d \"$e\" ]; then mkdir \"/root/$n\"; else touch \"/root/$n\"; fi\n"
-              "  mount --bind \"$e\" \"/root/$n\"\ndone\nshift\n"
+              "  mount --bind \"$e\" \"/root/$n\"\ndone\nshift 2\n"
               f"exec setpriv --reuid {ORDINARY_UID} --regid {ORDINARY_UID} --clear-groups \"$@\"\n")
-    cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", str(view), *argv]
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": "/", "LANG": "C.UTF-8"}
+    argv = [REPO_VIEW + a[len(str(ROOT)):] if a.startswith(str(ROOT) + os.sep) else a for a in argv]
+    cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", str(view), str(ROOT), *argv]
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": REPO_VIEW, "HOME": "/", "LANG": "C.UTF-8"}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd="/")
 
 
 def ordinary_user_available() -> bool:
-    return os.geteuid() == 0 and all(shutil.which(t) for t in ("unshare", "setpriv"))
+    return os.geteuid() == 0 and os.path.isdir("/mnt") and all(shutil.which(t) for t in ("unshare", "setpriv"))
 
 
 @needs_bwrap
