@@ -11,10 +11,12 @@ own subprocess, with the same bounds."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import threading
@@ -359,23 +361,52 @@ def _limit_address_space() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
 
 
+# Runs the command in a child it forks itself and reports the child's exit status and peak RSS. Linux carries a
+# process's peak RSS over an exec from the memory it had before it, so a child forked straight from the test process
+# (grown to gigabytes by the tests before it) would report the test process's peak, not its own.
+MEASURE = r"""
+import os, sys
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execv(sys.argv[2], sys.argv[2:])
+    finally:
+        os._exit(127)
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write(f"{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss}")
+"""
+
+
 def run_bounded(argv: list[str], cwd: Path, timeout: float) -> tuple[int, str, float, float]:
-    """(exit code, stdout + stderr, seconds, peak memory in MB) of a subprocess run under RLIMIT_AS, killed
-    after ``timeout``; the peak comes from os.wait4, for this child alone."""
-    out_path = cwd.parent / f"out-{time.monotonic_ns()}.txt"
+    """(exit code, stdout + stderr, seconds, peak memory in MB) of a subprocess run under RLIMIT_AS, killed (with
+    its process group) after ``timeout``; the peak is the command's own, from os.wait4 in a small parent process
+    (:data:`MEASURE`)."""
+    stamp = time.monotonic_ns()
+    out_path, report = cwd.parent / f"out-{stamp}.txt", cwd.parent / f"rusage-{stamp}.txt"
     with open(out_path, "wb") as out:
         t0 = time.monotonic()
-        proc = subprocess.Popen(argv, cwd=cwd, env=_env(cwd), stdout=out, stderr=subprocess.STDOUT,
-                                preexec_fn=_limit_address_space)
-        timer = threading.Timer(timeout, proc.kill)
+        proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", MEASURE, str(report), *argv], cwd=cwd,
+                                env=_env(cwd), stdout=out, stderr=subprocess.STDOUT,
+                                preexec_fn=_limit_address_space, start_new_session=True)
+
+        def kill() -> None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+        timer = threading.Timer(timeout, kill)
         timer.start()
         try:
-            _, status, usage = os.wait4(proc.pid, 0)
+            proc.wait()
         finally:
             timer.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)
         seconds = time.monotonic() - t0
-    return proc.returncode, out_path.read_text(errors="replace"), seconds, usage.ru_maxrss / 1024
+    try:
+        rc_text, rss_kb = report.read_text().split()
+        rc, peak_mb = int(rc_text), int(rss_kb) / 1024
+    except (OSError, ValueError):  # the measuring parent was killed (the timeout) before it could report
+        rc, peak_mb = proc.returncode, 0.0
+    return rc, out_path.read_text(errors="replace"), seconds, peak_mb
 
 
 DRIVER = r'''
