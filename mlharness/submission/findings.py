@@ -26,6 +26,12 @@ def shown(text: object) -> str:
                             str(text))
 
 
+def listed(items: list[str], limit: int = 6) -> str:
+    """The first ``limit`` of ``items`` joined by '; ', the rest counted ('; and 3 more'), for one error line."""
+    more = f"; and {len(items) - limit} more" if len(items) > limit else ""
+    return "; ".join(items[:limit]) + more
+
+
 @dataclass
 class Finding:
     level: str  # "error" or "warning"

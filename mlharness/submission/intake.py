@@ -21,7 +21,7 @@ from pathlib import Path
 
 from mlharness.errors import SettingsError
 from mlharness.fileguard import describe_kind, open_regular
-from mlharness.submission.findings import shown
+from mlharness.submission.findings import listed, shown
 from mlharness.submission.layout import Tree
 from mlharness.submission.rules import (
     COMPLIANCE_TESTS,
@@ -31,7 +31,6 @@ from mlharness.submission.rules import (
     SCENARIOS,
 )
 
-SHOWN = 6  # incomplete runs named in the error; the rest are counted
 # how each of LoadGen's logs ends when it was written in full (as mlharness.loadgen.rundir checks after a run)
 LOG_ENDINGS = {"mlperf_log_summary.txt": ("encountered during test.", "See detailed log."),
                "mlperf_log_detail.txt": ("}",)}
@@ -105,9 +104,8 @@ def _check_complete(tree: Tree) -> None:
             if missing:
                 incomplete.append(f"{shown(scen_dir.relative_to(tree.root) / rel)}: {', '.join(missing)}")
     if incomplete:
-        more = f"; and {len(incomplete) - SHOWN} more" if len(incomplete) > SHOWN else ""
         raise SettingsError(f"{len(incomplete)} run folder(s) in {shown(tree.root)} are incomplete: "
-                            f"{'; '.join(incomplete[:SHOWN])}{more}. A run that was interrupted or failed leaves its "
+                            f"{listed(incomplete)}. A run that was interrupted or failed leaves its "
                             f"logs missing or cut short, and the official checker cannot read such a tree. Redo them "
                             f"(`mlharness submission run ... --resume` runs only what is not complete), or remove "
                             f"their scenario folder. Nothing was packaged")

@@ -17,11 +17,11 @@ from mlharness.rounds import (
     round_of_seeds,
     wrong_seeds,
 )
+from mlharness.submission.findings import listed, shown
 from mlharness.submission.layout import Tree
 
 # the runs whose seeds the official checker checks, relative to a scenario directory (TEST05 has its own seeds)
 PERF_RUNS = ("performance/run_1", "TEST01/performance/run_1", "TEST04/performance/run_1")
-SHOWN = 6  # wrong logs named in the error; the rest are counted
 
 
 def record_round(tree: Tree, state: dict[str, Any], round_name: str) -> None:
@@ -52,12 +52,10 @@ def round_to_package(tree: Tree, state: dict[str, Any], requested: str | None) -
             if detail.is_file():
                 problems = _seed_problems(r.name, detail)
                 if problems:
-                    wrong.append(f"{detail.relative_to(tree.root)}: {problems}")
+                    wrong.append(f"{shown(detail.relative_to(tree.root))}: {problems}")
     if wrong:
-        more = f"; and {len(wrong) - SHOWN} more" if len(wrong) > SHOWN else ""
-        raise SettingsError(f"{len(wrong)} run(s) in {tree.root} do not carry the seeds of round {r.name}, so the "
-                            f"official checker (--version {r.name}) would reject them: {'; '.join(wrong[:SHOWN])}"
-                            f"{more}. Redo them with `submission run --round {r.name}`, or package for their round")
+        raise SettingsError(f"{len(wrong)} run(s) in {shown(tree.root)} do not carry the seeds of round {r.name}, so "
+                            f"the official checker (--version {r.name}) would reject them: {listed(wrong)}. Redo them with `submission run --round {r.name}`, or package for their round")
     return r.name
 
 

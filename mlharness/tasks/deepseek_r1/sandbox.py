@@ -13,6 +13,7 @@ the run with every test failed (-1), and at the end the sandbox is killed with a
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -178,8 +179,14 @@ def _reply_to(reply: Any, nonce: str) -> bool:
     return isinstance(reply, dict) and reply.get("nonce") == nonce
 
 
+@functools.cache
+def _runner_source() -> str:
+    """code_runner.py's text, read once: every program's sandbox starts it with ``python -c``."""
+    return RUNNER.read_text(encoding="utf-8")
+
+
 def _start(isolation: Isolation, limits: Limits, cpu: int) -> tuple[subprocess.Popen[bytes], int | None]:
-    python_args = ["-c", RUNNER.read_text(encoding="utf-8")]
+    python_args = ["-c", _runner_source()]
     if isolation.bwrap:
         cmd, uid = bwrap_command(isolation.bwrap, python_args)
     else:
