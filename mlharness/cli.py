@@ -31,9 +31,9 @@ err = output_console(stderr=True)
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
-    from mlharness.loadgen.run_args import add_run_options
+    from mlharness.run.run_args import add_run_options
 
-    add_run_options(p)  # the options every command that runs LoadGen shares (mlharness.loadgen.run_args)
+    add_run_options(p)  # the options every command that runs LoadGen shares (mlharness.run.run_args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,8 +111,8 @@ def _add_task_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from mlharness.loadgen.run_args import run_options
-    from mlharness.loadgen.runner import run
+    from mlharness.run.run_args import run_options
+    from mlharness.run.runner import run
     from mlharness.progress import RunProgress
     from mlharness.rounds import get_round
 
@@ -155,7 +155,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         table.add_row("submittable", "no: " + "; ".join(md["not_submittable_reasons"]))
     out.print(table)
     if md["mode"] == "performance":
-        from mlharness.loadgen.explain import explain_run
+        from mlharness.calibration.explain import explain_run
 
         for line in explain_run(result.output, s.scenario, md["conf_model"]).lines():
             out.print(escape(line), highlight=False)

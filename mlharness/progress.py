@@ -30,7 +30,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from mlharness.loadgen.estimate import Estimate, estimate_run, format_duration, rate_from
+from mlharness.calibration.estimate import Estimate, estimate_run, format_duration, rate_from
 
 INTERVAL_ENV = "MLHARNESS_PROGRESS_INTERVAL_S"
 DEFAULT_INTERVAL_S = 30.0

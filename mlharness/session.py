@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlharness.loadgen.context import build_context, sample_count
-from mlharness.loadgen.factory import check_framework_version, make_predictor, resolve_model_file
-from mlharness.loadgen.options import RunOptions
+from mlharness.run.context import build_context, sample_count
+from mlharness.run.factory import check_framework_version, make_predictor, resolve_model_file
+from mlharness.run.options import RunOptions
 from mlharness.loadgen.qsl import SampleLoader, SampleStore
 from mlharness.manifest.hooks import HookSet
 from mlharness.manifest.loader import load_manifest

@@ -62,7 +62,7 @@ def leave(status: int) -> None:
 # commands that load a model, each with the manifest it loads without --manifest (None: the command decides)
 LOADING = {"run": "demo", "submission run": "demo", "sweep": None, "tune": None,
            "bench overhead": "resnet50-random", "bench generate": "llama3.1-8b-random"}
-ENDPOINT_MANIFEST = "llama3.1-8b-random"  # --endpoint without --manifest (mlharness.loadgen.run_args)
+ENDPOINT_MANIFEST = "llama3.1-8b-random"  # --endpoint without --manifest (mlharness.run.run_args)
 MANIFESTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "manifests")
 _SCAN_BYTES = 65536  # a manifest's framework is near its top; a larger file is not read for the first line
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.loadgen import settings as lgs
-from mlharness.loadgen.runner import RunOptions, run
+from mlharness.run.runner import RunOptions, run
 
 P50 = "50.00 percentile latency (ns)"
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from mlharness.loadgen import settings as lgs
-from mlharness.loadgen.factory import resolve_model_file
-from mlharness.loadgen.runner import RunOptions, run
+from mlharness.run.factory import resolve_model_file
+from mlharness.run.runner import RunOptions, run
 from mlharness.manifest.assets import cache_dir
 from mlharness.manifest.loader import load_manifest
 from mlharness.tasks.imagenet import preprocess as vision

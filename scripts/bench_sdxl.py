@@ -4,7 +4,7 @@ an accuracy run as the number of images grows.
 
 (a) Overhead, in one process: the pipeline the manifest's factory builds (tiny random SDXL networks, the real
     diffusers code, 2 steps), called directly on the benchmark's inputs (caption bytes and the fixed latent),
-    against ``mlharness.loadgen.runner.run`` of the same manifest (LoadGen, QSL, SUT, pre/post-processing).
+    against ``mlharness.run.runner.run`` of the same manifest (LoadGen, QSL, SUT, pre/post-processing).
     Bare and harness runs alternate; medians are reported. Offline: images/s, harness / bare. SingleStream:
     the p90 latency the harness adds.
 (b) Peak memory: the maximum resident set (``wait4`` rusage of a child process) of a full ``mlharness run
@@ -112,7 +112,7 @@ class BarePipeline:
 
 def harness_run(dataset: Path, count: int, threads: int | None, scenario: str, out: Path, **overrides: Any):
     from mlharness.loadgen import settings as lgs
-    from mlharness.loadgen.runner import RunOptions, run
+    from mlharness.run.runner import RunOptions, run
 
     return run(RunOptions(scenario=scenario, mode="performance", manifest=MANIFEST, dataset_path=str(dataset),
                           output=out, count=count, threads=threads, telemetry_interval_ms=0,

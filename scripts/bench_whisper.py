@@ -85,7 +85,7 @@ def on_thread(fn: Any, *args: Any) -> Any:
 
 def harness(manifest: str, scenario: str, out: Path, count: int, threads: int | None, **overrides: Any) -> Any:
     from mlharness.loadgen import settings as lgs
-    from mlharness.loadgen.runner import RunOptions, run
+    from mlharness.run.runner import RunOptions, run
 
     return run(RunOptions(scenario=scenario, mode="performance", manifest=manifest, output=out, count=count,
                           threads=threads, overrides=lgs.Overrides(**overrides))).summary.fields

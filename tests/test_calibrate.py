@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from mlharness.loadgen import calibrate as cal
+from mlharness.calibration import calibrate as cal
 from mlharness.loadgen import settings as lgs
-from mlharness.loadgen.rundir import parse_summary
+from mlharness.run.rundir import parse_summary
 
 SCENARIOS = ("SingleStream", "MultiStream", "Offline", "Server")
 SLOW_SAMPLE_S = 0.001
@@ -236,7 +236,7 @@ def test_compliance_argv_takes_the_effective_user_conf_instead_of_setting_flags(
 
 
 def test_a_retry_conf_appends_the_explained_fix_and_loadgen_takes_it(tmp_path):
-    from mlharness.loadgen.explain import explain
+    from mlharness.calibration.explain import explain
     from mlharness.submission.sizing import with_fixes
 
     data = Path(__file__).parent / "data" / "loadgen_invalid"

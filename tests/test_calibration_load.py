@@ -16,9 +16,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from mlharness.loadgen import calibrate as cal
-from mlharness.loadgen import estimate
-from mlharness.loadgen.rundir import parse_summary
+from mlharness.calibration import calibrate as cal
+from mlharness.calibration import estimate
+from mlharness.run.rundir import parse_summary
 from mlharness.predictors.threads import intra_op_threads, usable_cores
 from tests.helpers.busy import busy_core
 
@@ -159,7 +159,7 @@ def test_the_estimate_uses_the_calibrated_rate_over_the_headroom():
 
 
 def test_a_paced_trial_halves_a_rate_whose_waits_break_the_bound():
-    from mlharness.loadgen import server_probe
+    from mlharness.calibration import server_probe
 
     def two_ms(i):  # a model of 2 ms a sample: 1,000 arrivals/s pile up, 125/s keep well within 40 ms
         time.sleep(0.002)

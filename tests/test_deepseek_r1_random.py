@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from mlharness.loadgen.rundir import detail_values
+from mlharness.run.rundir import detail_values
 
 pytest.importorskip("pandas")
 

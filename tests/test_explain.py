@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mlharness.loadgen.explain import explain, explain_run, summary_sections
-from mlharness.loadgen.rundir import read_detail
+from mlharness.calibration.explain import explain, explain_run, summary_sections
+from mlharness.run.rundir import read_detail
 
 DATA = Path(__file__).parent / "data" / "loadgen_invalid"
 

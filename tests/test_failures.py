@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlharness.loadgen.rundir import StagedDir
+from mlharness.run.rundir import StagedDir
 from mlharness.paths import MANIFESTS_DIR
 
 WALL_LIMIT_S = 30  # a failing run must end well within this, whatever min_duration says
@@ -230,7 +230,7 @@ def test_failed_runs_never_replace_an_earlier_result(tmp_path):
 def test_staged_dir_abandon_is_idempotent_and_never_collides(tmp_path, monkeypatch):
     """Two runs failing in the same second keep both partial outputs (and the first error is not replaced by an
     OSError from the rename)."""
-    import mlharness.loadgen.rundir as rundir
+    import mlharness.run.rundir as rundir
 
     monkeypatch.setattr(rundir.time, "strftime", lambda fmt: "20250101-000000")
     final = tmp_path / "D"

@@ -212,7 +212,7 @@ def test_an_archive_is_unpacked(tmp_path, monkeypatch):
     text = FULL.replace("  base_url: https://example.org/models\n", "  base_url: net.tar.gz\n").replace(
         "  is_archive: false\n", "  is_archive: true\n")
     loaded = load_manifest(_write(tmp_path, text))
-    from mlharness.loadgen.factory import resolve_model_file
+    from mlharness.run.factory import resolve_model_file
 
     path = resolve_model_file(loaded)
     assert path.name == "every.onnx" and path.parent.name == "net.tar.gz.extracted"

@@ -20,8 +20,8 @@ import onnxruntime as ort
 import pytest
 import yaml
 
-from mlharness.loadgen.context import resolve_load_workers
-from mlharness.loadgen.rundir import parse_summary
+from mlharness.run.context import resolve_load_workers
+from mlharness.run.rundir import parse_summary
 from mlharness.manifest.loader import load_manifest
 from mlharness.paths import MANIFESTS_DIR
 from mlharness.tasks.imagenet import models as imagenet_models

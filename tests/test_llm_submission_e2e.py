@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mlharness.loadgen.explain import summary_sections
+from mlharness.calibration.explain import summary_sections
 from tests.helpers.cli import cli
 from tests.helpers.llm_submission import check_development_only, package, summary_row
 

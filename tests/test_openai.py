@@ -12,7 +12,7 @@ import pytest
 from mlharness.predictors import PREDICTORS
 from mlharness.predictors.base import PredictorConfig
 from mlharness.predictors.generative import TokenRequest
-from mlharness.predictors.openai_http import sse_data
+from mlharness.predictors.openai.http import sse_data
 from tests.helpers.openai_stub import StubServer
 
 

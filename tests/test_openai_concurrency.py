@@ -20,8 +20,8 @@ from mlharness.measurement.fake_openai import FakeOpenAI, token_ids
 from mlharness.predictors import PREDICTORS
 from mlharness.predictors.base import PredictorConfig
 from mlharness.predictors.generative import TokenRequest
-from mlharness.predictors.openai_http import LineTooLong, bounded_lines, sse_data
-from mlharness.predictors.openai_sse import SSEParser
+from mlharness.predictors.openai.http import LineTooLong, bounded_lines, sse_data
+from mlharness.predictors.openai.sse import SSEParser
 from tests.test_openai import Recorder
 
 MANIFEST = """\
@@ -241,7 +241,7 @@ def test_a_connection_reset_before_the_answer_is_sent_again_and_the_endpoint_sta
 FD_CHECK = """
 import resource, sys
 from mlharness.errors import PredictorError
-from mlharness.predictors.openai_async import FD_MARGIN, raise_fd_limit
+from mlharness.predictors.openai.async_runner import FD_MARGIN, raise_fd_limit
 resource.setrlimit(resource.RLIMIT_NOFILE, (300, 1024))
 assert raise_fd_limit(500, "options.max_concurrency") == 500
 assert resource.getrlimit(resource.RLIMIT_NOFILE) == (500 + FD_MARGIN, 1024), resource.getrlimit(resource.RLIMIT_NOFILE)

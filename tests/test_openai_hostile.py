@@ -26,7 +26,7 @@ from mlharness.errors import PredictorError
 from mlharness.predictors import PREDICTORS
 from mlharness.predictors.base import PredictorConfig
 from mlharness.predictors.generative import TokenRequest
-from mlharness.predictors.openai_http import bounded_lines
+from mlharness.predictors.openai.http import bounded_lines
 from tests.helpers.openai_stub import QuietServer
 from tests.test_openai import Recorder
 

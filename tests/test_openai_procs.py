@@ -109,7 +109,7 @@ def test_a_client_process_that_cannot_start_is_a_clear_error():
 
 def test_client_processes_is_checked():
     from mlharness.errors import PredictorError
-    from mlharness.predictors.openai_options import parse_options
+    from mlharness.predictors.openai.options import parse_options
 
     assert parse_options({"endpoints": ["http://x"]}).client_processes == 1
     with pytest.raises(PredictorError, match=r"options.client_processes is 0; use a whole number from 1 to 64"):

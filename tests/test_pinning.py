@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from mlharness.errors import SettingsError
-from mlharness.loadgen.factory import make_instances, resolve_model_file
-from mlharness.loadgen.options import RunOptions
-from mlharness.loadgen.pinning import core_sets, pinned
+from mlharness.run.factory import make_instances, resolve_model_file
+from mlharness.run.options import RunOptions
+from mlharness.run.pinning import core_sets, pinned
 from mlharness.manifest.loader import load_manifest
 
 
@@ -94,7 +94,7 @@ class _Loader:
 def test_calibration_times_each_instance_on_the_cores_its_runner_gets():
     import mlperf_loadgen as lg
 
-    from mlharness.loadgen.calibrate import calibrate
+    from mlharness.calibration.calibrate import calibrate
 
     settings = lg.TestSettings()
     settings.min_duration_ms, settings.min_query_count = 100, 1

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mlharness.loadgen.estimate import estimate_run, note_expected
+from mlharness.calibration.estimate import estimate_run, note_expected
 
 ECHO = """\
 name: echo_slow

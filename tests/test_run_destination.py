@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from mlharness import cli
-from mlharness.loadgen import destination as dest
+from mlharness.run import destination as dest
 
 RUN = ["run", "--scenario", "Offline", "--mode", "accuracy", "--count", "4", "--no-progress"]
 

@@ -1,5 +1,5 @@
 """Every command that runs LoadGen (``run``, ``sweep``, ``submission run``, ``tune``, ``bench overhead|generate``)
-takes the run's options from one definition (:mod:`mlharness.loadgen.run_args`): a flag they share has the same
+takes the run's options from one definition (:mod:`mlharness.run.run_args`): a flag they share has the same
 destination, default, type and help as on ``run`` (their declared overrides aside); old spellings still work and
 say the new name; and ``sweep --endpoint URL`` sweeps an OpenAI-compatible server with no manifest."""
 
@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from mlharness.cli import build_parser
-from mlharness.loadgen.run_args import ENDPOINT_MANIFEST, FLAG_NAMES
+from mlharness.run.run_args import ENDPOINT_MANIFEST, FLAG_NAMES
 
 COMMANDS = {"run": ("run",), "sweep": ("sweep",), "tune": ("tune",), "bench overhead": ("bench", "overhead"),
             "bench generate": ("bench", "generate"), "submission run": ("submission", "run")}
@@ -96,7 +96,7 @@ def test_seconds_still_works_and_names_the_new_flag(command, extra, capsys):
 
 
 def test_endpoint_without_manifest_is_a_generative_model():
-    from mlharness.loadgen.run_args import run_options
+    from mlharness.run.run_args import run_options
 
     args = build_parser().parse_args(["run", "--scenario", "Server", "--endpoint", "http://127.0.0.1:9"])
     opts = run_options(args)

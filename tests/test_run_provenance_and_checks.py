@@ -101,7 +101,7 @@ def test_a_swapped_model_file_is_said_and_hashed(run_cli, cli_env, tmp_path):
 
 
 def test_a_folder_model_is_recorded_as_a_folder_with_a_digest_of_its_files(tmp_path):
-    from mlharness.loadgen.factory import model_file_facts
+    from mlharness.run.factory import model_file_facts
     from mlharness.manifest.loader import load_manifest
 
     folder = tmp_path / "saved"
@@ -210,7 +210,7 @@ def test_a_built_in_dataset_hook_fails_at_its_own_file_and_line(run_cli, cli_env
 
 
 def test_the_first_line_waits_longer_for_a_long_run():
-    from mlharness.loadgen.estimate import Estimate
+    from mlharness.calibration.estimate import Estimate
     from mlharness.progress import RunProgress
 
     rp = RunProgress(live=False, interval_s=30.0)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from mlharness.loadgen import settings as lgs
-from mlharness.loadgen.rundir import detail_values
-from mlharness.loadgen.runner import RunOptions, run
+from mlharness.run.rundir import detail_values
+from mlharness.run.runner import RunOptions, run
 
 pytestmark = pytest.mark.slow
 

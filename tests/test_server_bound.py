@@ -13,10 +13,10 @@ import pytest
 import yaml
 
 from mlharness.loadgen import settings as lgs
-from mlharness.loadgen.explain import explain
-from mlharness.loadgen.options import RunResult
-from mlharness.loadgen.rundir import Summary
-from mlharness.loadgen.server_bound import derived_ms, resolve
+from mlharness.calibration.explain import explain
+from mlharness.run.options import RunResult
+from mlharness.run.rundir import Summary
+from mlharness.calibration.server_bound import derived_ms, resolve
 from mlharness.measurement.tune import gave_up_reason
 from tests.helpers.toy_manifest import toy_manifest
 

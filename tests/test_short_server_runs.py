@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from mlharness.loadgen.estimate import EARLY_STOPPING_QUERIES
-from mlharness.loadgen.rundir import detail_values
+from mlharness.calibration.estimate import EARLY_STOPPING_QUERIES
+from mlharness.run.rundir import detail_values
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from mlharness.loadgen.destination import MARKER
-from mlharness.loadgen.rundir import ResultsWriteError, StagedDir
+from mlharness.run.destination import MARKER
+from mlharness.run.rundir import ResultsWriteError, StagedDir
 from tests.test_failures import echo_manifest, failed_siblings
 
 SIGNAL_LIMIT_S = 10  # from the signal to the end of the process
@@ -273,7 +273,7 @@ def test_disk_full_writing_metadata_names_the_file(tmp_path, earlier_result, mon
 
 
 def test_failed_final_move_puts_the_earlier_result_back(tmp_path, monkeypatch):
-    import mlharness.loadgen.destination as destination
+    import mlharness.run.destination as destination
 
     ident = destination.identity("demo", "Offline", "accuracy")
     final = tmp_path / "D"
@@ -300,7 +300,7 @@ def test_failed_final_move_puts_the_earlier_result_back(tmp_path, monkeypatch):
 
 
 def test_unwritable_results_folder_names_it(tmp_path, monkeypatch):
-    import mlharness.loadgen.rundir as rundir
+    import mlharness.run.rundir as rundir
 
     def refuse(self: Path, *args: object, **kwargs: object) -> None:
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))

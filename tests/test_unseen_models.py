@@ -32,7 +32,7 @@ from tests.test_t2i_any_resolution import HAS_VOCAB, dataset, example  # noqa: E
 
 SERVER_LIMIT_S = 120  # a first Server run longer than this must say so before it starts
 STOP_AFTER_NOTICE_S = 90  # a run announcing more than this (plus its start) is stopped at its notice
-LONG_NOTICE = "this Server run lasts about"  # mlharness.loadgen.estimate.long_server_plan's notice
+LONG_NOTICE = "this Server run lasts about"  # mlharness.calibration.estimate.long_server_plan's notice
 COUNT = 8
 
 
@@ -262,7 +262,7 @@ def why(stdout: str, stderr: str, out: Path) -> str:
 # over it, which early stopping does not accept
 TAIL_OVER_BOUND = pytest.mark.xfail(strict=False, reason=(
     "a fast tensor model's first Server run is INVALID about 1 time in 4 ('early stopping not met'): calibration "
-    "(mlharness/loadgen/calibrate.py) sets 0.35 x the ideal-queue rate (55-67 QPS for 4 ms a sample batched, 11-14 "
+    "(mlharness/calibration/calibrate.py) sets 0.35 x the ideal-queue rate (55-67 QPS for 4 ms a sample batched, 11-14 "
     "ms alone), its single-sample probes pass, and the run's p99 lands near the derived bound (5 x the single-sample "
     "p99, 50-68 ms); 700 queries are accepted with at most one over the bound, so the rate must hold about the "
     "99.85th percentile, not the 99th"))

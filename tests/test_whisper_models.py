@@ -136,7 +136,7 @@ def int64_log(path: Path) -> dict[int, list[int]]:
 
 
 def test_random_whisper_offline_run_reports_tokens_per_second_and_scores(run_cli, tmp_path, synthetic_set):
-    from mlharness.loadgen.rundir import detail_values
+    from mlharness.run.rundir import detail_values
     from mlharness.tasks.librispeech.metric import score_log
 
     perf = tmp_path / "perf"
@@ -251,7 +251,7 @@ def test_endpoint_errors_name_the_endpoint_and_sample(tmp_path):
     from mlharness.errors import PredictorError
     from mlharness.predictors.base import PredictorConfig
     from mlharness.predictors.generative import TokenRequest
-    from mlharness.predictors.openai_audio import OpenAIAudioPredictor
+    from mlharness.predictors.openai.audio import OpenAIAudioPredictor
 
     with pytest.raises(PredictorError, match="needs options.endpoints"):
         OpenAIAudioPredictor(PredictorConfig(None, ["audio"], ["labels"], options={})).load()

@@ -54,9 +54,9 @@ class ModelBackend:
                  dataset_path: str | None = None, count: int | None = None, device: str = "cpu",
                  threads: int | None = None, max_batchsize: int | None = None, scenario: str = "Offline",
                  model_name: str | None = None, ignore_framework_version: bool = False):
-        from mlharness.loadgen.context import build_context, resolve_load_workers, sample_count
-        from mlharness.loadgen.factory import check_framework_version, make_predictor, resolve_model_file
-        from mlharness.loadgen.options import RunOptions
+        from mlharness.run.context import build_context, resolve_load_workers, sample_count
+        from mlharness.run.factory import check_framework_version, make_predictor, resolve_model_file
+        from mlharness.run.options import RunOptions
         from mlharness.manifest.loader import load_manifest
 
         if hooks not in HOOKS_MODES:

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from mlharness.loadgen import settings as lgs
-from mlharness.loadgen.rundir import parse_summary
-from mlharness.loadgen.runner import RunOptions, RunResult, run
+from mlharness.run.rundir import parse_summary
+from mlharness.run.runner import RunOptions, RunResult, run
 from mlharness.measurement.bench_server import server_search
 from mlharness.session import ModelSession
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from mlharness.errors import ManifestError
 from mlharness.loadgen import settings as lgs
-from mlharness.loadgen.runner import RunOptions, RunResult, run
+from mlharness.run.runner import RunOptions, RunResult, run
 from mlharness.session import ModelSession
 
 TTFT_P50 = "50.00 percentile first token latency (ns)"

@@ -79,7 +79,7 @@ def server_search(cfg: Any, run_trial: Callable[[int, float, float, int], Any], 
                   bound_ms: float, batch_ms: dict[int, float], server_batch: int,
                   bare_probe: Callable[[], np.ndarray]) -> dict[str, Any]:
     """Highest VALID Server QPS with p99 <= bound, by bisection below the ideal ceiling (``run_trial(step, qps,
-    bound_ms, queries)`` runs one traced trial and returns its :class:`~mlharness.loadgen.runner.RunResult`; ``cfg``
+    bound_ms, queries)`` runs one traced trial and returns its :class:`~mlharness.run.runner.RunResult`; ``cfg``
     is the :class:`~mlharness.measurement.bench.BenchConfig`); and what the harness
     costs in each trial against the same trial through the zero-overhead queue (:func:`same_trial_ideal`).
 

@@ -13,7 +13,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from mlharness.loadgen.run_args import add_run_options, deprecated_alias, manifest_default, seconds_to_ms
+from mlharness.run.run_args import add_run_options, deprecated_alias, manifest_default, seconds_to_ms
 from mlharness.progress import output_console
 
 err = output_console(stderr=True)
@@ -179,7 +179,7 @@ def given_run_fields(opts: Any, names: tuple[str, ...]) -> dict[str, Any]:
 
 def cmd_tune(args: argparse.Namespace, out: Any) -> int:
     from mlharness.loadgen.bounds import check_args
-    from mlharness.loadgen.run_args import manifest_of, run_options
+    from mlharness.run.run_args import manifest_of, run_options
     from mlharness.measurement.tune import TuneConfig, tune
 
     check_args(args)  # counts, batch sizes, instances and durations in range before any trial

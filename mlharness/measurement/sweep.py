@@ -34,8 +34,8 @@ from typing import Any
 
 from mlharness.errors import MLHarnessError
 from mlharness.loadgen import settings as lgs
-from mlharness.loadgen.calibrate import EARLY_STOPPING_QUERIES
-from mlharness.loadgen.rundir import Summary
+from mlharness.calibration.calibrate import EARLY_STOPPING_QUERIES
+from mlharness.run.rundir import Summary
 from mlharness.measurement import goodput as gp
 from mlharness.measurement import sweep_plan as sp
 from mlharness.report.sweep import POINT_SHAPE, SHAPE, load_sweep
@@ -270,7 +270,7 @@ class Sweep:
         """One run at ``value``; None: at the rate the run calibrates (the first point of a sweep without range)."""
         from dataclasses import replace
 
-        from mlharness.loadgen.runner import RunOptions, run
+        from mlharness.run.runner import RunOptions, run
 
         label = self.label(value, repeat) if value is not None else CALIBRATING
         folder = self.cfg.output / "points" / label

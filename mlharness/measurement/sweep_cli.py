@@ -22,7 +22,7 @@ DEFAULT_POINT_MS = 1000  # each point's min_duration without --min-duration-ms
 
 
 def config(args: argparse.Namespace, say: Callable[[str], None], on_point: Callable[[dict], None]) -> SweepConfig:
-    from mlharness.loadgen.run_args import manifest_of, run_options
+    from mlharness.run.run_args import manifest_of, run_options
     from mlharness.progress import RunProgress, output_console
 
     err = output_console(stderr=True)

@@ -20,7 +20,7 @@ from typing import Any
 from mlharness.errors import MLHarnessError
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.interrupt import GUARD
-from mlharness.loadgen.runner import RunOptions, RunResult, run
+from mlharness.run.runner import RunOptions, RunResult, run
 from mlharness.manifest.loader import load_manifest
 
 SERVER_HALVINGS = 8  # the Server search looks down to 1/256 of the Offline rate
@@ -251,7 +251,7 @@ def trial_bound(res: RunResult) -> dict[str, Any]:
 
 def gave_up_reason(res: RunResult | None) -> str:
     """The bound the Server trials were held to, where it comes from, what they measured, and the way out."""
-    from mlharness.loadgen.server_bound import derived_ms
+    from mlharness.calibration.server_bound import derived_ms
 
     if res is None:
         return "; try a larger target latency"

@@ -22,7 +22,7 @@ PREDICTORS = Registry(
         # Generation by any OpenAI-compatible HTTP server (vLLM serve, SGLang, TGI, llama.cpp, hosted APIs).
         "openai": "mlharness.predictors.openai:OpenAIPredictor",
         "transformers-speech": "mlharness.predictors.speech:SpeechPredictor",  # audio prompts, encoder-decoder
-        "openai-audio": "mlharness.predictors.openai_audio:OpenAIAudioPredictor",  # /v1/audio/transcriptions
+        "openai-audio": "mlharness.predictors.openai.audio:OpenAIAudioPredictor",  # /v1/audio/transcriptions
     },
     PredictorError,
 )

@@ -32,14 +32,14 @@ RUN_FLAGS = ("--manifest", "--framework", "--round", "--dataset", "--dataset-pat
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from mlharness.loadgen.run_args import add_run_options, manifest_default
+    from mlharness.run.run_args import add_run_options, manifest_default
 
     group = sub.add_parser("submission", help="submission-style result trees: run, package, check")
     actions = group.add_subparsers(dest="action", required=True)
 
     r = actions.add_parser("run", help="accuracy, performance and compliance runs of a benchmark, one LoadGen "
                                        "test per process, into a results tree")
-    # the options every command that runs LoadGen shares (mlharness.loadgen.run_args): same names and meanings as
+    # the options every command that runs LoadGen shares (mlharness.run.run_args): same names and meanings as
     # on `run`, passed to every run; defaults of None where the runs' own apply (each run gets the flags given).
     # The development overrides make results not submittable in any division (the official checker's duration
     # rule applies to open results too).

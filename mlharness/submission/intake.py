@@ -31,7 +31,7 @@ from mlharness.submission.rules import (
     SCENARIOS,
 )
 
-# how each of LoadGen's logs ends when it was written in full (as mlharness.loadgen.rundir checks after a run)
+# how each of LoadGen's logs ends when it was written in full (as mlharness.run.rundir checks after a run)
 LOG_ENDINGS = {"mlperf_log_summary.txt": ("encountered during test.", "See detailed log."),
                "mlperf_log_detail.txt": ("}",)}
 TAIL = 256  # bytes read from the end of a log to see how it ends

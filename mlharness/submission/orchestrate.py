@@ -24,7 +24,7 @@ from rich.markup import escape
 from mlharness import __version__
 from mlharness.errors import SettingsError
 from mlharness.loadgen import settings as lgs
-from mlharness.loadgen.destination import exclusive
+from mlharness.run.destination import exclusive
 from mlharness.manifest.loader import load_manifest
 from mlharness.paths import AUDIT_DIR
 from mlharness.rounds import DEFAULT_ROUND, check_in_suite, get_round

@@ -2,9 +2,9 @@
 
 - A user.conf given with ``--user-conf`` that states the scenario's expected performance (a tuned one) is
   used as it is.
-- Otherwise the performance run calibrates the expected performance itself (:mod:`mlharness.loadgen.calibrate`)
+- Otherwise the performance run calibrates the expected performance itself (:mod:`mlharness.calibration.calibrate`)
   and writes the user.conf it effectively used. Should the run still be INVALID, the fix its explanation
-  names (:mod:`mlharness.loadgen.explain`: a smaller expected latency, a larger expected QPS, a lower Server
+  names (:mod:`mlharness.calibration.explain`: a smaller expected latency, a larger expected QPS, a lower Server
   rate, more queries for early stopping) is added to that user.conf and the performance run repeated, a few
   times at most: for Server this is a search for a VALID rate by trial runs, from the calibrated one down.
 - A performance run that stays INVALID stops the command before the compliance runs, with the reason.
@@ -21,8 +21,8 @@ from pathlib import Path
 
 from mlharness.errors import MLHarnessError
 from mlharness.loadgen import settings as lgs
-from mlharness.loadgen.calibrate import EARLY_STOPPING_QUERIES
-from mlharness.loadgen.explain import Explanation, explain_run
+from mlharness.calibration.calibrate import EARLY_STOPPING_QUERIES
+from mlharness.calibration.explain import Explanation, explain_run
 from mlharness.submission.layout import Tree
 
 RETRIES = 2  # performance reruns with the explained fix, after a calibrated run that was INVALID

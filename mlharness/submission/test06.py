@@ -137,7 +137,7 @@ def eos_ids_for_manifest(loaded: Any) -> set[int]:
                 ids.update([int(value)] if isinstance(value, int) else [int(v) for v in value])
     folder = options.get("tokenizer")
     if folder is None:
-        from mlharness.loadgen.factory import resolve_model_file
+        from mlharness.run.factory import resolve_model_file
 
         path = resolve_model_file(loaded)
         folder = path if path is not None and Path(path).is_dir() else None

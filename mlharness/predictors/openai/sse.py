@@ -5,13 +5,13 @@ line that ends an event (``b"\\n\\n"``) and returns the ``data`` of every comple
 which the JSON parser takes as they are. The common event of a completion stream, one ``data: {...}`` line, is
 cut out without a per-line loop; anything else (comments such as ``: ping``, other fields, multi-line data,
 ``\\r\\n`` or ``\\r`` line ends) follows the SSE specification's rules line by line. A line or event longer than
-the limit is refused (:class:`~mlharness.predictors.openai_http.LineTooLong`): a server streaming without line
+the limit is refused (:class:`~mlharness.predictors.openai.http.LineTooLong`): a server streaming without line
 ends is not buffered without end.
 """
 
 from __future__ import annotations
 
-from mlharness.predictors.openai_http import MAX_LINE, LineTooLong
+from mlharness.predictors.openai.http import MAX_LINE, LineTooLong
 
 MAX_EVENT = 16 * MAX_LINE  # one event's bytes, however many lines it has
 

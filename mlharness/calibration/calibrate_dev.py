@@ -13,7 +13,7 @@ nothing. The run says what it changed and which flag restores the official count
 ``--min-query-count`` or ``--performance-sample-count``, a compliance run (audit config) and every run at the
 official duration keep mlperf.conf's figures.
 
-A Server run is sized by min_duration and by early stopping (:data:`~mlharness.loadgen.estimate.EARLY_STOPPING_QUERIES`
+A Server run is sized by min_duration and by early stopping (:data:`~mlharness.calibration.estimate.EARLY_STOPPING_QUERIES`
 queries, which calibration asks for when min_duration at the calibrated rate holds fewer). The development shortcut
 for a model whose rate makes those queries long (the run's estimate says so before it starts) is an explicit
 ``--min-query-count N``: it is always kept, and when it leaves fewer queries than early stopping needs the run says
@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from mlharness.loadgen import estimate
+from mlharness.calibration import estimate
 from mlharness.loadgen import settings as lgs
 from mlharness.rounds import MIN_DURATION_MS
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from mlharness.errors import DatasetError, SettingsError
 from mlharness.fileguard import check_file_or_folder
-from mlharness.loadgen.options import RunOptions
+from mlharness.run.options import RunOptions
 from mlharness.loadgen.qsl import check_sample_count
 from mlharness.manifest.historical import missing_dataset
 from mlharness.manifest.hooks import HookSet

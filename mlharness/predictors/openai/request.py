@@ -1,13 +1,13 @@
 """One try of one streamed completion of the ``openai`` predictor, a coroutine of its event loop (aiohttp).
 
 The request's JSON is sent, the response's Server-Sent Events are parsed as the bytes arrive
-(:mod:`mlharness.predictors.openai_sse`: every event of a read in one pass) and checked
-(:class:`~mlharness.predictors.openai_stream.StreamState`); the first token is handed to the token stream the
+(:mod:`mlharness.predictors.openai.sse`: every event of a read in one pass) and checked
+(:class:`~mlharness.predictors.openai.stream.StreamState`); the first token is handed to the token stream the
 moment it exists, from the loop itself. The body is read to its end even after ``data: [DONE]``, so that the
 connection goes back to the pool (keep-alive) instead of being closed: a run opens about as many connections as it
 has requests in flight at most, not one per request. A server that holds the body open after saying it is done is
 given :data:`FINISH_GRACE_S`; then the connection is closed and the answer stands. The request's deadlines are
-kept by a :class:`~mlharness.predictors.openai_watch.Watchdog`, which cancels the try wherever it waits.
+kept by a :class:`~mlharness.predictors.openai.watch.Watchdog`, which cancels the try wherever it waits.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from mlharness.predictors.openai_http import RETRIABLE_STATUS, EndpointError, LineTooLong, retry_after
-from mlharness.predictors.openai_sse import SSEParser
-from mlharness.predictors.openai_stream import StreamState
-from mlharness.predictors.openai_watch import RequestClock, Watchdog
+from mlharness.predictors.openai.http import RETRIABLE_STATUS, EndpointError, LineTooLong, retry_after
+from mlharness.predictors.openai.sse import SSEParser
+from mlharness.predictors.openai.stream import StreamState
+from mlharness.predictors.openai.watch import RequestClock, Watchdog
 
 FINISH_GRACE_S = 2.0  # after data: [DONE], the rest of the body may take this long
 REFUSAL_BYTES = 500  # of a refusal's body, quoted in its error

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from mlharness.predictors.openai_http import EndpointError, chunk_tokens
+from mlharness.predictors.openai.http import EndpointError, chunk_tokens
 
 MIN_TOKENS = 2  # LoadGen refuses a response of one token
 try:  # several times faster than json on the small objects of a stream; same errors (ValueError)

@@ -1,6 +1,6 @@
 """Expected performance of a token-stream (generative) run, measured before LoadGen starts.
 
-The sizing problem of :mod:`mlharness.loadgen.calibrate` (a wrong expected figure makes a run INVALID whatever the
+The sizing problem of :mod:`mlharness.calibration.calibrate` (a wrong expected figure makes a run INVALID whatever the
 system does), for a model whose response is a stream of tokens. The figures come from whole generations, submitted
 to the predictor(s) directly on samples loaded for the purpose, after a warm-up:
 
@@ -13,11 +13,11 @@ to the predictor(s) directly on samples loaded for the purpose, after a warm-up:
   generation of the burst keeps both limits with margin; ``target_qps`` = 0.35 x that burst's samples/s, so that
   the engine holds about a third of ``k`` requests on average (Little's law) under Poisson arrivals.
   ``min_query_count`` is raised for early stopping as for any Server run (never a count the user stated: an
-  explicit ``--min-query-count`` is the development shortcut, see :mod:`~mlharness.loadgen.calibrate_dev`), and a
+  explicit ``--min-query-count`` is the development shortcut, see :mod:`~mlharness.calibration.calibrate_dev`), and a
   plan that makes the run long says so before it starts, with that shortcut. When a generation alone breaks a
   limit no rate meets it: a trickle is set, and the run's explanation says why it is INVALID.
 - The TTFT/TPOT bounds of a model that is not an MLPerf benchmark, where nobody set them, come from generations
-  one at a time (:func:`single_request`, :func:`mlharness.loadgen.server_bound.derive_token_bounds`), before the
+  one at a time (:func:`single_request`, :func:`mlharness.calibration.server_bound.derive_token_bounds`), before the
   rate is calibrated against them.
 - Accuracy runs of Server and Interactive get the same rate: LoadGen issues every sample at ``target_qps`` there
   too, and the package's generic 0.5/s would make an accuracy run of the 13368 samples last 7.4 hours whatever
@@ -26,7 +26,7 @@ to the predictor(s) directly on samples loaded for the purpose, after a warm-up:
 The timings include the token SUT's own cost per sample (LoadGen's issue callback, the submission to the engine,
 the first token and the completion), estimated as :data:`SUT_SAMPLE_OVERHEAD_MS`; it only matters for models that
 answer in microseconds, such as a server whose Offline burst grew to hundreds of requests at once. The
-timed bursts last about as long as :func:`~mlharness.loadgen.calibrate.budget_seconds` says, but at least one
+timed bursts last about as long as :func:`~mlharness.calibration.calibrate.budget_seconds` says, but at least one
 burst (and one generation alone) is always timed, however long the model takes.
 """
 
@@ -40,9 +40,9 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import RunFailed
-from mlharness.loadgen import calibrate_dev, estimate, server_bound
+from mlharness.calibration import calibrate_dev, estimate, server_bound
 from mlharness.loadgen import settings as lgs
-from mlharness.loadgen.calibrate import (
+from mlharness.calibration.calibrate import (
     EARLY_STOPPING_QUERIES,
     LATENCY_HEADROOM,
     MAX_GENERATED_QUERIES,

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import ManifestError, MLHarnessError, RunFailed
-from mlharness.loadgen.destination import DestinationError, absolute, commit, lock_path, write_marker
+from mlharness.run.destination import DestinationError, absolute, commit, lock_path, write_marker
 from mlharness.loadgen.interrupt import GUARD, Interrupted
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class StagedDir:
         GUARD.add_keeper(self.abandon)
 
     def commit(self) -> Path:
-        """Move the staged folder in (:func:`mlharness.loadgen.destination.commit`: only an earlier run of the
+        """Move the staged folder in (:func:`mlharness.run.destination.commit`: only an earlier run of the
         same identity is replaced). When a move fails, the earlier result stays and the staged folder is kept as
         ``*.failed-<time>``; the error names the path."""
         with GUARD.deferred():  # a signal between the two moves would leave neither result in place

@@ -17,7 +17,7 @@ closed before answering (what a server's full listen backlog does under load), i
 (refused) or timed out is sent once more to another endpoint, as the gRPC agents' requests are. After the first
 token nothing is sent again (the tokens would be duplicated): any failure fails that sample's stream. Each request
 runs under separate deadlines (connect, response headers, first token, the gap between two token chunks, the
-whole request: :mod:`mlharness.predictors.openai_watch`), and what it streams is checked (:mod:`mlharness.predictors.openai_stream`).
+whole request: :mod:`mlharness.predictors.openai.watch`), and what it streams is checked (:mod:`mlharness.predictors.openai.stream`).
 
 Token ids come from the server when it returns them (vLLM's ``return_token_ids``: each chunk's ``token_ids``;
 or logprobs tokens of the form ``token_id:N``); otherwise the streamed text is tokenized with the manifest's
@@ -28,14 +28,14 @@ HTTP 400/422, as the text the tokenizer decodes them to (``prompt: auto``, the d
 fix the choice).
 
 All requests of a run share one asyncio event loop (uvloop's where installed) in a thread of its own and one
-aiohttp connection pool (:mod:`mlharness.predictors.openai_async`): up to ``max_concurrency`` requests at once
-(default and ceiling :data:`~mlharness.predictors.openai_options.MAX_CONCURRENCY`, 16,384: an Offline run sends
+aiohttp connection pool (:mod:`mlharness.predictors.openai.async_runner`): up to ``max_concurrency`` requests at once
+(default and ceiling :data:`~mlharness.predictors.openai.options.MAX_CONCURRENCY`, 16,384: an Offline run sends
 every sample at once, a Server run every sample LoadGen has issued), the rest queued in order. The loop itself
 calls each token stream's ``first`` and ``done``/``fail``, so the SUT hears from one thread however many streams
 are open. Each body is read to its end, so connections are kept alive and reused
-(:mod:`mlharness.predictors.openai_request`); the process's open-file limit is raised to what the concurrency
+(:mod:`mlharness.predictors.openai.request`); the process's open-file limit is raised to what the concurrency
 needs. With ``client_processes: N`` (N > 1) the requests are spread over N client processes instead, each with
-such a loop (:mod:`mlharness.predictors.openai_procs`).
+such a loop (:mod:`mlharness.predictors.openai.procs`).
 """
 
 from __future__ import annotations
@@ -58,12 +58,12 @@ from mlharness.predictors.generative import (
     TokenStream,
     generation_config,
 )
-from mlharness.predictors.openai_async import LoopThread, Runner, loop_name, open_session, raise_fd_limit
-from mlharness.predictors.openai_http import RETRIABLE_STATUS, Endpoint, EndpointError, EndpointPool
-from mlharness.predictors.openai_options import KNOWN_OPTIONS, folder_vocab_size, parse_options
-from mlharness.predictors.openai_request import encode, stream_one
-from mlharness.predictors.openai_stream import StreamState
-from mlharness.predictors.openai_watch import RequestClock
+from mlharness.predictors.openai.async_runner import LoopThread, Runner, loop_name, open_session, raise_fd_limit
+from mlharness.predictors.openai.http import RETRIABLE_STATUS, Endpoint, EndpointError, EndpointPool
+from mlharness.predictors.openai.options import KNOWN_OPTIONS, folder_vocab_size, parse_options
+from mlharness.predictors.openai.request import encode, stream_one
+from mlharness.predictors.openai.stream import StreamState
+from mlharness.predictors.openai.watch import RequestClock
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def transcription_manifest(m: Any, endpoints: list[str]) -> Any:
     """A model whose input is audio, with its framework swapped for ``openai-audio`` at ``endpoints``: the options
     of its own ``openai-audio`` variant when it has one (the served model's name, the language), else those of its
     framework that ``openai-audio`` knows (``response``, ``tokenizer``)."""
-    from mlharness.predictors.openai_audio import KNOWN_OPTIONS as AUDIO_OPTIONS
+    from mlharness.predictors.openai.audio import KNOWN_OPTIONS as AUDIO_OPTIONS
 
     variant = m.frameworks.get("openai-audio")
     if m.framework.name == "openai-audio":
@@ -139,7 +139,7 @@ class OpenAIPredictor(GenerativePredictor):
         self._lock = threading.Lock()
         self._closing = False
         if self.opts.client_processes > 1:  # the requests spread over client processes, each with its own loop
-            from mlharness.predictors.openai_procs import ProcessClient
+            from mlharness.predictors.openai.procs import ProcessClient
 
             self.runner = self.watch = ProcessClient(self.config, self.opts)
             self.concurrency, self.model = self.runner.limit, o.get("model") or self.runner.model
@@ -217,7 +217,7 @@ class OpenAIPredictor(GenerativePredictor):
                 "endpoints": [{"url": e.base, "alive": e.alive, "requests": e.served} for e in self.endpoints],
                 **(self.runner.describe() if self.opts.client_processes > 1 else {})}
 
-    # -- the requests: tasks of the event loop (mlharness.predictors.openai_async) --------------------------------
+    # -- the requests: tasks of the event loop (mlharness.predictors.openai.async_runner) --------------------------------
     def submit(self, requests: list[TokenRequest], streams: list[TokenStream]) -> None:
         if self._closing:  # the loop is stopping
             for request, stream in zip(requests, streams, strict=True):

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import PredictorError
-from mlharness.predictors.openai_watch import Deadlines
+from mlharness.predictors.openai.watch import Deadlines
 
 KNOWN_OPTIONS = frozenset({
     "endpoints", "model", "api_key_env", "tokenizer", "vocab_size", "prompt", "max_concurrency", "generation",
@@ -42,7 +42,7 @@ class OpenAIOptions:
     server_ids: bool = True
     extra_body: dict[str, Any] = field(default_factory=dict)
     vocab_size: int | None = None
-    client_processes: int = 1  # processes the requests are spread over (mlharness.predictors.openai_procs)
+    client_processes: int = 1  # processes the requests are spread over (mlharness.predictors.openai.procs)
 
 
 class _Reader:

@@ -166,7 +166,7 @@ def seconds_to_ms(seconds: float) -> int:
 def manifest_of(args: argparse.Namespace) -> str:
     """The manifest the flags name; without one, the demo, or with ``--endpoint`` a generative model (the demo's
     responses are not token streams, which is what an OpenAI-compatible server returns)."""
-    from mlharness.loadgen.options import DEFAULT_MANIFEST
+    from mlharness.run.options import DEFAULT_MANIFEST
 
     if getattr(args, "manifest", None):
         return args.manifest
@@ -185,7 +185,7 @@ def overrides_of(args: argparse.Namespace, **fixed: Any) -> Any:
 def run_options(args: argparse.Namespace, **fixed: Any) -> Any:
     """The :class:`RunOptions` the shared flags in ``args`` ask for (a flag the command lacks: the default),
     with ``fixed`` (the command's own choices) over them."""
-    from mlharness.loadgen.options import RunOptions
+    from mlharness.run.options import RunOptions
 
     kw: dict[str, Any] = {"manifest": manifest_of(args), "endpoints": list(getattr(args, "endpoint", None) or [])}
     same = ("scenario", "mode", "framework", "dataset", "dataset_path", "output", "results_root", "system",

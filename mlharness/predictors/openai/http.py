@@ -1,5 +1,5 @@
 """HTTP for the ``openai`` predictor: its errors, Server-Sent Events line by line (the specification's rules, which
-the byte-level parser of :mod:`mlharness.predictors.openai_sse` follows), token ids in streamed completion
+the byte-level parser of :mod:`mlharness.predictors.openai.sse` follows), token ids in streamed completion
 chunks, and the endpoints a run sends requests to, balanced by outstanding requests as the gRPC agents are
 (:class:`mlharness.agent.client.AgentPool`): an endpoint that fails in a way another may not (refused, timed
 out, or still answering 429/5xx after the retries) is left out from then on."""

@@ -83,7 +83,7 @@ def raise_fd_limit(streams: int, option: str | None) -> int:
 
 async def open_session(headers: dict[str, str], connections: int, connect_s: float) -> Any:
     """The run's aiohttp session (call on the loop): the connect deadline is aiohttp's, every later one the
-    request's watchdog (:mod:`mlharness.predictors.openai_watch`), told by the session's trace when a new
+    request's watchdog (:mod:`mlharness.predictors.openai.watch`), told by the session's trace when a new
     connection starts and ends opening (``trace_request_ctx``: the request's clock)."""
     import aiohttp
 

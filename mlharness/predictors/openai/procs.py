@@ -2,7 +2,7 @@
 
 Where one core is not enough for the client, N worker processes (started with ``multiprocessing``'s ``spawn``
 context: nothing is forked from a process that has threads) each run the ordinary request runner
-(:mod:`mlharness.predictors.openai_async`) with an ``openai`` predictor of their own: their own event loop,
+(:mod:`mlharness.predictors.openai.async_runner`) with an ``openai`` predictor of their own: their own event loop,
 connection pool, retries, deadlines and checks, up to ``max_concurrency / N`` requests at once each.
 
 The LoadGen process keeps the record: :class:`ProcessClient` deals each request (its sample index and prompt ids)

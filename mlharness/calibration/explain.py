@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlharness.loadgen.calibrate import EARLY_STOPPING_QUERIES, LATENCY_HEADROOM
-from mlharness.loadgen.rundir import read_detail
+from mlharness.calibration.calibrate import EARLY_STOPPING_QUERIES, LATENCY_HEADROOM
+from mlharness.run.rundir import read_detail
 from mlharness.paths import MANIFESTS_DIR
 
 # the fix for a query that ended early: 1.75 x the rate the run reached (a measured rate, not a timed batch's)
@@ -179,7 +179,7 @@ def bound_findings(failed: list[str], stats: dict[str, str], bound: dict[str, An
                    model: str) -> tuple[list[str], Fix | None]:
     """Server: the bound and its source; when even one sample at a time is over it, say so and which bound the
     model can meet (then no lower rate can make the run VALID)."""
-    from mlharness.loadgen.server_bound import derived_ms
+    from mlharness.calibration.server_bound import derived_ms
 
     b = (bound or {}).get("target_latency") or {}
     limit_ns = _num(stats, "target_latency (ns)")

@@ -20,7 +20,7 @@ starts (so nothing of it is timed by LoadGen), and sets it with headroom. The ti
 lazy initialisation: TorchScript's profiling runs, allocator growth), and when the two halves disagree by more
 than :data:`AGREEMENT` (a host whose load changed meanwhile) the pass is repeated, at most :data:`MAX_PASSES`
 times. The rate or latency the run is expected to reach (the median plus the harness's per-sample costs) is
-handed to the estimate printed before the run (:func:`mlharness.loadgen.estimate.note_expected`). Server starts from the Offline-style measurement: the highest rate an ideal queue on the measured
+handed to the estimate printed before the run (:func:`mlharness.calibration.estimate.note_expected`). Server starts from the Offline-style measurement: the highest rate an ideal queue on the measured
 batch times keeps within the latency bound (:mod:`mlharness.measurement.queueing`), of which a conservative fraction is
 used (``mlharness tune`` searches the highest VALID rate by trial runs).
 """
@@ -36,10 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from mlharness.loadgen import calibrate_dev, estimate, server_bound, server_probe
+from mlharness.calibration import calibrate_dev, estimate, server_bound, server_probe
 from mlharness.loadgen import settings as lgs
-from mlharness.loadgen.pinning import pinned
-from mlharness.loadgen.stated import EXPECTED_KEYS, conf_states, count_given_by, given_by  # noqa: F401
+from mlharness.run.pinning import pinned
+from mlharness.calibration.stated import EXPECTED_KEYS, conf_states, count_given_by, given_by  # noqa: F401
 
 # An Offline run reaches a share of the rate its batches reach timed one after another: the SUT's feeder cuts
 # the query into batches meanwhile, and both need the GIL between two calls into the framework. On 2-core hosts

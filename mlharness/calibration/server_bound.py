@@ -15,7 +15,7 @@ adds at a useful rate (an ideal queue at about half load keeps its p99 within a 
 
 A token-stream model that is not an MLPerf benchmark has no ``ttft_latency``/``tpot_latency`` line in mlperf.conf,
 and LoadGen's built-in 100 ms for each has nothing to do with it either. Its bounds follow the same rule from one
-generation at a time, measured by :mod:`mlharness.loadgen.calibrate_tokens` before LoadGen starts
+generation at a time, measured by :mod:`mlharness.calibration.calibrate_tokens` before LoadGen starts
 (:func:`derive_token_bounds`): TPOT = ``max(1 ms, 5 x the single-request TPOT p99)``, and TTFT = ``max(10 ms, 5 x
 the single-request p99 of a whole generation)``: under Server arrivals a request can wait for a generation in
 flight (an engine that batches statically starts it only when the batch ahead ends), so its first token is
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.loadgen import settings as lgs
-from mlharness.loadgen.server_probe import one_sample_runner
+from mlharness.calibration.server_probe import one_sample_runner
 
 log = logging.getLogger(__name__)
 

@@ -14,13 +14,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from mlharness.errors import HookError, MLHarnessError, RunFailed, SettingsError
-from mlharness.loadgen import calibrate, calibrate_tokens, server_bound
+from mlharness.calibration import calibrate, calibrate_tokens, server_bound
 from mlharness.loadgen import settings as lgs
-from mlharness.loadgen.context import resolve_load_workers
-from mlharness.loadgen.destination import absolute, check_destination, exclusive, identity, lock_path
-from mlharness.loadgen.factory import check_outputs_by_running, make_instances, resolve_model_file
-from mlharness.loadgen.metadata import run_metadata
-from mlharness.loadgen.options import (
+from mlharness.run.context import resolve_load_workers
+from mlharness.run.destination import absolute, check_destination, exclusive, identity, lock_path
+from mlharness.run.factory import check_outputs_by_running, make_instances, resolve_model_file
+from mlharness.run.metadata import run_metadata
+from mlharness.run.options import (
     DEFAULT_MANIFEST,
     METADATA_FILE,
     TRACE_FILE,
@@ -29,7 +29,7 @@ from mlharness.loadgen.options import (
     RunResult,
 )
 from mlharness.loadgen.pipeline import Pipeline, Strategy
-from mlharness.loadgen.plan import (
+from mlharness.run.plan import (
     LoadgenSettings,
     RunPlan,
     check_options,
@@ -37,7 +37,7 @@ from mlharness.loadgen.plan import (
     plan_run,
 )
 from mlharness.loadgen.qsl import SampleLoader, SampleStore
-from mlharness.loadgen.rundir import (
+from mlharness.run.rundir import (
     StagedDir,
     check_loadgen_logs,
     default_output,
