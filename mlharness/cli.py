@@ -111,10 +111,10 @@ def _add_task_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from mlharness.run.run_args import run_options
-    from mlharness.run.runner import run
     from mlharness.progress import RunProgress
     from mlharness.rounds import get_round
+    from mlharness.run.run_args import run_options
+    from mlharness.run.runner import run
 
     get_round(args.round)  # an unknown round is refused before the model loads
 

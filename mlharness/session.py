@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlharness.run.context import build_context, sample_count
-from mlharness.run.factory import check_framework_version, make_predictor, resolve_model_file
-from mlharness.run.options import RunOptions
 from mlharness.loadgen.qsl import SampleLoader, SampleStore
 from mlharness.manifest.hooks import HookSet
 from mlharness.manifest.loader import load_manifest
+from mlharness.run.context import build_context, sample_count
+from mlharness.run.factory import check_framework_version, make_predictor, resolve_model_file
+from mlharness.run.options import RunOptions
 
 
 class ModelSession:

@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 
 from mlharness.loadgen import settings as lgs
-from mlharness.run.factory import resolve_model_file
-from mlharness.run.runner import RunOptions, run
 from mlharness.manifest.assets import cache_dir
 from mlharness.manifest.loader import load_manifest
+from mlharness.run.factory import resolve_model_file
+from mlharness.run.runner import RunOptions, run
 from mlharness.tasks.imagenet import preprocess as vision
 from mlharness.tasks.imagenet.dataset import validation_files
 from mlharness.tasks.imagenet.synth import write_synthetic_imagenet

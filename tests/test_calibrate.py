@@ -19,7 +19,7 @@ import pytest
 
 from mlharness.calibration import calibrate as cal
 from mlharness.loadgen import settings as lgs
-from mlharness.run.rundir import parse_summary
+from mlharness.loadgen.logs import parse_summary
 
 SCENARIOS = ("SingleStream", "MultiStream", "Offline", "Server")
 SLOW_SAMPLE_S = 0.001

@@ -18,7 +18,7 @@ import pytest
 
 from mlharness.calibration import calibrate as cal
 from mlharness.calibration import estimate
-from mlharness.run.rundir import parse_summary
+from mlharness.loadgen.logs import parse_summary
 from mlharness.predictors.threads import intra_op_threads, usable_cores
 from tests.helpers.busy import busy_core
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from mlharness.run.rundir import detail_values
+from mlharness.loadgen.logs import detail_values
 
 pytest.importorskip("pandas")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mlharness.run.rundir import parse_summary
+from mlharness.loadgen.logs import parse_summary
 
 pytestmark = pytest.mark.slow
 

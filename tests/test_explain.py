@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mlharness.calibration.explain import explain, explain_run, summary_sections
-from mlharness.run.rundir import read_detail
+from mlharness.loadgen.logs import read_detail
 
 DATA = Path(__file__).parent / "data" / "loadgen_invalid"
 

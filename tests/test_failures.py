@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlharness.run.rundir import StagedDir
 from mlharness.paths import MANIFESTS_DIR
+from mlharness.run.rundir import StagedDir
 
 WALL_LIMIT_S = 30  # a failing run must end well within this, whatever min_duration says
 LONG = ["--mode", "performance", "--min-duration-ms", "600000", "--target-qps", "100"]

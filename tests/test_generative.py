@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlharness.run.rundir import detail_values, parse_summary
+from mlharness.loadgen.logs import detail_values, parse_summary
 
 # Prompts are PROMPT_LEN ids derived from the sample index; the toy answers with N_TOKENS of them.
 TOY = """\

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlharness.run.rundir import detail_values
+from mlharness.loadgen.logs import detail_values
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

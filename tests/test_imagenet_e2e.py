@@ -20,10 +20,10 @@ import onnxruntime as ort
 import pytest
 import yaml
 
-from mlharness.run.context import resolve_load_workers
-from mlharness.run.rundir import parse_summary
+from mlharness.loadgen.logs import parse_summary
 from mlharness.manifest.loader import load_manifest
 from mlharness.paths import MANIFESTS_DIR
+from mlharness.run.context import resolve_load_workers
 from mlharness.tasks.imagenet import models as imagenet_models
 from mlharness.tasks.imagenet import preprocess as vision
 from mlharness.tasks.imagenet import synth as imagenet_synth

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mlharness.run.rundir import detail_values
+from mlharness.loadgen.logs import detail_values
 from tests.helpers.llm_submission import check_development_only, package, submission_tree, summary_row
 
 pytest.importorskip("rouge_score")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mlharness.run.rundir import parse_summary
+from mlharness.loadgen.logs import parse_summary
 from mlharness.report.collect import find_runs, target_for
 
 CHROMIUM = next((p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")

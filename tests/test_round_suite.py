@@ -30,10 +30,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mlharness.errors import SettingsError
 from mlharness.calibration import calibrate_dev
+from mlharness.errors import SettingsError
 from mlharness.loadgen import settings as lgs
-from mlharness.run.rundir import detail_values
+from mlharness.loadgen.logs import detail_values
 from mlharness.manifest.loader import load_manifest
 from mlharness.paths import MANIFESTS_DIR
 from mlharness.rounds import MLPERF_BENCHMARKS, ROUNDS, check_in_suite, rounds_with

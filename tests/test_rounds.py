@@ -15,7 +15,7 @@ import yaml
 
 from mlharness.errors import SettingsError
 from mlharness.loadgen import settings as lgs
-from mlharness.run.rundir import detail_values
+from mlharness.loadgen.logs import detail_values
 from mlharness.rounds import DEFAULT_ROUND, ROUNDS, get_round, round_of_seeds
 from mlharness.submission.checker import check
 from mlharness.submission.rules import ROUND_RULES

@@ -101,8 +101,8 @@ def test_a_swapped_model_file_is_said_and_hashed(run_cli, cli_env, tmp_path):
 
 
 def test_a_folder_model_is_recorded_as_a_folder_with_a_digest_of_its_files(tmp_path):
-    from mlharness.run.factory import model_file_facts
     from mlharness.manifest.loader import load_manifest
+    from mlharness.run.factory import model_file_facts
 
     folder = tmp_path / "saved"
     (folder / "variables").mkdir(parents=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mlharness.loadgen import settings as lgs
-from mlharness.run.rundir import detail_values
+from mlharness.loadgen.logs import detail_values
 from mlharness.run.runner import RunOptions, run
 
 pytestmark = pytest.mark.slow

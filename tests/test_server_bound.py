@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mlharness.loadgen import settings as lgs
 from mlharness.calibration.explain import explain
-from mlharness.run.options import RunResult
-from mlharness.run.rundir import Summary
 from mlharness.calibration.server_bound import derived_ms, resolve
+from mlharness.loadgen import settings as lgs
+from mlharness.loadgen.logs import Summary
 from mlharness.measurement.tune import gave_up_reason
+from mlharness.run.options import RunResult
 from tests.helpers.toy_manifest import toy_manifest
 
 DATA = Path(__file__).parent / "data" / "loadgen_invalid"

@@ -16,7 +16,7 @@ import pytest
 
 from mlharness.errors import SettingsError
 from mlharness.loadgen import settings as lgs
-from mlharness.run.rundir import detail_values
+from mlharness.loadgen.logs import detail_values
 from mlharness.paths import AUDIT_DIR, USER_CONF_DIR
 
 CLI_TIMEOUT = 60

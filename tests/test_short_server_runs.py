@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mlharness.calibration.estimate import EARLY_STOPPING_QUERIES
-from mlharness.run.rundir import detail_values
+from mlharness.loadgen.logs import detail_values
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")

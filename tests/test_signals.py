@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
+from mlharness.loadgen.logs import ResultsWriteError
 from mlharness.run.destination import MARKER
-from mlharness.run.rundir import ResultsWriteError, StagedDir
+from mlharness.run.rundir import StagedDir
 from tests.test_failures import echo_manifest, failed_siblings
 
 SIGNAL_LIMIT_S = 10  # from the signal to the end of the process

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mlharness.run.rundir import parse_summary
+from mlharness.loadgen.logs import parse_summary
 from mlharness.paths import MANIFESTS_DIR
 from mlharness.tasks.squad.synth import synthetic_squad
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mlharness.run.rundir import detail_values
+from mlharness.loadgen.logs import detail_values
 from mlharness.paths import MANIFESTS_DIR
 from mlharness.submission.compliance import result_score
 

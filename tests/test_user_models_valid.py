@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mlharness.run.rundir import parse_summary
+from mlharness.loadgen.logs import parse_summary
 from tests.helpers import user_models
 from tests.helpers.busy import busy_core
 

@@ -136,7 +136,7 @@ def int64_log(path: Path) -> dict[int, list[int]]:
 
 
 def test_random_whisper_offline_run_reports_tokens_per_second_and_scores(run_cli, tmp_path, synthetic_set):
-    from mlharness.run.rundir import detail_values
+    from mlharness.loadgen.logs import detail_values
     from mlharness.tasks.librispeech.metric import score_log
 
     perf = tmp_path / "perf"

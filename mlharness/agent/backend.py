@@ -54,10 +54,10 @@ class ModelBackend:
                  dataset_path: str | None = None, count: int | None = None, device: str = "cpu",
                  threads: int | None = None, max_batchsize: int | None = None, scenario: str = "Offline",
                  model_name: str | None = None, ignore_framework_version: bool = False):
+        from mlharness.manifest.loader import load_manifest
         from mlharness.run.context import build_context, resolve_load_workers, sample_count
         from mlharness.run.factory import check_framework_version, make_predictor, resolve_model_file
         from mlharness.run.options import RunOptions
-        from mlharness.manifest.loader import load_manifest
 
         if hooks not in HOOKS_MODES:
             raise AgentError(f"--hooks must be one of {', '.join(HOOKS_MODES)}, got '{hooks}'")

@@ -39,9 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from mlharness.errors import RunFailed
 from mlharness.calibration import calibrate_dev, estimate, server_bound
-from mlharness.loadgen import settings as lgs
 from mlharness.calibration.calibrate import (
     EARLY_STOPPING_QUERIES,
     LATENCY_HEADROOM,
@@ -56,6 +54,8 @@ from mlharness.calibration.calibrate import (
     fmt_value,
     given_by,
 )
+from mlharness.errors import RunFailed
+from mlharness.loadgen import settings as lgs
 from mlharness.predictors.generative import GenerativePredictor, TokenRequest
 
 SUT_SAMPLE_OVERHEAD_MS = 0.25  # the token SUT's cost per sample, beyond the predictor's own

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.calibration.calibrate import EARLY_STOPPING_QUERIES, LATENCY_HEADROOM
-from mlharness.run.rundir import read_detail
+from mlharness.loadgen.logs import read_detail
 from mlharness.paths import MANIFESTS_DIR
 
 # the fix for a query that ended early: 1.75 x the rate the run reached (a measured rate, not a timed batch's)

@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from mlharness.loadgen import settings as lgs
 from mlharness.calibration.server_probe import one_sample_runner
+from mlharness.loadgen import settings as lgs
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mlharness.run.rundir import detail_values
+from mlharness.loadgen.logs import detail_values
 
 PERCENTILES = ("50.00", "90.00", "99.00")
 THROUGHPUT_KEYS = ("result_tokens_per_second", "result_completed_tokens_per_second")

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from mlharness.loadgen import settings as lgs
-from mlharness.run.rundir import parse_summary
-from mlharness.run.runner import RunOptions, RunResult, run
+from mlharness.loadgen.logs import parse_summary
 from mlharness.measurement.bench_server import server_search
+from mlharness.run.runner import RunOptions, RunResult, run
 from mlharness.session import ModelSession
 
 ADJACENT_BARE_S = 3.0  # bare batch-1 timing before each Server trial: the machine's speed at that time

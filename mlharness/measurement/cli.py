@@ -13,8 +13,8 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from mlharness.run.run_args import add_run_options, deprecated_alias, manifest_default, seconds_to_ms
 from mlharness.progress import output_console
+from mlharness.run.run_args import add_run_options, deprecated_alias, manifest_default, seconds_to_ms
 
 err = output_console(stderr=True)
 
@@ -179,8 +179,8 @@ def given_run_fields(opts: Any, names: tuple[str, ...]) -> dict[str, Any]:
 
 def cmd_tune(args: argparse.Namespace, out: Any) -> int:
     from mlharness.loadgen.bounds import check_args
-    from mlharness.run.run_args import manifest_of, run_options
     from mlharness.measurement.tune import TuneConfig, tune
+    from mlharness.run.run_args import manifest_of, run_options
 
     check_args(args)  # counts, batch sizes, instances and durations in range before any trial
     ms = TUNE_TRIAL_MS if args.min_duration_ms is None else args.min_duration_ms

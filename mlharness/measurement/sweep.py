@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlharness.calibration.calibrate import EARLY_STOPPING_QUERIES
 from mlharness.errors import MLHarnessError
 from mlharness.loadgen import settings as lgs
-from mlharness.calibration.calibrate import EARLY_STOPPING_QUERIES
-from mlharness.run.rundir import Summary
+from mlharness.loadgen.logs import Summary
 from mlharness.measurement import goodput as gp
 from mlharness.measurement import sweep_plan as sp
 from mlharness.report.sweep import POINT_SHAPE, SHAPE, load_sweep

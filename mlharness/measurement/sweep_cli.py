@@ -22,8 +22,8 @@ DEFAULT_POINT_MS = 1000  # each point's min_duration without --min-duration-ms
 
 
 def config(args: argparse.Namespace, say: Callable[[str], None], on_point: Callable[[dict], None]) -> SweepConfig:
-    from mlharness.run.run_args import manifest_of, run_options
     from mlharness.progress import RunProgress, output_console
+    from mlharness.run.run_args import manifest_of, run_options
 
     err = output_console(stderr=True)
 

@@ -20,8 +20,8 @@ from typing import Any
 from mlharness.errors import MLHarnessError
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.interrupt import GUARD
-from mlharness.run.runner import RunOptions, RunResult, run
 from mlharness.manifest.loader import load_manifest
+from mlharness.run.runner import RunOptions, RunResult, run
 
 SERVER_HALVINGS = 8  # the Server search looks down to 1/256 of the Offline rate
 SERVER_MARGIN = 0.95  # the written Server rate, as a fraction of the best VALID trial

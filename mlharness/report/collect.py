@@ -13,7 +13,7 @@ from typing import Any
 
 from mlharness.errors import MLHarnessError
 from mlharness.fileguard import describe_kind
-from mlharness.run.rundir import METRIC_LINES, TOKEN_METRIC_LINES
+from mlharness.loadgen.logs import METRIC_LINES, TOKEN_METRIC_LINES
 from mlharness.report.treefiles import ANY, NUMBER, STRING, Each, present, read_json, read_text, shown
 from mlharness.report.verdicts import Verdict, test_of
 

@@ -10,11 +10,11 @@ from typing import Any
 
 from mlharness.errors import DatasetError, SettingsError
 from mlharness.fileguard import check_file_or_folder
-from mlharness.run.options import RunOptions
 from mlharness.loadgen.qsl import check_sample_count
 from mlharness.manifest.historical import missing_dataset
 from mlharness.manifest.hooks import HookSet
 from mlharness.manifest.loader import LoadedManifest
+from mlharness.run.options import RunOptions
 
 
 def build_context(loaded: LoadedManifest, opts: RunOptions, batch_size: int) -> dict[str, Any]:

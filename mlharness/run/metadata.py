@@ -9,12 +9,12 @@ from dataclasses import asdict
 from typing import Any
 
 from mlharness import __version__
-from mlharness.loadgen import settings as lgs
 from mlharness.calibration.explain import error_texts as explain_errors
+from mlharness.loadgen import settings as lgs
+from mlharness.predictors.base import Predictor
 from mlharness.run.factory import model_file_facts
 from mlharness.run.options import Measured, RunOptions
 from mlharness.run.plan import LoadgenSettings, RunPlan
-from mlharness.predictors.base import Predictor
 from mlharness.tasks.base import AccuracyResult
 from mlharness.telemetry.sysinfo import host_facts
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.loadgen import settings as lgs
-from mlharness.run.rundir import Summary
+from mlharness.loadgen.logs import Summary
 from mlharness.tasks.base import AccuracyResult
 from mlharness.telemetry.sampler import DEFAULT_INTERVAL_MS
 

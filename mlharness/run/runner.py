@@ -13,9 +13,17 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from mlharness.errors import HookError, MLHarnessError, RunFailed, SettingsError
 from mlharness.calibration import calibrate, calibrate_tokens, server_bound
+from mlharness.errors import HookError, MLHarnessError, RunFailed, SettingsError
 from mlharness.loadgen import settings as lgs
+from mlharness.loadgen.logs import check_loadgen_logs, detail_values, parse_summary
+from mlharness.loadgen.pipeline import Pipeline, Strategy
+from mlharness.loadgen.qsl import SampleLoader, SampleStore
+from mlharness.loadgen.sut import NetworkQDL, SystemUnderTest
+from mlharness.loadgen.tokens import TokenSUT, check_generative
+from mlharness.manifest.loader import load_manifest
+from mlharness.manifest.schema import numpy_dtype
+from mlharness.predictors.base import Predictor
 from mlharness.run.context import resolve_load_workers
 from mlharness.run.destination import absolute, check_destination, exclusive, identity, lock_path
 from mlharness.run.factory import check_outputs_by_running, make_instances, resolve_model_file
@@ -28,7 +36,6 @@ from mlharness.run.options import (
     RunOptions,
     RunResult,
 )
-from mlharness.loadgen.pipeline import Pipeline, Strategy
 from mlharness.run.plan import (
     LoadgenSettings,
     RunPlan,
@@ -36,21 +43,7 @@ from mlharness.run.plan import (
     loadgen_settings,
     plan_run,
 )
-from mlharness.loadgen.qsl import SampleLoader, SampleStore
-from mlharness.run.rundir import (
-    StagedDir,
-    check_loadgen_logs,
-    default_output,
-    detail_values,
-    make_parent,
-    parse_summary,
-    write_result,
-)
-from mlharness.loadgen.sut import NetworkQDL, SystemUnderTest
-from mlharness.loadgen.tokens import TokenSUT, check_generative
-from mlharness.manifest.loader import load_manifest
-from mlharness.manifest.schema import numpy_dtype
-from mlharness.predictors.base import Predictor
+from mlharness.run.rundir import StagedDir, default_output, make_parent, write_result
 from mlharness.tasks import METRICS
 from mlharness.tasks.base import AccuracyContext, AccuracyResult, official_figure
 from mlharness.telemetry.observe import RunObservers

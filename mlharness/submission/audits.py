@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from mlharness.errors import MLHarnessError
-from mlharness.run.rundir import detail_values
+from mlharness.loadgen.logs import detail_values
 from mlharness.submission.checker_logs import development_finding
 from mlharness.submission.compliance import Scorer, Verdict, dtype_for_response, verify_scenario
 from mlharness.submission.layout import ARCHIVE, Tree

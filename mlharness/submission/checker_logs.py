@@ -11,7 +11,7 @@ from typing import Any
 
 from mlharness.errors import MLHarnessError
 from mlharness.fileguard import describe_kind
-from mlharness.run.rundir import detail_values
+from mlharness.loadgen.logs import detail_values
 from mlharness.loadgen.settings import embedded_seeds
 from mlharness.rounds import round_of_seeds, wrong_seeds
 from mlharness.submission.compliance import score_of

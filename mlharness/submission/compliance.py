@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import AccuracyError, MLHarnessError
-from mlharness.run.rundir import detail_values
+from mlharness.loadgen.logs import detail_values
 from mlharness.submission.compliance_perf import FAST_LIMIT, test01_performance, test04_performance
 from mlharness.submission.rules import TEST01_ACC_FALLBACK_FILES
 

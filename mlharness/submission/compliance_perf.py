@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from mlharness.run.rundir import read_detail
+from mlharness.loadgen.logs import read_detail
 
 TEST01_RESULT_FIELD = {
     "Offline": "result_samples_per_second",

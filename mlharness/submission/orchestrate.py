@@ -24,10 +24,10 @@ from rich.markup import escape
 from mlharness import __version__
 from mlharness.errors import SettingsError
 from mlharness.loadgen import settings as lgs
-from mlharness.run.destination import exclusive
 from mlharness.manifest.loader import load_manifest
 from mlharness.paths import AUDIT_DIR
 from mlharness.rounds import DEFAULT_ROUND, check_in_suite, get_round
+from mlharness.run.destination import exclusive
 from mlharness.submission import records, sizing
 from mlharness.submission.audits import noise_note, scenario_verdicts
 from mlharness.submission.checker_logs import development_finding

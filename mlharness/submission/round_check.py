@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import SettingsError
-from mlharness.run.rundir import detail_values
+from mlharness.loadgen.logs import detail_values
 from mlharness.rounds import (
     MLPERF_BENCHMARKS,
     SEED_KEYS,

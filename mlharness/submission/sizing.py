@@ -19,10 +19,10 @@ import re
 import shutil
 from pathlib import Path
 
-from mlharness.errors import MLHarnessError
-from mlharness.loadgen import settings as lgs
 from mlharness.calibration.calibrate import EARLY_STOPPING_QUERIES
 from mlharness.calibration.explain import Explanation, explain_run
+from mlharness.errors import MLHarnessError
+from mlharness.loadgen import settings as lgs
 from mlharness.submission.layout import Tree
 
 RETRIES = 2  # performance reruns with the explained fix, after a calibrated run that was INVALID

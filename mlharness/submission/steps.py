@@ -21,7 +21,7 @@ from typing import Any
 
 from mlharness.errors import MLHarnessError
 from mlharness.loadgen.interrupt import GUARD
-from mlharness.run.rundir import parse_summary
+from mlharness.loadgen.logs import parse_summary
 from mlharness.submission.layout import Tree, replace_dir, stamp, unique
 from mlharness.submission.rules import OPTIONAL_LOG_FILES, REQUIRED_ACC_FILES, REQUIRED_PERF_FILES
 

@@ -58,7 +58,13 @@ from mlharness.predictors.generative import (
     TokenStream,
     generation_config,
 )
-from mlharness.predictors.openai.async_runner import LoopThread, Runner, loop_name, open_session, raise_fd_limit
+from mlharness.predictors.openai.async_runner import (
+    LoopThread,
+    Runner,
+    loop_name,
+    open_session,
+    raise_fd_limit,
+)
 from mlharness.predictors.openai.http import RETRIABLE_STATUS, Endpoint, EndpointError, EndpointPool
 from mlharness.predictors.openai.options import KNOWN_OPTIONS, folder_vocab_size, parse_options
 from mlharness.predictors.openai.request import encode, stream_one
