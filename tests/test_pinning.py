@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from mlharness.errors import SettingsError
+from mlharness.loadgen.pinning import core_sets, pinned
 from mlharness.manifest.loader import load_manifest
 from mlharness.run.factory import make_instances, resolve_model_file
 from mlharness.run.options import RunOptions
-from mlharness.run.pinning import core_sets, pinned
 
 
 def test_core_sets_split_evenly_and_disjoint():

@@ -39,7 +39,7 @@ import numpy as np
 from mlharness.calibration import calibrate_dev, estimate, server_bound, server_probe
 from mlharness.calibration.stated import EXPECTED_KEYS, conf_states, count_given_by, given_by  # noqa: F401
 from mlharness.loadgen import settings as lgs
-from mlharness.run.pinning import pinned
+from mlharness.loadgen.pinning import pinned
 
 # An Offline run reaches a share of the rate its batches reach timed one after another: the SUT's feeder cuts
 # the query into batches meanwhile, and both need the GIL between two calls into the framework. On 2-core hosts

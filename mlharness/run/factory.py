@@ -15,6 +15,7 @@ import numpy as np
 
 from mlharness.errors import AssetError, ManifestError, MLHarnessError, PredictorError, RunFailed
 from mlharness.fileguard import check_regular_file
+from mlharness.loadgen.pinning import pinned
 from mlharness.manifest.assets import cache_dir, parse_checksum, resolve_asset, verify_checksum
 from mlharness.manifest.loader import LoadedManifest, is_bare_version
 from mlharness.manifest.modelcheck import check_declared_outputs, check_first_outputs, loaded_outputs
@@ -25,7 +26,6 @@ from mlharness.predictors import FRAMEWORK_PACKAGES, PREDICTORS
 from mlharness.predictors.base import Predictor, PredictorConfig
 from mlharness.predictors.generative import generation_config
 from mlharness.run.options import RunOptions
-from mlharness.run.pinning import pinned
 from mlharness.telemetry.observe import wants_profile
 
 log = logging.getLogger(__name__)

@@ -9,6 +9,7 @@ from typing import Any
 from mlharness.errors import SettingsError, suggest
 from mlharness.loadgen import bounds
 from mlharness.loadgen import settings as lgs
+from mlharness.loadgen.pinning import core_sets
 from mlharness.manifest.hooks import HookSet
 from mlharness.manifest.loader import LoadedManifest
 from mlharness.manifest.names import check_path_component
@@ -17,7 +18,6 @@ from mlharness.rounds import check_in_suite
 from mlharness.run.context import build_context, sample_count
 from mlharness.run.factory import check_framework_version
 from mlharness.run.options import RunOptions
-from mlharness.run.pinning import core_sets
 from mlharness.telemetry.trace import LEVELS
 
 
