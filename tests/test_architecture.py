@@ -1,5 +1,7 @@
 """The package's shape: no import cycles between modules, no module past the size a reader takes in, no reach into
-another module's private names, and a task that plugs in through one registry line."""
+another module's private names, a task that plugs in through one registry line, layers that point one way, the
+run's options kept to the run package and the drivers that start runs, and every package named in the table of
+docs/architecture.md."""
 
 from __future__ import annotations
 
@@ -171,3 +173,173 @@ def test_flat_layout_module_paths_still_import():
     assert squad.dataset_features.__module__ == "mlharness.tasks.squad.dataset"
     with pytest.raises(AttributeError):
         squad.no_such_name  # noqa: B018 - the attribute access is the test
+
+
+# The layers point one way (docs/architecture.md, "Layers"): a package on the left never imports one on the right.
+# LoadGen's adapter is below the run and its calibration; calibration is below the run.
+MAY_NOT_IMPORT = {
+    "mlharness.loadgen": ("mlharness.run", "mlharness.calibration"),
+    "mlharness.calibration": ("mlharness.run",),
+}
+
+
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{mod} -> {target}" for mod, targets in graph.items() for lower, uppers in MAY_NOT_IMPORT.items()
+                  if within(mod, lower) for target in targets if any(within(target, up) for up in uppers))
+
+
+def test_layers_point_one_way():
+    found = upward_imports(import_graph(modules()))
+    assert not found, "imports against the layers:\n" + "\n".join(found)
+
+
+def test_the_layer_check_finds_an_upward_import(tmp_path):
+    """Upward imports at module level, inside a function, relative and as a bare package are reported; downward
+    ones and a module whose name only starts like a package's (``runner`` is not ``run``) are not."""
+    pkg = tmp_path / "mlharness"
+    for sub in ("run", "calibration", "loadgen"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "runner.py").write_text("")
+    (pkg / "run" / "plan.py").write_text("from mlharness.loadgen import settings\nfrom ..calibration import est\n")
+    (pkg / "calibration" / "est.py").write_text("from mlharness.loadgen.settings import x\nimport mlharness.runner\n")
+    (pkg / "loadgen" / "settings.py").write_text("x = 1\n")
+    graph = import_graph(modules(pkg))
+    assert upward_imports(graph) == []
+    (pkg / "loadgen" / "sut.py").write_text("def f():\n    from mlharness.run.plan import y\n")
+    (pkg / "loadgen" / "qsl.py").write_text("from ..calibration import est\n")
+    (pkg / "calibration" / "probe.py").write_text("from mlharness import run\n")
+    assert upward_imports(import_graph(modules(pkg))) == [
+        "mlharness.calibration.probe -> mlharness.run",
+        "mlharness.loadgen.qsl -> mlharness.calibration",
+        "mlharness.loadgen.qsl -> mlharness.calibration.est",
+        "mlharness.loadgen.sut -> mlharness.run.plan",
+    ]
+
+
+# The run's options are built by the drivers that start runs and turned into a plan inside mlharness.run; every
+# step below takes the plan's parts. Drivers: the command lines (mlharness.cli, any *.cli), the measurement
+# package, model sessions, and the agent's self-check.
+OPTIONS_MODULE = "mlharness.run.options"
+OPTIONS_TYPE = "RunOptions"
+STARTS_RUNS = ("mlharness.measurement", "mlharness.session", "mlharness.agent.backend", "mlharness.cli")
+
+
+def options_importers(mods: dict[str, Path]) -> list[str]:
+    """Modules outside ``mlharness.run`` and the drivers that import the options type or its module."""
+    found = []
+    for mod, path in mods.items():
+        if within(mod, "mlharness.run") or mod.endswith(".cli") or any(within(mod, d) for d in STARTS_RUNS):
+            continue
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join([*anchor, base] if base else anchor)
+                names = [base] + [f"{base}.{a.name}" for a in node.names]
+                if any(a.name == OPTIONS_TYPE for a in node.names):
+                    names.append(OPTIONS_TYPE)
+            else:
+                continue
+            if any(n == OPTIONS_TYPE or within(n, OPTIONS_MODULE) for n in names):
+                found.append(f"{mod} (line {node.lineno})")
+    return sorted(found)
+
+
+def test_only_the_run_package_imports_the_run_options():
+    found = options_importers(modules())
+    assert not found, f"{OPTIONS_TYPE} imported below the run package (take the plan's parts instead):\n" + \
+        "\n".join(found)
+
+
+def test_the_options_check_finds_an_importer(tmp_path):
+    """The type imported from any module (a re-export too), the options module imported whole, relatively or
+    inside a function are reported; the run package, the drivers and an unrelated name are not."""
+    pkg = tmp_path / "mlharness"
+    for sub in ("run", "loadgen", "measurement", "agent", "submission"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "run" / "options.py").write_text("class RunOptions: ...\n")
+    (pkg / "run" / "plan.py").write_text("from mlharness.run.options import RunOptions\n")
+    (pkg / "measurement" / "bench.py").write_text("from mlharness.run.runner import RunOptions\n")
+    (pkg / "agent" / "backend.py").write_text("def f():\n    from mlharness.run.options import RunOptions\n")
+    (pkg / "submission" / "cli.py").write_text("from mlharness.run import options\n")
+    (pkg / "cli.py").write_text("from mlharness.run.options import RunOptions\n")
+    (pkg / "loadgen" / "settings.py").write_text("from mlharness.run.options import METADATA_FILE as RunOpts\n")
+    assert options_importers(modules(pkg)) == ["mlharness.loadgen.settings (line 1)"]
+    (pkg / "loadgen" / "settings.py").write_text("from mlharness.run.plan import RunPlan\n")
+    assert options_importers(modules(pkg)) == []
+    (pkg / "loadgen" / "sut.py").write_text("def f():\n    from mlharness.run.runner import RunOptions\n")
+    (pkg / "agent" / "client.py").write_text("from ..run import options\n")
+    (pkg / "submission" / "steps.py").write_text("import mlharness.run.options\n")
+    assert options_importers(modules(pkg)) == ["mlharness.agent.client (line 1)", "mlharness.loadgen.sut (line 2)",
+                                               "mlharness.submission.steps (line 1)"]
+
+
+# The package table of docs/architecture.md ("Layout") names every package (a folder holding __init__.py) as
+# `mlharness/<path>/` in its first column. One row `mlharness/tasks/<task>/` stands for every task package
+# registered in mlharness.tasks.TASKS; any other package under tasks/ (a helper shared by tasks) has its own row.
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+TASK_ROW = "mlharness/tasks/<task>/"
+
+
+def package_table(text: str) -> set[str]:
+    """The `mlharness/.../` names in the first column of the table under the page's "## Layout" heading."""
+    section = text.split("\n## Layout", 1)[1].split("\n## ", 1)[0]
+    names: set[str] = set()
+    for line in section.splitlines():
+        if line.startswith("|") and not line.startswith("|---"):
+            first = line.split("|")[1]
+            names.update(part for part in first.split("`")[1::2] if part.startswith("mlharness/") and
+                         part.endswith("/"))
+    return names
+
+
+def packages(root: Path = PACKAGE) -> list[str]:
+    return sorted(f"{root.name}/{p.parent.relative_to(root).as_posix()}/" for p in root.rglob("__init__.py")
+                  if p.parent != root)
+
+
+def missing_from_table(found: list[str], table: set[str], tasks: tuple[str, ...]) -> list[str]:
+    covered = {f"mlharness/tasks/{t}/" for t in tasks} if TASK_ROW in table else set()
+    return [p for p in found if p not in table and p not in covered]
+
+
+def test_every_package_is_in_the_architecture_table():
+    from mlharness.tasks import TASKS
+
+    table = package_table(ARCHITECTURE.read_text())
+    missing = missing_from_table(packages(), table, TASKS)
+    assert not missing, f"packages missing from the table in {ARCHITECTURE.name}: {missing}"
+    stale = sorted(table - set(packages()) - {TASK_ROW})
+    assert not stale, f"the table in {ARCHITECTURE.name} names packages that do not exist: {stale}"
+
+
+def test_the_table_check_finds_a_missing_package(tmp_path):
+    """A made-up package is reported missing; a task package is covered by the task row only when it is a
+    registered task, and not at all without that row."""
+    from mlharness.tasks import TASKS
+
+    table = package_table(ARCHITECTURE.read_text())
+    pkg = tmp_path / "mlharness"
+    for sub in ("executors", "tasks", "tasks/imagenet", "tasks/shared_helpers"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "paths").mkdir()  # a folder without __init__.py is package data, not a package
+    found = packages(pkg)
+    assert found == ["mlharness/executors/", "mlharness/tasks/", "mlharness/tasks/imagenet/",
+                     "mlharness/tasks/shared_helpers/"]
+    assert missing_from_table(found, table, TASKS) == ["mlharness/executors/", "mlharness/tasks/shared_helpers/"]
+    assert missing_from_table(found, table - {TASK_ROW}, TASKS) == [
+        "mlharness/executors/", "mlharness/tasks/imagenet/", "mlharness/tasks/shared_helpers/"]
