@@ -10,21 +10,20 @@ from mlharness.manifest.hooks import HookSet
 from mlharness.manifest.loader import load_manifest
 from mlharness.run.context import build_context, sample_count
 from mlharness.run.factory import check_framework_version, make_predictor, resolve_model_file
-from mlharness.run.options import RunOptions
 
 
 class ModelSession:
     def __init__(self, ref: str, dataset_path: str | None = None, count: int | None = None, batch: int = 8,
                  device: str = "cpu", threads: int | None = None, scenario: str = "Offline"):
-        opts = RunOptions(scenario=scenario, mode="performance", manifest=ref, dataset_path=dataset_path,
-                          count=count, device=device, threads=threads)
         self.ref = ref
         self.loaded = load_manifest(ref)
-        self.ctx = build_context(self.loaded, opts, batch)
+        self.ctx = build_context(self.loaded, batch, scenario=scenario, mode="performance", device=device,
+                                 dataset_path=dataset_path, count=count)
         self.hooks = HookSet(self.loaded, self.ctx)
-        self.total = sample_count(self.hooks, opts, self.ctx)
+        self.total = sample_count(self.hooks, count, self.ctx)
         check_framework_version(self.loaded, ignore=False)
-        self.predictor = make_predictor(self.loaded, opts, resolve_model_file(self.loaded), batch)
+        self.predictor = make_predictor(self.loaded, resolve_model_file(self.loaded), batch, device=device,
+                                        threads=threads)
         self.store = SampleStore(self.total, len(self.loaded.model.inputs))
         self.loader = SampleLoader(self.hooks, self.ctx, self.store)
 

@@ -28,6 +28,23 @@ def modules(root: Path = PACKAGE) -> dict[str, Path]:
     return found
 
 
+def imports(mod: str, path: Path) -> list[tuple[ast.stmt, list[str]]]:
+    """Each import statement of a module, at any depth, with the dotted names it may bind (relative imports
+    resolved): ``from a.b import c`` gives ``a.b.c`` and ``a.b``."""
+    package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.append((node, [a.name for a in node.names]))
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.append((node, [f"{base}.{a.name}" for a in node.names] + [base]))
+    return found
+
+
 def import_graph(mods: dict[str, Path]) -> dict[str, set[str]]:
     """Every import of a module of the package, at any depth of the file (function-level and TYPE_CHECKING
     imports included: they are cycles all the same), resolved to the module it names."""
@@ -39,18 +56,7 @@ def import_graph(mods: dict[str, Path]) -> dict[str, set[str]]:
 
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for mod, path in mods.items():
-        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                    base = ".".join([*anchor, base] if base else anchor)
-                names = [f"{base}.{a.name}" for a in node.names] + [base]
-            else:
-                continue
+        for _node, names in imports(mod, path):
             for name in names:
                 target = resolve(name) if name.split(".")[0] == PACKAGE.name else None
                 if target and target != mod:
@@ -223,11 +229,11 @@ def test_the_layer_check_finds_an_upward_import(tmp_path):
 
 
 # The run's options are built by the drivers that start runs and turned into a plan inside mlharness.run; every
-# step below takes the plan's parts. Drivers: the command lines (mlharness.cli, any *.cli), the measurement
-# package, model sessions, and the agent's self-check.
+# step below takes the plan's parts. Drivers: the command lines (mlharness.cli, any *.cli) and the measurement
+# package.
 OPTIONS_MODULE = "mlharness.run.options"
 OPTIONS_TYPE = "RunOptions"
-STARTS_RUNS = ("mlharness.measurement", "mlharness.session", "mlharness.agent.backend", "mlharness.cli")
+STARTS_RUNS = ("mlharness.measurement", "mlharness.cli")
 
 
 def options_importers(mods: dict[str, Path]) -> list[str]:
@@ -236,20 +242,9 @@ def options_importers(mods: dict[str, Path]) -> list[str]:
     for mod, path in mods.items():
         if within(mod, "mlharness.run") or mod.endswith(".cli") or any(within(mod, d) for d in STARTS_RUNS):
             continue
-        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                    base = ".".join([*anchor, base] if base else anchor)
-                names = [base] + [f"{base}.{a.name}" for a in node.names]
-                if any(a.name == OPTIONS_TYPE for a in node.names):
-                    names.append(OPTIONS_TYPE)
-            else:
-                continue
+        for node, names in imports(mod, path):
+            if isinstance(node, ast.ImportFrom) and any(a.name == OPTIONS_TYPE for a in node.names):
+                names.append(OPTIONS_TYPE)
             if any(n == OPTIONS_TYPE or within(n, OPTIONS_MODULE) for n in names):
                 found.append(f"{mod} (line {node.lineno})")
     return sorted(found)
@@ -263,7 +258,8 @@ def test_only_the_run_package_imports_the_run_options():
 
 def test_the_options_check_finds_an_importer(tmp_path):
     """The type imported from any module (a re-export too), the options module imported whole, relatively or
-    inside a function are reported; the run package, the drivers and an unrelated name are not."""
+    inside a function are reported; the run package, the drivers (command lines, measurement) and an unrelated
+    name are not."""
     pkg = tmp_path / "mlharness"
     for sub in ("run", "loadgen", "measurement", "agent", "submission"):
         (pkg / sub).mkdir(parents=True)
@@ -276,8 +272,10 @@ def test_the_options_check_finds_an_importer(tmp_path):
     (pkg / "submission" / "cli.py").write_text("from mlharness.run import options\n")
     (pkg / "cli.py").write_text("from mlharness.run.options import RunOptions\n")
     (pkg / "loadgen" / "settings.py").write_text("from mlharness.run.options import METADATA_FILE as RunOpts\n")
-    assert options_importers(modules(pkg)) == ["mlharness.loadgen.settings (line 1)"]
+    assert options_importers(modules(pkg)) == ["mlharness.agent.backend (line 2)",
+                                               "mlharness.loadgen.settings (line 1)"]
     (pkg / "loadgen" / "settings.py").write_text("from mlharness.run.plan import RunPlan\n")
+    (pkg / "agent" / "backend.py").write_text("def f():\n    from mlharness.run.factory import make_predictor\n")
     assert options_importers(modules(pkg)) == []
     (pkg / "loadgen" / "sut.py").write_text("def f():\n    from mlharness.run.runner import RunOptions\n")
     (pkg / "agent" / "client.py").write_text("from ..run import options\n")

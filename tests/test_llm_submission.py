@@ -244,7 +244,7 @@ def test_submission_verification_of_a_test06_directory(tmp_path):
 
 
 def test_interactive_user_conf_lines_use_the_interactive_model_name():
-    from mlharness.submission.records import effective_user_conf
+    from mlharness.loadgen.settings import effective_user_conf
 
     text = effective_user_conf(None, "llama3_1-8b", "Interactive", {"target_qps": 2.5, "min_duration_ms": 1000})
     assert "llama3_1-8b-interactive.Server.target_qps = 2.5" in text

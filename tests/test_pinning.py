@@ -12,8 +12,7 @@ import pytest
 from mlharness.errors import SettingsError
 from mlharness.loadgen.pinning import core_sets, pinned
 from mlharness.manifest.loader import load_manifest
-from mlharness.run.factory import make_instances, resolve_model_file
-from mlharness.run.options import RunOptions
+from mlharness.run.factory import Instances, make_instances, resolve_model_file
 
 
 def test_core_sets_split_evenly_and_disjoint():
@@ -42,9 +41,8 @@ def test_framework_threads_inherit_the_pinned_mask(tmp_path, monkeypatch):
     before_mask = os.sched_getaffinity(0)
     last = max(before_mask)
     loaded = load_manifest("demo")
-    opts = RunOptions(scenario="Offline", manifest="demo", threads=2)
     before = set(os.listdir("/proc/self/task"))
-    predictors = make_instances(loaded, opts, resolve_model_file(loaded), 8, affinity=[{last}])
+    predictors = make_instances(loaded, Instances(threads=2, affinity=[{last}]), resolve_model_file(loaded), 8)
     try:
         # the framework's native threads: mlharness's own Python threads (the hook watchdog) are not pinned
         python_threads = {str(t.native_id) for t in threading.enumerate()}

@@ -57,7 +57,6 @@ class ModelBackend:
         from mlharness.manifest.loader import load_manifest
         from mlharness.run.context import build_context, resolve_load_workers, sample_count
         from mlharness.run.factory import check_framework_version, make_predictor, resolve_model_file
-        from mlharness.run.options import RunOptions
 
         if hooks not in HOOKS_MODES:
             raise AgentError(f"--hooks must be one of {', '.join(HOOKS_MODES)}, got '{hooks}'")
@@ -70,15 +69,14 @@ class ModelBackend:
         self.version = m.version
         self.framework = m.framework.name
         self.max_batchsize = max_batchsize or m.batching.for_scenario(scenario)
-        opts = RunOptions(scenario=scenario, mode="performance", manifest=manifest, framework=framework,
-                          dataset_path=dataset_path, count=count, device=device, threads=threads)
         self.framework_version = check_framework_version(loaded, ignore_framework_version)
         self._specs_in = [i.model_dump() for i in m.inputs]
         self._specs_out = [o.model_dump() for o in m.outputs]
         self.total = 0
         self._warmup = m.framework.warmup
         self._warmed = False
-        ctx = build_context(loaded, opts, self.max_batchsize)
+        ctx = build_context(loaded, self.max_batchsize, scenario=scenario, mode="performance", device=device,
+                            dataset_path=dataset_path, count=count)
         if hooks == "agent":
             from mlharness.loadgen.pipeline import Pipeline
             from mlharness.loadgen.qsl import SampleLoader, SampleStore
@@ -86,8 +84,9 @@ class ModelBackend:
             from mlharness.manifest.schema import numpy_dtype
 
             self.hookset = HookSet(loaded, ctx)
-            self.total = sample_count(self.hookset, opts, ctx)
-            self.predictor = make_predictor(loaded, opts, resolve_model_file(loaded), self.max_batchsize)
+            self.total = sample_count(self.hookset, count, ctx)
+            self.predictor = make_predictor(loaded, resolve_model_file(loaded), self.max_batchsize, device=device,
+                                            threads=threads)
             self.store = SampleStore(self.total, len(m.inputs))
             self.loader = SampleLoader(self.hookset, ctx, self.store, resolve_load_workers(None, loaded))
             self.pipeline = Pipeline(self.predictor, self.hookset, ctx, self.store,
@@ -98,7 +97,8 @@ class ModelBackend:
             self.outputs = [TensorMeta(RESPONSE, "BYTES", [])]
         else:
             self.hookset = None
-            self.predictor = make_predictor(loaded, opts, resolve_model_file(loaded), self.max_batchsize)
+            self.predictor = make_predictor(loaded, resolve_model_file(loaded), self.max_batchsize, device=device,
+                                            threads=threads)
             self.inputs = [self._meta(s, f"input_{k}") for k, s in enumerate(self._specs_in)]
             self.outputs = [self._meta(s, f"output_{k}") for k, s in enumerate(self._specs_out)]
         self.ctx = ctx

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.calibration import calibrate_dev, estimate, server_bound, server_probe
+from mlharness.calibration.asked import Asked
 from mlharness.calibration.stated import EXPECTED_KEYS, conf_states, count_given_by, given_by  # noqa: F401
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.pinning import pinned
@@ -350,9 +351,7 @@ def apply(cal: Calibration, settings: Any) -> None:
 def effective_conf(base: Path | None, model: str, scenario: str, overrides: dict[str, Any],
                    cal: Calibration | None) -> str:
     """The user.conf a run effectively used: the file, the command line's overrides, the calibrated lines."""
-    from mlharness.submission.records import effective_user_conf
-
-    text = effective_user_conf(base, model, scenario, overrides)
+    text = lgs.effective_user_conf(base, model, scenario, overrides)
     if cal is not None:
         text += ("\n# Expected performance calibrated by mlharness on this system "
                  f"(measured {cal.measured:.6g} {'ms per query' if cal.unit == 'ms' else 'samples/s'}):\n"
@@ -360,36 +359,34 @@ def effective_conf(base: Path | None, model: str, scenario: str, overrides: dict
     return text
 
 
-def for_run(opts: Any, plan: lgs.SettingsPlan, settings: Any, pipelines: list[Any], loader: Any, perf_count: int,
+def for_run(asked: Asked, plan: lgs.SettingsPlan, settings: Any, pipelines: list[Any], loader: Any, perf_count: int,
             batch: int, warmup: int, outdir: Path, affinity: list[set[int]] | None = None) -> dict[str, Any]:
     """The runner's step: calibrate when the run needs it, say so, write the effective user.conf beside the
     logs; returns what goes into the run metadata under 'calibration'. A Server run whose stated min_query_count
     is too small for early stopping says so (calibrate_dev.short_count_note)."""
-    result = _for_run(opts, plan, settings, pipelines, loader, perf_count, batch, warmup, outdir, affinity)
-    note = calibrate_dev.short_count_note(plan, settings, count_given_by(plan, opts.user_conf))
+    result = _for_run(asked, plan, settings, pipelines, loader, perf_count, batch, warmup, outdir, affinity)
+    note = calibrate_dev.short_count_note(plan, settings, count_given_by(plan, asked.user_conf))
     if note:
         result["short_count"] = note
-        if getattr(opts, "say", None):
-            opts.say(note)
+        asked.tell(note)
     return result
 
 
-def _for_run(opts: Any, plan: lgs.SettingsPlan, settings: Any, pipelines: list[Any], loader: Any, perf_count: int,
+def _for_run(asked: Asked, plan: lgs.SettingsPlan, settings: Any, pipelines: list[Any], loader: Any, perf_count: int,
              batch: int, warmup: int, outdir: Path, affinity: list[set[int]] | None) -> dict[str, Any]:
     if plan.mode != "performance":
         return {"calibrated": False, "reason": "accuracy mode"}
-    if not getattr(opts, "calibrate", True):
+    if not asked.calibrate:
         return {"calibrated": False, "reason": "--no-calibrate"}
-    if getattr(opts, "network", None) == "lon":
+    if asked.network == "lon":
         return {"calibrated": False, "reason": "LoadGen over the network: the agents run the model"}
-    source = given_by(plan.scenario, plan.model, plan.overrides, opts.user_conf)
+    source = given_by(plan.scenario, plan.model, plan.overrides, asked.user_conf)
     if source is not None:
         return {"calibrated": False, "reason": f"expected performance given by {source}"}
-    stated = count_given_by(plan, opts.user_conf)
+    stated = count_given_by(plan, asked.user_conf)
     cal = calibrate(plan.scenario, settings, pipelines, loader, perf_count, batch, warmup, affinity=affinity,
                     keep_count=stated is not None)
-    if getattr(opts, "say", None):
-        opts.say(cal.one_line())
+    asked.tell(cal.one_line())
     (outdir / "user.conf").write_text(effective_conf(plan.user_conf, plan.model, plan.scenario,
                                                      plan.overrides.given(), cal))
     return cal.as_dict()

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.calibration import calibrate_dev, estimate, server_bound
+from mlharness.calibration.asked import Asked
 from mlharness.calibration.calibrate import (
     EARLY_STOPPING_QUERIES,
     LATENCY_HEADROOM,
@@ -348,49 +349,44 @@ def one_line(cal: Calibration) -> str:
     return line + (f"\n{cal.extra['long_run']}" if "long_run" in cal.extra else "")
 
 
-def for_run(opts: Any, plan: lgs.SettingsPlan, settings: Any, predictors: list[GenerativePredictor], store: Any,
+def for_run(asked: Asked, plan: lgs.SettingsPlan, settings: Any, predictors: list[GenerativePredictor], store: Any,
             loader: Any, perf_count: int, warmup: int, outdir: Path) -> dict[str, Any]:
     """The runner's step for a token-stream model: calibrate when the run needs it (performance runs, and the
     accuracy runs of Server/Interactive), say so, write the effective user.conf beside the logs; returns what goes
     into the run metadata under 'calibration'."""
-    say = getattr(opts, "say", None)
-    if server_bound.token_bounds_to_derive(plan, getattr(opts, "network", None)):
+    if server_bound.token_bounds_to_derive(plan, asked.network):
         # before the rate, which is calibrated against them
         measured = _with_prompts(predictors, store, loader, perf_count, warmup,
                                  lambda prompts: single_request(predictors, prompts))
         for line in server_bound.derive_token_bounds(plan, settings, measured):
-            if say:
-                say(line)
-    result = _calibrated(opts, plan, settings, predictors, store, loader, perf_count, warmup, outdir)
+            asked.tell(line)
+    result = _calibrated(asked, plan, settings, predictors, store, loader, perf_count, warmup, outdir)
     # a development run is then sized from the expected rate, not from the dataset (calibrate_dev)
     sized = calibrate_dev.size(plan, settings, perf_count, floor=MIN_SAMPLES)
     if sized is not None:
         result["development_sizing"] = sized
-        if getattr(opts, "say", None):
-            opts.say(sized["message"])
-    note = calibrate_dev.short_count_note(plan, settings, count_given_by(plan, opts.user_conf))
+        asked.tell(sized["message"])
+    note = calibrate_dev.short_count_note(plan, settings, count_given_by(plan, asked.user_conf))
     if note:
         result["short_count"] = note
-        if say:
-            say(note)
+        asked.tell(note)
     return result
 
 
-def _calibrated(opts: Any, plan: lgs.SettingsPlan, settings: Any, predictors: list[GenerativePredictor],
+def _calibrated(asked: Asked, plan: lgs.SettingsPlan, settings: Any, predictors: list[GenerativePredictor],
                 store: Any, loader: Any, perf_count: int, warmup: int, outdir: Path) -> dict[str, Any]:
     if plan.mode != "performance" and plan.scenario != "Server":
         return {"calibrated": False, "reason": "accuracy mode"}
-    if not getattr(opts, "calibrate", True):
+    if not asked.calibrate:
         return {"calibrated": False, "reason": "--no-calibrate"}
-    source = given_by(plan.scenario, plan.model, plan.overrides, opts.user_conf)
+    source = given_by(plan.scenario, plan.model, plan.overrides, asked.user_conf)
     if source is not None:
         return {"calibrated": False, "reason": f"expected performance given by {source}"}
     cal = calibrate(plan.scenario, settings, predictors, store, loader, perf_count, warmup,
-                    keep_count=count_given_by(plan, opts.user_conf) is not None)
+                    keep_count=count_given_by(plan, asked.user_conf) is not None)
     if plan.mode != "performance":
         cal.extra.pop("min_query_count", None)  # an accuracy run issues every sample once whatever it says
-    if getattr(opts, "say", None):
-        opts.say(one_line(cal))
+    asked.tell(one_line(cal))
     (outdir / "user.conf").write_text(effective_conf(plan.user_conf, plan.model, plan.scenario,
                                                      plan.overrides.given(), cal))
     return cal.as_dict()

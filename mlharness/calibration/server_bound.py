@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from mlharness.calibration.asked import Asked
 from mlharness.calibration.server_probe import one_sample_runner
 from mlharness.loadgen import settings as lgs
 
@@ -168,7 +169,7 @@ def measure_single_sample(pipeline: Any, loader: Any, perf_count: int, warmup: i
     return 1e3 * float(np.percentile(np.asarray(laps), 99))
 
 
-def for_run(opts: Any, plan: lgs.SettingsPlan, settings: Any, pipelines: list[Any], loader: Any, perf_count: int,
+def for_run(asked: Asked, plan: lgs.SettingsPlan, settings: Any, pipelines: list[Any], loader: Any, perf_count: int,
             official: bool, tokens: bool, warmup: int = 1) -> dict[str, Any] | None:
     """The runner's step, before calibration (which plans the rate against the bound): resolve the bound,
     measure the single-sample latency, derive the bound of a non-benchmark model nobody bounded, say so; the
@@ -177,7 +178,7 @@ def for_run(opts: Any, plan: lgs.SettingsPlan, settings: Any, pipelines: list[An
         return None
     keys = ("ttft_latency", "tpot_latency") if tokens else ("target_latency",)
     bounds = [resolve(plan, settings, k) for k in keys]
-    local = pipelines and getattr(opts, "network", None) != "lon" and not tokens
+    local = pipelines and asked.network != "lon" and not tokens
     if plan.mode == "performance" and local:
         b = bounds[0]
         try:
@@ -194,12 +195,11 @@ def for_run(opts: Any, plan: lgs.SettingsPlan, settings: Any, pipelines: list[An
             plan.not_submittable.append(f"the Server latency bound {b.ms:g} ms was derived from the model's "
                                         "measured latency, not set by an MLPerf benchmark")
     plan.latency_bound = {b.key: b.as_dict() for b in bounds}
-    later = token_bounds_to_derive(plan, getattr(opts, "network", None)) if tokens else []
-    say = getattr(opts, "say", None)
-    if say and plan.mode == "performance":
+    later = token_bounds_to_derive(plan, asked.network) if tokens else []
+    if plan.mode == "performance":
         for b in bounds:
             if b.key not in later:  # said once derived, by calibrate_tokens
-                say(b.line())
+                asked.tell(b.line())
     return plan.latency_bound
 
 

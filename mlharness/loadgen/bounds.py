@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,13 +147,14 @@ def check_args(args: Any) -> None:
         check_flag(flag, getattr(args, flag.lstrip("-").replace("-", "_"), None))
 
 
-def check_run_options(opts: Any) -> None:
-    """The numbers of a RunOptions, each error naming the flag the value comes from."""
+def check_run_options(values: Mapping[str, Any], overrides: Any, device: str) -> None:
+    """A run's numbers (``values``: option name -> value, for the names of RUN_OPTION_FLAGS), its LoadGen
+    overrides and its device, each error naming the flag the value comes from."""
     for name, flag in RUN_OPTION_FLAGS.items():
-        check_flag(flag, getattr(opts, name))
+        check_flag(flag, values.get(name))
     for name, flag in OVERRIDE_FLAGS.items():
-        check_flag(flag, getattr(opts.overrides, name))
-    check_device(opts.device)
+        check_flag(flag, getattr(overrides, name))
+    check_device(device)
 
 
 # ------------------------------------------------------------------------------------------ user.conf values

@@ -315,3 +315,38 @@ def describe_settings(settings: Any) -> dict[str, Any]:
         else:
             out[name] = str(value).rsplit(".", 1)[-1]
     return out
+
+
+# user.conf key for each development override of `mlharness run`
+OVERRIDE_CONF_KEYS = {
+    "min_duration_ms": "min_duration", "min_query_count": "min_query_count", "max_query_count": "max_query_count",
+    "target_qps": "target_qps", "target_latency_ms": "target_latency", "samples_per_query": "samples_per_query",
+    "performance_sample_count": "performance_sample_count_override",
+}  # fmt: skip
+
+
+def effective_user_conf(base: Path | None, conf_model: str, scenario: str, overrides: dict[str, Any]) -> str:
+    """The user.conf the scenario's runs used: the file itself, then the command line's development overrides
+    written as the conf lines that would set them."""
+    text = base.read_text() if base is not None else "# no user.conf: LoadGen's embedded mlperf.conf defaults\n"
+    if not text.endswith("\n"):
+        text += "\n"
+    lines = []
+    # Interactive: LoadGen reads the Server keys of the -interactive model name (llama3_1-8b-interactive.Server.*)
+    conf_model, lg_scenario = conf_model_for(conf_model, scenario), loadgen_scenario(scenario)
+    for key, value in overrides.items():
+        conf_key = OVERRIDE_CONF_KEYS.get(key)
+        if conf_key is None or value is None:
+            continue
+        if key == "target_qps" and lg_scenario not in ("Offline", "Server"):
+            continue
+        if key == "target_latency_ms" and scenario == "Offline":
+            continue
+        if key == "samples_per_query" and scenario != "MultiStream":
+            continue
+        lines.append(f"{conf_model}.{lg_scenario}.{conf_key} = {value:g}" if isinstance(value, float)
+                     else f"{conf_model}.{lg_scenario}.{conf_key} = {value}")
+    if lines:
+        text += ("\n# Development overrides given on the command line (they make the results non-submittable "
+                 "in the closed division):\n" + "\n".join(lines) + "\n")
+    return text

@@ -14,12 +14,12 @@ from mlharness.loadgen.qsl import check_sample_count
 from mlharness.manifest.historical import missing_dataset
 from mlharness.manifest.hooks import HookSet
 from mlharness.manifest.loader import LoadedManifest
-from mlharness.run.options import RunOptions
 
 
-def build_context(loaded: LoadedManifest, opts: RunOptions, batch_size: int) -> dict[str, Any]:
+def build_context(loaded: LoadedManifest, batch_size: int, *, scenario: str, mode: str, device: str = "cpu",
+                  dataset_path: str | Path | None = None, count: int | None = None) -> dict[str, Any]:
     m = loaded.model
-    ds_path = opts.dataset_path
+    ds_path = dataset_path
     if ds_path is not None:  # a mistyped path is an error here, before any hook could generate data into it
         check_file_or_folder(Path(ds_path), "--dataset-path", error=DatasetError)
     if ds_path is None and loaded.dataset is not None and loaded.dataset.path:
@@ -33,21 +33,20 @@ def build_context(loaded: LoadedManifest, opts: RunOptions, batch_size: int) -> 
         "attributes": dict(m.attributes),
         "dataset_attributes": dict(loaded.dataset.attributes) if loaded.dataset else {},
         "batch_size": batch_size,
-        "scenario": opts.scenario,
-        "mode": opts.mode,
-        "device": opts.device,
+        "scenario": scenario,
+        "mode": mode,
+        "device": device,
         "dataset_path": str(ds_path) if ds_path is not None else None,
         "manifest_dir": str(loaded.directory),
-        "count": opts.count,
+        "count": count,
     }
 
 
-def sample_count(hooks: HookSet, opts: RunOptions, ctx: dict[str, Any]) -> int:
+def sample_count(hooks: HookSet, count: int | None, ctx: dict[str, Any]) -> int:
     """The dataset size: ``init()``'s answer (or --count alone), at most --count; recorded in ``ctx``."""
     reason = missing_dataset(hooks.loaded)
     if reason:  # with --count alone its hooks would get sample numbers
         raise DatasetError(reason)
-    count = opts.count
     if "before_preprocess" in hooks:
         from_hook = hooks.call("before_preprocess", ctx)
         if isinstance(from_hook, int) and not isinstance(from_hook, bool) and from_hook > 0:

@@ -7,7 +7,8 @@ import importlib
 import importlib.metadata
 import logging
 import os
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,6 @@ from mlharness.manifest.targets import run_generator
 from mlharness.predictors import FRAMEWORK_PACKAGES, PREDICTORS
 from mlharness.predictors.base import Predictor, PredictorConfig
 from mlharness.predictors.generative import generation_config
-from mlharness.run.options import RunOptions
-from mlharness.telemetry.observe import wants_profile
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +103,21 @@ def check_framework_version(loaded: LoadedManifest, ignore: bool) -> str:
     return installed
 
 
-def make_predictor(loaded: LoadedManifest, opts: RunOptions, model_file: Path | None, batch: int,
-                   weights_file: Path | None = None) -> Predictor:
+@dataclass(frozen=True)
+class Instances:
+    """How a run's predictor sessions are made: how many, on which device, with how many framework threads each,
+    pinned to which cores, and whether the framework profiles (a trace level that asks for it)."""
+
+    count: int = 1
+    device: str = "cpu"
+    threads: int | None = None  # framework intra-op threads
+    threads_per_instance: int | None = None  # default with several instances: the cores split evenly
+    affinity: list[set[int]] | None = None  # --pin-cores: the cores of each instance
+    profile: bool = False
+
+
+def make_predictor(loaded: LoadedManifest, model_file: Path | None, batch: int, *, device: str = "cpu",
+                   threads: int | None = None, profile: bool = False, weights_file: Path | None = None) -> Predictor:
     """A loaded predictor. ``weights_file``: the factory's resolved state dict (resolved here when not given)."""
     m = loaded.model
     if weights_file is None:
@@ -114,8 +126,8 @@ def make_predictor(loaded: LoadedManifest, opts: RunOptions, model_file: Path | 
         model_path=str(model_file) if model_file else None,
         input_names=[i.name for i in m.inputs],
         output_names=[] if loaded.fetch_all_outputs else [o.name for o in m.outputs],  # [] = every output
-        device=opts.device,
-        threads=opts.threads,
+        device=device,
+        threads=threads,
         options=dict(m.framework.options),
         max_batchsize=batch,
         factory=m.model.factory if m.model else None,
@@ -124,7 +136,7 @@ def make_predictor(loaded: LoadedManifest, opts: RunOptions, model_file: Path | 
         output_specs=[o.model_dump() for o in m.outputs],
         model_name=m.name,
         manifest_path=str(loaded.path),
-        profile=wants_profile(opts.trace),
+        profile=profile,
         generation=generation_config(m.generation) if streams_tokens(m) else None,
     )
     predictor = PREDICTORS.get(m.framework.name)(config)
@@ -132,24 +144,25 @@ def make_predictor(loaded: LoadedManifest, opts: RunOptions, model_file: Path | 
     return predictor
 
 
-def make_instances(loaded: LoadedManifest, opts: RunOptions, model_file: Path | None, batch: int,
-                   affinity: list[set[int]] | None = None) -> list[Predictor]:
-    """``opts.instances`` predictor sessions; with several, the cores are split between them unless
+def make_instances(loaded: LoadedManifest, spec: Instances, model_file: Path | None, batch: int,
+                   say: Callable[[str], None] | None = None) -> list[Predictor]:
+    """``spec.count`` predictor sessions; with several, the cores are split between them unless
     ``threads_per_instance`` says otherwise (two sessions each grabbing every core would fight). With
-    ``affinity`` (core pinning), instance i is created pinned to ``affinity[i]`` and uses that many threads."""
-    n = max(1, opts.instances)
-    say_model_swap(loaded, opts)
-    threads = opts.threads_per_instance or opts.threads
+    ``spec.affinity`` (core pinning), instance i is created pinned to its cores and uses that many threads."""
+    n = max(1, spec.count)
+    say_model_swap(loaded, say)
+    threads = spec.threads_per_instance or spec.threads
     if n > 1 and threads is None:
         threads = max(1, (os.cpu_count() or 1) // n)
     weights_file = resolve_weights_file(loaded)  # once: verifying a large state dict's checksum takes seconds
     predictors: list[Predictor] = []
     try:
         for i in range(n):
-            cores = affinity[i] if affinity else None
-            per = replace(opts, threads=threads or (len(cores) if cores else None))
+            cores = spec.affinity[i] if spec.affinity else None
             with pinned(cores):
-                predictors.append(make_predictor(loaded, per, model_file, batch, weights_file))
+                predictors.append(make_predictor(
+                    loaded, model_file, batch, device=spec.device, threads=threads or (len(cores) if cores else None),
+                    profile=spec.profile, weights_file=weights_file))
             if i == 0:  # the declared outputs against the model's own, before LoadGen starts
                 check_declared_outputs(loaded, predictors[0])
     except BaseException:
@@ -159,13 +172,13 @@ def make_instances(loaded: LoadedManifest, opts: RunOptions, model_file: Path | 
     return predictors
 
 
-def say_model_swap(loaded: LoadedManifest, opts: RunOptions) -> None:
+def say_model_swap(loaded: LoadedManifest, say: Callable[[str], None] | None) -> None:
     """A model swapped in with $MLHARNESS_MODEL_FILE is said in the run's normal output: the results are not the
     manifest's model's."""
     for note in loaded.notes:
         if f"${MODEL_FILE_ENV}" in note:
-            if opts.say is not None:
-                opts.say(f"{loaded.path}: {note}")
+            if say is not None:
+                say(f"{loaded.path}: {note}")
             else:
                 log.warning("%s: %s", loaded.path, note)
 

@@ -13,7 +13,7 @@ from mlharness.calibration.explain import error_texts as explain_errors
 from mlharness.loadgen import settings as lgs
 from mlharness.predictors.base import Predictor
 from mlharness.run.factory import model_file_facts
-from mlharness.run.options import Measured, RunOptions
+from mlharness.run.options import Measured
 from mlharness.run.plan import LoadgenSettings, RunPlan
 from mlharness.tasks.base import AccuracyResult
 from mlharness.telemetry.sysinfo import host_facts
@@ -21,14 +21,14 @@ from mlharness.telemetry.sysinfo import host_facts
 SEED_KEYS = ("qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed")
 
 
-def not_submittable(run: RunPlan, conf: LoadgenSettings, opts: RunOptions, detail: dict[str, Any]) -> list[str]:
+def not_submittable(run: RunPlan, conf: LoadgenSettings, detail: dict[str, Any]) -> list[str]:
     """Why the official checker would refuse this run (empty when it would not)."""
     given = conf.plan.overrides.given()
     reasons = list(conf.plan.not_submittable)
     if given:
         reasons.append(f"development overrides: {', '.join(f'{k}={v}' for k, v in given.items())}")
-    if opts.count:
-        reasons.append(f"--count {opts.count} limits the dataset")
+    if run.count:
+        reasons.append(f"--count {run.count} limits the dataset")
     if not run.official:
         reasons.append("the manifest names no MLPerf benchmark (mlperf.model): not an official benchmark")
     if detail["errors"]:
@@ -36,11 +36,11 @@ def not_submittable(run: RunPlan, conf: LoadgenSettings, opts: RunOptions, detai
     return reasons
 
 
-def run_metadata(run: RunPlan, conf: LoadgenSettings, opts: RunOptions, predictors: list[Predictor],
+def run_metadata(run: RunPlan, conf: LoadgenSettings, predictors: list[Predictor],
                  measured: Measured, accuracy: AccuracyResult | None) -> dict[str, Any]:
     loaded, plan, sut, strategy = run.loaded, conf.plan, measured.sut, measured.strategy
     detail, summary = measured.detail, measured.summary
-    reasons = not_submittable(run, conf, opts, detail)
+    reasons = not_submittable(run, conf, detail)
     return {
         "mlharness_version": __version__,
         "manifest": {"name": loaded.model.name, "version": loaded.model.version, "path": str(loaded.path),
@@ -52,8 +52,8 @@ def run_metadata(run: RunPlan, conf: LoadgenSettings, opts: RunOptions, predicto
         "dataset_path": run.ctx.get("dataset_path"),  # as init() left it: what the accuracy metric scored against
         "conf_model": plan.model,
         "official_benchmark": plan.official,
-        "scenario": opts.scenario,
-        "mode": opts.mode,
+        "scenario": run.scenario,
+        "mode": run.mode,
         "response_element_type": loaded.model.response.element_type,  # what TEST01 compares the responses in
         "submittable": not reasons,
         "not_submittable_reasons": reasons,
@@ -64,7 +64,7 @@ def run_metadata(run: RunPlan, conf: LoadgenSettings, opts: RunOptions, predicto
         "round": plan.round,
         "loadgen_seeds": {k: detail.get(f"effective_{k}") for k in SEED_KEYS},
         "user_conf": str(plan.user_conf) if plan.user_conf else None,
-        "audit_config": str(opts.audit_config) if opts.audit_config else None,
+        "audit_config": str(plan.audit_config) if plan.audit_config else None,
         "overrides": plan.overrides.given(),
         "settings": lgs.describe_settings(conf.settings),
         "batching": {"strategy": strategy.name, "max_batchsize": run.batch,

@@ -3,9 +3,12 @@ dataset size, the framework version, and the LoadGen settings with the performan
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from mlharness.calibration.asked import Asked
 from mlharness.errors import SettingsError, suggest
 from mlharness.loadgen import bounds
 from mlharness.loadgen import settings as lgs
@@ -13,11 +16,15 @@ from mlharness.loadgen.pinning import core_sets
 from mlharness.manifest.hooks import HookSet
 from mlharness.manifest.loader import LoadedManifest
 from mlharness.manifest.names import check_path_component
-from mlharness.manifest.schema import streams_tokens
 from mlharness.rounds import check_in_suite
 from mlharness.run.context import build_context, sample_count
-from mlharness.run.factory import check_framework_version
+from mlharness.run.destination import identity
+from mlharness.run.factory import Instances, check_framework_version
+from mlharness.run.kinds import DataKind, data_kind
 from mlharness.run.options import RunOptions
+from mlharness.run.rundir import default_output
+from mlharness.telemetry.observe import wants_profile
+from mlharness.telemetry.sampler import DEFAULT_INTERVAL_MS
 from mlharness.telemetry.trace import LEVELS
 
 
@@ -29,12 +36,41 @@ def check_options(opts: RunOptions) -> None:
         raise SettingsError(f"unknown trace level '{opts.trace}'.{suggest(opts.trace, LEVELS)}")
     if opts.mode not in ("accuracy", "performance"):
         raise SettingsError(f"unknown mode '{opts.mode}'; expected accuracy or performance")
-    bounds.check_run_options(opts)
+    bounds.check_run_options({name: getattr(opts, name) for name in bounds.RUN_OPTION_FLAGS}, opts.overrides,
+                             opts.device)
     # the files' lines and values now, before the model loads (the model name is checked once it is known)
     if opts.user_conf is not None:
         lgs.validate_user_conf(opts.user_conf, None)
     if opts.audit_config is not None:
         lgs.check_audit_config(opts.audit_config)
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where the run's results go, and what the folder's marker says the run is."""
+
+    final: Path
+    ident: dict[str, str]
+    results_root: Path
+
+
+@dataclass(frozen=True)
+class Observe:
+    """What the run records beside LoadGen's logs: its trace level, LoadGen's own trace, host sampling."""
+
+    trace: str = "none"
+    loadgen_trace: bool = False
+    telemetry_interval_ms: float = DEFAULT_INTERVAL_MS
+
+
+@dataclass(frozen=True)
+class Report:
+    """Who hears from the run while it runs: notices, the progress bar, and the CLI's way out of a stuck test."""
+
+    say: Callable[[str], None] | None = None
+    progress: Any = None  # load(done, total) / attach(sut, total, settings) / close(), or None
+    on_stuck_failure: Callable[[BaseException, Path], None] | None = None
+    abort_grace_s: float = 5.0
 
 
 @dataclass
@@ -48,17 +84,38 @@ class RunPlan:
     benchmark: str  # the results directory name
     batch: int
     framework_version: str
-    affinity: list[set[int]] | None  # --pin-cores: the cores of each instance
-    tokens: bool = False  # the responses are token streams (a generative model)
+    scenario: str
+    mode: str
+    kind: DataKind  # what the model answers with, and what that needs of the run (kinds.py)
+    settings: lgs.SettingsPlan  # mlperf.conf + user.conf + overrides + the round, for loadgen_settings
+    destination: Destination
+    instances: Instances
+    asked: Asked  # what calibration is told
+    observe: Observe
+    report: Report
+    count: int | None = None  # --count: limits the dataset (the run is then not submittable)
+    network: str | None = None  # "lon": LoadGen over the network, the agents run the hooks and the model
+    load_workers: int | None = None
+    workers: int = 1  # SUT worker threads
+    server_max_wait_ms: float | None = None  # the Server batcher's wait (None: the manifest's)
+
+    @property
+    def tokens(self) -> bool:
+        return self.kind.tokens
+
+    @property
+    def affinity(self) -> list[set[int]] | None:
+        return self.instances.affinity
 
 
 def plan_run(loaded: LoadedManifest, opts: RunOptions) -> RunPlan:
-    """Compile the hooks, ask the dataset for its size, and check the framework the model needs."""
+    """Compile the hooks, ask the dataset for its size, check the framework the model needs, and turn the options
+    into the parts each later step takes. No step after this one sees the options."""
     m = loaded.model
     bounds.check_manifest_numbers(loaded)
     official = m.mlperf.model is not None
-    tokens = streams_tokens(m)
-    if opts.scenario == lgs.INTERACTIVE and not tokens:
+    kind = data_kind(m)
+    if opts.scenario == lgs.INTERACTIVE and not kind.tokens:
         raise SettingsError(f"{loaded.path}: the Interactive scenario is for models that stream tokens "
                             "(response.kind: tokens)")
     conf_model = lgs.conf_model_for(m.mlperf.model or m.name, opts.scenario)
@@ -70,9 +127,10 @@ def plan_run(loaded: LoadedManifest, opts: RunOptions) -> RunPlan:
     local = not (opts.agents or opts.network or opts.endpoints)
     version = check_framework_version(loaded, opts.ignore_framework_version) if local else None
     batch = opts.max_batchsize or m.batching.for_scenario(lgs.loadgen_scenario(opts.scenario))
-    ctx = build_context(loaded, opts, batch)
+    ctx = build_context(loaded, batch, scenario=opts.scenario, mode=opts.mode, device=opts.device,
+                        dataset_path=opts.dataset_path, count=opts.count)
     hooks = HookSet(loaded, ctx)
-    total = sample_count(hooks, opts, ctx)
+    total = sample_count(hooks, opts.count, ctx)
     if opts.agents or opts.network:
         from mlharness.predictors.remote import remote_manifest
 
@@ -82,11 +140,30 @@ def plan_run(loaded: LoadedManifest, opts: RunOptions) -> RunPlan:
         from mlharness.predictors.openai import endpoint_manifest
 
         loaded = endpoint_manifest(loaded, opts.endpoints)  # generation by OpenAI-compatible servers
+    benchmark = m.mlperf.benchmark or m.mlperf.model or m.name
     return RunPlan(
         loaded=loaded, hooks=hooks, ctx=ctx, total=total, official=official, conf_model=conf_model,
-        benchmark=m.mlperf.benchmark or m.mlperf.model or m.name, batch=batch, tokens=tokens,
+        benchmark=benchmark, batch=batch, kind=kind, scenario=opts.scenario, mode=opts.mode,
         framework_version=version if local else check_framework_version(loaded, opts.ignore_framework_version),
-        affinity=core_sets(max(1, opts.instances)) if opts.pin_cores else None,
+        settings=lgs.SettingsPlan(
+            model=conf_model, official=official, scenario=lgs.loadgen_scenario(opts.scenario), mode=opts.mode,
+            user_conf=opts.user_conf if opts.user_conf is not None else lgs.default_user_conf(conf_model),
+            overrides=opts.overrides, audit_config=opts.audit_config, round=opts.round or lgs.DEFAULT_ROUND,
+            token_latencies=kind.tokens),
+        destination=Destination(
+            final=Path(opts.output or default_output(opts.results_root, opts.system, benchmark, opts.scenario,
+                                                     opts.mode)),
+            ident=identity(benchmark, opts.scenario, opts.mode), results_root=opts.results_root),
+        instances=Instances(
+            count=opts.instances, device=opts.device, threads=opts.threads,
+            threads_per_instance=opts.threads_per_instance, profile=wants_profile(opts.trace),
+            affinity=core_sets(max(1, opts.instances)) if opts.pin_cores else None),
+        asked=Asked(calibrate=opts.calibrate, user_conf=opts.user_conf, network=opts.network, say=opts.say),
+        observe=Observe(opts.trace, opts.loadgen_trace, opts.telemetry_interval_ms),
+        report=Report(opts.say, opts.progress, opts.on_stuck_failure, opts.abort_grace_s),
+        count=opts.count, network=opts.network, load_workers=opts.load_workers, workers=opts.workers,
+        server_max_wait_ms=(opts.server_max_wait_ms if opts.server_max_wait_ms is not None
+                            else m.batching.server_max_wait_ms),
     )
 
 
@@ -97,16 +174,10 @@ class LoadgenSettings:
     performance_count: int
 
 
-def loadgen_settings(run: RunPlan, opts: RunOptions) -> LoadgenSettings:
+def loadgen_settings(run: RunPlan) -> LoadgenSettings:
     """The embedded mlperf.conf, the user.conf and the overrides for this model and scenario (the round's seeds)."""
-    plan = lgs.SettingsPlan(
-        model=run.conf_model, official=run.official, scenario=lgs.loadgen_scenario(opts.scenario), mode=opts.mode,
-        user_conf=opts.user_conf if opts.user_conf is not None else lgs.default_user_conf(run.conf_model),
-        overrides=opts.overrides, audit_config=opts.audit_config, round=opts.round or lgs.DEFAULT_ROUND,
-        token_latencies=run.tokens,
-    )
-    settings = lgs.build_test_settings(plan)
-    return LoadgenSettings(plan, settings, performance_count(settings, run.total, plan))
+    settings = lgs.build_test_settings(run.settings)
+    return LoadgenSettings(run.settings, settings, performance_count(settings, run.total, run.settings))
 
 
 def performance_count(settings: Any, total: int, plan: lgs.SettingsPlan) -> int:

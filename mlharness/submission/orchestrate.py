@@ -161,7 +161,7 @@ def _run_submission(req: SubmissionRequest, console: Any, loaded: Any) -> Outcom
             if _audit_dataset(loaded, step):  # later flags win: the audit's own dataset manifest
                 argv += ["--dataset", str(_audit_dataset(loaded, step))]
         files = {
-            "user.conf": records.effective_user_conf(scen_conf, conf_model, scenario, dev),
+            "user.conf": lgs.effective_user_conf(scen_conf, conf_model, scenario, dev),
             "measurements.json": json.dumps(content, indent=2) + "\n",
             "README.md": records.readme(benchmark, scenario, req.system, req.command,
                                         [(s, _display(a)) for s, a in argvs.items()], notes, m.name),

@@ -1,0 +1,94 @@
+"""The data kinds of a manifest, one row each: what a model answers with (``response.kind``) and what that asks
+of the run — the SUT that completes LoadGen's samples, the calibration that sizes the run, the LoadGen lines that
+measure it, the scenarios it may run, and whether its declared outputs are checked by running a sample.
+
+The runner asks the row; it never branches on the kind's name. A new kind (video frames, a chat turn, a session of
+turns) is a new row here with the functions it needs, plus its value in ``manifest/schema.py``'s
+``Response.kind`` (``tests/test_run_kinds.py`` holds the two lists equal)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mlharness.calibration import calibrate, calibrate_tokens, server_bound
+from mlharness.loadgen.sut import NetworkQDL, SystemUnderTest
+from mlharness.loadgen.tokens import TokenSUT, check_generative
+
+
+@dataclass
+class Parts:
+    """What the LoadGen test has built before its SUT: a kind's functions take what they need from here."""
+
+    run: Any  # the RunPlan (plan.py imports this module)
+    conf: Any  # its LoadgenSettings
+    predictors: list[Any]
+    pipelines: list[Any]  # one pre -> predict -> post pipeline per instance (tensor kinds)
+    store: Any
+    loader: Any
+    strategy: Any
+    dtype: Any  # the numpy type of the responses LoadGen is handed
+    tracer: Any
+    on_failure: Callable[[BaseException], None]
+    outdir: Path
+
+
+@dataclass(frozen=True)
+class DataKind:
+    name: str
+    tokens: bool  # LoadGen measures TTFT/TPOT and counts tokens (use_token_latencies, token throughput lines)
+    interactive: bool  # the Interactive scenario is open to it
+    make_sut: Callable[[Parts], Any]
+    server_bound: Callable[[Parts], Any]
+    calibrate: Callable[[Parts], dict[str, Any]]
+    check_outputs: bool  # run one sample through the pipeline to check the declared outputs before LoadGen
+    sut_warmup: bool  # the SUT warms the model up before LoadGen starts (token SUTs warm up at calibration)
+
+
+def _tensor_sut(p: Parts) -> Any:
+    if p.run.network == "lon":
+        return NetworkQDL(p.predictors[0], on_failure=p.on_failure)  # the agents run the hooks and the model
+    return SystemUnderTest(p.pipelines, p.strategy, p.run.workers, on_failure=p.on_failure, tracer=p.tracer,
+                           affinity=p.run.affinity)
+
+
+def _token_sut(p: Parts) -> Any:
+    loaded = p.run.loaded
+    return TokenSUT(check_generative(p.predictors, loaded), p.store, p.conf.plan.scenario, on_failure=p.on_failure,
+                    warmup=loaded.model.framework.warmup, response_dtype=p.dtype)
+
+
+def _bound(p: Parts, tokens: bool) -> Any:
+    run = p.run
+    return server_bound.for_run(run.asked, p.conf.plan, p.conf.settings, [] if tokens else p.pipelines, p.loader,
+                                p.conf.performance_count, run.official, tokens, run.loaded.model.framework.warmup)
+
+
+def _tensor_calibration(p: Parts) -> dict[str, Any]:
+    run = p.run
+    return calibrate.for_run(run.asked, p.conf.plan, p.conf.settings, p.pipelines, p.loader,
+                             p.conf.performance_count, run.batch, run.loaded.model.framework.warmup, p.outdir,
+                             affinity=run.affinity)
+
+
+def _token_calibration(p: Parts) -> dict[str, Any]:
+    run = p.run
+    return calibrate_tokens.for_run(run.asked, p.conf.plan, p.conf.settings, p.predictors, p.store, p.loader,
+                                    p.conf.performance_count, run.loaded.model.framework.warmup, p.outdir)
+
+
+KINDS: dict[str, DataKind] = {
+    "tensor": DataKind("tensor", tokens=False, interactive=False, make_sut=_tensor_sut,
+                       server_bound=lambda p: _bound(p, False), calibrate=_tensor_calibration, check_outputs=True,
+                       sut_warmup=True),
+    "tokens": DataKind("tokens", tokens=True, interactive=True, make_sut=_token_sut,
+                       server_bound=lambda p: _bound(p, True), calibrate=_token_calibration, check_outputs=False,
+                       sut_warmup=False),
+}
+
+
+def data_kind(model: Any) -> DataKind:
+    """The row of a manifest's model (its ``response.kind``; the schema admits only the table's names)."""
+    return KINDS[model.response.kind]
