@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mlharness.measurement.queueing import (
+from mlharness.loadgen.queueing import (
     batch_time_fn,
     early_stopping_percentile,
     server_ceiling,

@@ -21,7 +21,7 @@ lazy initialisation: TorchScript's profiling runs, allocator growth), and when t
 than :data:`AGREEMENT` (a host whose load changed meanwhile) the pass is repeated, at most :data:`MAX_PASSES`
 times. The rate or latency the run is expected to reach (the median plus the harness's per-sample costs) is
 handed to the estimate printed before the run (:func:`mlharness.calibration.estimate.note_expected`). Server starts from the Offline-style measurement: the highest rate an ideal queue on the measured
-batch times keeps within the latency bound (:mod:`mlharness.measurement.queueing`), of which a conservative fraction is
+batch times keeps within the latency bound (:mod:`mlharness.loadgen.queueing`), of which a conservative fraction is
 used (``mlharness tune`` searches the highest VALID rate by trial runs).
 """
 
@@ -302,7 +302,7 @@ def _throughput(scenario: str, settings: Any, pipelines: list[Any], n: int, batc
                            n, main.batches, main.seconds, batch,
                            {"mean_samples_per_second": main.mean_sps, "settled_samples_per_second": main.settled_sps,
                             "expected_samples_per_second": expected, **checks})
-    from mlharness.measurement.queueing import server_ceiling
+    from mlharness.loadgen.queueing import server_ceiling
 
     # Server is judged on its latency tail: the mean batch times (noise included), not the median
     sps = main.mean_sps

@@ -1,6 +1,6 @@
 """A Server rate checked against the host as it is: a short paced trial of the real pipeline.
 
-The ideal-queue rate (:mod:`mlharness.measurement.queueing`) knows the model's batch times timed back to back. A Server run
+The ideal-queue rate (:mod:`mlharness.loadgen.queueing`) knows the model's batch times timed back to back. A Server run
 meets more than that: each arrival wakes a thread, and on a busy host (another process on a core, a framework's
 own thread pools) a wake-up can wait several milliseconds for a core. Against a bound of a few milliseconds those
 stalls, not the model, decide the 99th percentile. The probe sends single samples through the run's own pipeline

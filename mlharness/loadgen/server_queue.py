@@ -65,7 +65,7 @@ def measure_batch_times(run_batch: Callable[[np.ndarray], Any], indices: list[in
 
 def cost_fn(times_ms: dict[int, float]) -> Callable[[int], float]:
     """Milliseconds for a batch of n: linear between measured sizes, proportional beyond the largest."""
-    from mlharness.measurement.queueing import batch_time_fn
+    from mlharness.loadgen.queueing import batch_time_fn
 
     return batch_time_fn(times_ms)
 

@@ -15,11 +15,11 @@ RATIO_MAX_QUERIES = 5_000  # the harness's Server cost is turned into a ceiling 
 
 def ideal_ceilings(batch_ms: dict[int, float], bound_ms: float, server_batch: int,
                    percentile: float, only: str | None = None) -> dict[str, float]:
-    """The ideal-queue Server ceiling (:func:`mlharness.measurement.queueing.server_ceiling`) of greedy batching capped at
+    """The ideal-queue Server ceiling (:func:`mlharness.loadgen.queueing.server_ceiling`) of greedy batching capped at
     each measured batch size, and of the harness's own policy (:mod:`mlharness.loadgen.server_queue`) on the
     same batch times; the best of them is the ceiling the harness is held to."""
+    from mlharness.loadgen.queueing import server_ceiling
     from mlharness.loadgen.server_queue import BatchPolicy
-    from mlharness.measurement.queueing import server_ceiling
 
     caps = sorted({k for k in batch_ms if k <= server_batch} | {server_batch})
     out = {f"greedy up to {k}": server_ceiling(batch_ms, bound_ms, max_batch=k, percentile=percentile)
@@ -53,8 +53,8 @@ def same_trial_ideal(arrivals: np.ndarray, sizes: np.ndarray, predict_ms: np.nda
     Returns the queue's p99 and late count at the trial's rate, the harness's p99 cost over it, and that cost as
     a ceiling ratio: the highest rate at which the ideal queue (on this schedule, median batch times) meets the
     bound less that cost, over the highest at which it meets the bound."""
+    from mlharness.loadgen.queueing import batch_time_fn, early_stopping_late, replay_ceiling, serve
     from mlharness.loadgen.server_queue import BatchPolicy
-    from mlharness.measurement.queueing import batch_time_fn, early_stopping_late, replay_ceiling, serve
 
     one = float(np.median(predict_ms[sizes == 1])) if np.any(sizes == 1) else None
     measured = batch_time_fn(batch_ms)
@@ -84,13 +84,13 @@ def server_search(cfg: Any, run_trial: Callable[[int, float, float, int], Any], 
     costs in each trial against the same trial through the zero-overhead queue (:func:`same_trial_ideal`).
 
     The ceiling is what a harness with no overhead could reach with the same batching on this machine (see
-    :mod:`mlharness.measurement.queueing`), for the percentile early stopping demands of a trial this long: no trial can
+    :mod:`mlharness.loadgen.queueing`), for the percentile early stopping demands of a trial this long: no trial can
     be VALID above it (and real service times vary, so not at it either): the search bisects between 30% of
     it and it. A shared VM's speed drifts by ±10% over minutes, which moves the highest VALID rate more than the
     harness does; so each trial is also compared with the ideal queue on its own arrivals and its own predict
     times, and the bare model is timed just before it (``bare_probe``) to show whether the model was slower
     inside the harness than alone."""
-    from mlharness.measurement.queueing import early_stopping_percentile
+    from mlharness.loadgen.queueing import early_stopping_percentile
 
     # LoadGen's early stopping lets a short run have far fewer than 1% of its samples late: trials of ~1,500
     # queries must meet about p99.6 (--quick: one trial of ~600 queries, none of them late). The ceiling for that
