@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import io
 import re
 from dataclasses import dataclass, field
@@ -106,6 +107,16 @@ class ChatPrompt:
     def text(self) -> str:
         """Every text part, in order (what a text-only tokenizer would count)."""
         return "\n".join(p.text for m in self.messages for p in m.parts if isinstance(p, TextPart))
+
+    @cached_property
+    def key(self) -> str:
+        """sha256 of the conversation (roles, texts, each image's bytes): what an oracle's table is keyed by."""
+        h = hashlib.sha256()
+        for m in self.messages:
+            h.update(f"\x00{m.role}\x00".encode())
+            for p in m.parts:
+                h.update(b"\x01" + (p.text.encode() if isinstance(p, TextPart) else hashlib.sha256(p.data).digest()))
+        return h.hexdigest()
 
     @cached_property
     def openai_messages(self) -> list[dict[str, Any]]:
