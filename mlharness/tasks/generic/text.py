@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 TEXT_METRICS = ("exact_match", "token_f1")  # the generic metrics that score text
 # response element types that hold token ids; text responses are bytes (uint8, int8, "bytes")
 ID_TYPES = ("int16", "int32", "int64", "uint16", "uint32", "uint64")
+TEXT_TYPES = ("uint8", "int8", "bytes")
 
 
 def token_dtype(entries: list[LogEntry], ctx: AccuracyContext) -> tuple[str | None, str]:
@@ -29,6 +30,8 @@ def token_dtype(entries: list[LogEntry], ctx: AccuracyContext) -> tuple[str | No
     declared = str(getattr(ctx, "response_dtype", None) or "")
     if declared in ID_TYPES:
         return declared, f"response.element_type {declared}"
+    if declared in TEXT_TYPES or option in TEXT_TYPES:  # a token stream answered as UTF-8 text (response.text):
+        return None, ""  # LoadGen's entries carry token_count, yet the bytes are text, not int32 ids
     if any("token_count" in e.raw for e in entries):  # LoadGen logs token_count for token streams: int32 ids
         return "int32", "the log's entries carry token_count: a token model's int32 ids"
     return None, ""
