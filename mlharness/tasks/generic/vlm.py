@@ -28,7 +28,7 @@ RANDOM_DOC = "mlharness tiny random LLaVA " + json.dumps({"vision": VISION_CONFI
                                                            sort_keys=True)
 
 # Llama 3's turn markers (the tokenizer adds the BOS when it encodes the text); an image part becomes the processor's <image> token (which it expands to one token per
-# patch plus the CLS token), a text part its text, a plain string content itself.
+# patch: 16), a text part its text, a plain string content itself.
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n"
     "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}"
