@@ -13,6 +13,7 @@ import numpy as np
 
 from mlharness.errors import DatasetError, HookError
 from mlharness.manifest.hooks import HookSet
+from mlharness.predictors.chat import CHAT_INPUT, ChatLimits, parse_chat
 
 log = logging.getLogger(__name__)
 
@@ -166,8 +167,11 @@ class SampleLoader:
             out = self.hooks.call("preprocess", self.ctx, sample_argument(self.hooks, index))
         else:
             raise HookError("preprocess", self.hooks.manifest, "the manifest defines no preprocess hook")
+        specs = self.ctx.get("inputs") or []
+        if specs and specs[0].get("type") == CHAT_INPUT:  # the schema keeps a chat input alone
+            return (chat_sample(out, index, specs[0], self.hooks.manifest),)
         # with a predict hook, the declared inputs are the model's and the samples are what the hook cuts them from
-        declared = [] if "predict" in self.hooks else self.ctx.get("inputs") or []
+        declared = [] if "predict" in self.hooks else specs
         return check_preprocessed(out, index, self.store.n_inputs, declared, self.hooks.manifest)
 
     def load(self, indices: list[int]) -> None:
@@ -196,6 +200,19 @@ class SampleLoader:
         self.store.drop(list(indices))
         if "unload" in self.hooks:
             self.hooks.call("unload", list(indices))
+
+
+def chat_sample(out: Any, index: int, spec: dict[str, Any], manifest: str) -> np.ndarray:
+    """``preprocess``'s messages for sample ``index`` checked (:func:`~mlharness.predictors.chat.parse_chat`) and
+    kept as a 0-d object array: the store stacks and gathers it like any input, and a request's prompt is the
+    :class:`~mlharness.predictors.chat.ChatPrompt` itself."""
+    try:
+        prompt = parse_chat(out, index, ChatLimits.from_spec(spec.get("parameters")))
+    except DatasetError as e:  # exit status 2, the sample, message and part named, and the hook that made them
+        raise HookError("preprocess", manifest, e.message) from None
+    cell = np.empty((), dtype=object)
+    cell[()] = prompt
+    return cell
 
 
 def check_preprocessed(out: Any, index: int, n_inputs: int, specs: list[dict[str, Any]],

@@ -1,7 +1,7 @@
 """The SUT of a generative model: each sample's response is a stream of token ids.
 
 Each issued sample becomes a :class:`~mlharness.predictors.generative.TokenRequest` (the prompt ids
-``preprocess`` left in the sample store) submitted to a generative predictor (round robin over the instances),
+``preprocess`` left in the sample store, or the sample's chat messages, kept there as one object) submitted to a generative predictor (round robin over the instances),
 whose engine batches it with the others; ``submit`` only enqueues for the engine. A small query (Server,
 Interactive, SingleStream: one sample) is submitted from ``issue`` itself, which saves a thread wake-up on the
 way to the first token; a large one (Offline) is handed to a dispatcher thread so that LoadGen's issue thread
@@ -94,6 +94,13 @@ class SampleStream:
             self.sut.fail(GenerationFailed(
                 f"sample {self.index} (qsl_idx) got a response of {len(tokens)} token(s); LoadGen needs at least 2 "
                 "per response: keep generation.min_new_tokens at 2 or more, or fix the model's stop condition"))
+        elif response is None and self.sut.text:
+            self.sut.fail(GenerationFailed(
+                f"sample {self.index} (qsl_idx): the predictor '{self.sut.predictors[0].name}' gave its token ids "
+                "but no text, and the manifest's response.text asks for the text's UTF-8 bytes; that predictor "
+                "does not write text responses"))
+            self._complete(None)
+            return
         data = tokens if response is None else np.asarray(response).ravel()
         data = np.ascontiguousarray(data, dtype=self.sut.response_dtype)
         self._complete(None if self.sut.halted else tokens, data)
@@ -140,8 +147,9 @@ class TokenSUT(Completions):
 
     def __init__(self, predictors: list[GenerativePredictor], store: SampleStore, scenario: str,
                  on_failure: Callable[[BaseException], None] | None = None, warmup: int = 0,
-                 response_dtype: Any = np.int32):
+                 response_dtype: Any = np.int32, text: bool = False):
         super().__init__(on_failure)
+        self.text = text  # response.text: every sample is done with its text's UTF-8 bytes as the response
         self.response_dtype = np.dtype(response_dtype)  # int32, or int64 where the accuracy script reads that
         self.predictors = predictors
         self.store = store

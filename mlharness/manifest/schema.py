@@ -77,7 +77,8 @@ class TensorSpec(_Strict):
     """Tensor name in the model graph; matched to the framework's names. MLModelScope's ``parameters.input_layer``
     is accepted too. Without one, tensors are matched by position."""
     type: str = "tensor"
-    """What the tensor carries (image, text, probability, ...); informational."""
+    """What the tensor carries (image, text, probability, ...); informational, except ``chat``: the prompt is
+    chat messages (``parameters``: ``max_image_bytes``, ``max_image_pixels``)."""
     description: str = ""
     element_type: str = "float32"
     """numpy-style dtype name of the tensor."""
@@ -189,15 +190,22 @@ class ResponseSpec(_Strict):
     so: what the whisper accuracy script reads by default)."""
     element_type: str = "float32"
     """dtype in which each sample's response is written to LoadGen (what the accuracy script decodes)."""
+    text: bool = False
+    """With ``kind: tokens`` and ``element_type: uint8``: each sample's response is the generated text as UTF-8
+    bytes (qwen3-vl's accuracy script reads text); ``n_tokens`` stays the count of generated token ids."""
 
     @model_validator(mode="before")
     @classmethod
     def _tokens_are_int32(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("text") and data.get("kind") != "tokens":
+            raise ValueError("field 'text': text responses are generated: they need kind 'tokens'")
         if isinstance(data, dict) and data.get("kind") == "tokens":
-            if data.get("element_type", "int32") not in ("int32", "int64"):
-                raise ValueError("token responses are int32 token ids (or int64 ones); drop element_type or "
-                                 "declare int32 or int64")
-            data = {**data, "element_type": data.get("element_type", "int32")}
+            allowed = ("uint8",) if data.get("text") is True else ("int32", "int64")
+            if data.get("element_type", allowed[0]) not in allowed:
+                raise ValueError("text responses are UTF-8 bytes: declare element_type uint8" if data.get("text")
+                                 else "token responses are int32 token ids (or int64 ones); drop element_type "
+                                 "or declare int32 or int64")
+            data = {**data, "element_type": data.get("element_type", allowed[0])}
         return data
 
     @field_validator("element_type")
@@ -361,6 +369,13 @@ class ModelManifest(_Strict):
     @classmethod
     def _safe_name(cls, v: str) -> str:
         return safe_name(v)
+
+    @model_validator(mode="after")
+    def _chat_alone(self) -> ModelManifest:
+        if any(i.type == "chat" for i in self.inputs) and (len(self.inputs) > 1 or not streams_tokens(self)):
+            raise ValueError("an input of type 'chat' (the prompt's messages) is a generative model's only input: "
+                             "declare it alone, with response.kind 'tokens'")
+        return self
 
     @field_validator("framework", mode="before")
     @classmethod

@@ -3,7 +3,8 @@
 The contract between the SUT and a generative predictor (``transformers``, ``vllm``, ``openai``, test models):
 
 - The SUT turns each issued sample into a :class:`TokenRequest` (the prompt's token ids, as the manifest's
-  ``preprocess`` hook left them at load time) and hands it to :meth:`GenerativePredictor.submit` together with a
+  ``preprocess`` hook left them at load time, or a :class:`~mlharness.predictors.chat.ChatPrompt` for a model
+  whose input is of ``type: chat``) and hands it to :meth:`GenerativePredictor.submit` together with a
   :class:`TokenStream` of its own. ``submit`` returns at once: the predictor generates on its own thread(s), and
   requests submitted while others run join them where the engine batches continuously.
 - For every request the predictor calls ``stream.first(ids)`` at most once, as soon as the first new token
@@ -14,6 +15,8 @@ The contract between the SUT and a generative predictor (``transformers``, ``vll
   ends without a first token gets one from the SUT just before its completion (LoadGen needs one outside Offline).
 - Token ids are int32 (what the accuracy scripts decode). A sample's response must have at least
   ``GenerationConfig.min_new_tokens`` (default 2) tokens: LoadGen refuses ``n_tokens == 1``.
+- With ``GenerationConfig.text`` (the manifest's ``response.text``) ``done`` also gets ``response=`` the generated
+  text's UTF-8 bytes (uint8): what the sample answers, its ids still counting its tokens.
 - :meth:`GenerativePredictor.drain` returns when every submitted request has finished (done or failed);
   :meth:`close` stops the engine, failing what is still running.
 """
@@ -28,6 +31,7 @@ import numpy as np
 
 from mlharness.errors import PredictorError
 from mlharness.predictors.base import Predictor
+from mlharness.predictors.chat import ChatPrompt
 
 
 @dataclass
@@ -42,12 +46,13 @@ class GenerationConfig:
     top_k: int = 0
     stop_token_ids: list[int] = field(default_factory=list)  # in addition to the tokenizer's EOS
     options: dict[str, Any] = field(default_factory=dict)  # engine-specific
+    text: bool = False  # the manifest's response.text: done() carries the text's UTF-8 bytes as the response
 
 
 @dataclass
 class TokenRequest:
     index: int  # the sample index (LoadGen's qsl_idx)
-    prompt: np.ndarray  # 1-D int token ids
+    prompt: np.ndarray | ChatPrompt  # 1-D int token ids, or the checked messages of a ``type: chat`` input
 
 
 class TokenStream(Protocol):
@@ -85,7 +90,13 @@ class GenerativePredictor(Predictor):
         raise PredictorError(f"{self.name} generates token streams: the SUT calls submit(), not predict()")
 
 
-def generation_config(spec: Any) -> GenerationConfig:
-    """A :class:`GenerationConfig` from the manifest's ``generation`` section (a pydantic model or a mapping)."""
+def generation_config(spec: Any, text: bool = False) -> GenerationConfig:
+    """A :class:`GenerationConfig` from the manifest's ``generation`` section (a pydantic model or a mapping) and
+    its ``response.text``."""
     data = spec.model_dump() if hasattr(spec, "model_dump") else dict(spec or {})
-    return GenerationConfig(**data)
+    return GenerationConfig(**{"text": text, **data})
+
+
+def text_response(text: str) -> np.ndarray:
+    """The response of a ``response.text`` sample: its text as UTF-8 bytes."""
+    return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)

@@ -1,7 +1,9 @@
 """``token-oracle``: a generative test predictor that answers each prompt with a table's token ids.
 
 Its model file is a JSON table (written by ``mlharness.tasks.cnndm.models:ensure_oracle_table``): the sha256 of a
-prompt's int32 token ids -> the reference output's ids, and the tokenizer's EOS id. Each answer is the reference
+prompt's int32 token ids -> the reference output's ids, and the tokenizer's EOS id; and, for chat prompts, ``"chat"``:
+:attr:`~mlharness.predictors.chat.ChatPrompt.key` -> the answer's text, streamed as its UTF-8 bytes (one id per
+byte, no EOS) and, with ``response.text``, given as the sample's text response. Each answer is the reference
 ids then one EOS, as a model that stops on EOS returns them, streamed on the predictor's own thread; requests run
 side by side (each on its own clock), as in an engine that batches continuously.
 
@@ -28,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import PredictorError
+from mlharness.predictors.chat import ChatPrompt
 from mlharness.predictors.generative import GenerativePredictor, TokenRequest, TokenStream
 from mlharness.tasks.cnndm.models import prompt_key
 
@@ -55,6 +58,7 @@ class TokenOraclePredictor(GenerativePredictor):
         fail_after = opts.get("fail_after")
         self.fail_after = None if fail_after is None else int(fail_after)
         self.table: dict[str, list[int]] = {}
+        self.chat: dict[str, str] = {}  # ChatPrompt.key -> the answer's text
         self.eos_id = 0
         self._heap: list[tuple[float, int, _Active]] = []
         self._order = itertools.count()
@@ -78,9 +82,11 @@ class TokenOraclePredictor(GenerativePredictor):
                 table = json.loads(Path(self.config.model_path).read_text())
             except (OSError, ValueError) as e:
                 raise PredictorError(f"token-oracle: cannot read the table {self.config.model_path}: {e}") from e
-        if not isinstance(table, dict) or not isinstance(table.get("entries"), dict):
-            raise PredictorError(f"token-oracle: {self.config.model_path} is not an oracle table (no 'entries')")
-        self.table = table["entries"]
+        if not isinstance(table, dict) or not isinstance(table.get("entries", table.get("chat")), dict):
+            raise PredictorError(f"token-oracle: {self.config.model_path} is not an oracle table (no 'entries' "
+                                 "or 'chat')")
+        self.table = table.get("entries") or {}
+        self.chat = table.get("chat") or {}
         self.eos_id = int(table.get("eos_token_id", 0))
         self._thread = threading.Thread(target=self._run, name="token-oracle", daemon=True)
         self._thread.start()
@@ -88,8 +94,12 @@ class TokenOraclePredictor(GenerativePredictor):
     def framework_version(self) -> str:
         return "n/a"
 
-    def answer(self, prompt: np.ndarray) -> np.ndarray | None:
-        """The ids this oracle streams for ``prompt`` (None when the table does not know the prompt)."""
+    def answer(self, prompt: np.ndarray | ChatPrompt) -> np.ndarray | None:
+        """The ids this oracle streams for ``prompt`` (None when the table does not know the prompt): a token
+        prompt's reference ids then EOS; a chat prompt's answer text as its UTF-8 bytes, one id per byte."""
+        if isinstance(prompt, ChatPrompt):
+            text = self.chat.get(prompt.key)
+            return None if text is None else np.frombuffer(str(text).encode("utf-8"), np.uint8).astype(np.int32)
         ids = self.table.get(prompt_key(prompt))
         if ids is None:
             return None
@@ -106,10 +116,11 @@ class TokenOraclePredictor(GenerativePredictor):
                 ids = self.answer(request.prompt)
                 item = _Active(request, stream, ids if ids is not None else np.zeros(0, np.int32))
                 if ids is None:
+                    what = (f"chat prompt (key {request.prompt.key[:12]}...)" if isinstance(request.prompt, ChatPrompt)
+                            else f"prompt ({len(request.prompt)} token ids)")
                     item.error = PredictorError(
-                        f"token-oracle: sample {request.index}: its prompt ({len(request.prompt)} token ids) is not "
-                        f"in the oracle table {self.config.model_path} (the oracle answers the dataset its table "
-                        f"was built from)")
+                        f"token-oracle: sample {request.index}: its {what} is not in the oracle table "
+                        f"{self.config.model_path} (the oracle answers the dataset its table was built from)")
                 heapq.heappush(self._heap, (now + (0.0 if ids is None else self.first_delay), next(self._order),
                                             item))
                 self._active += 1
@@ -132,7 +143,13 @@ class TokenOraclePredictor(GenerativePredictor):
         if item.sent == 1:
             item.stream.first(item.ids[:1].copy())
         if item.sent >= len(item.ids):
-            item.stream.done(item.ids.copy())
+            if self.generation.text and isinstance(item.request.prompt, ChatPrompt):
+                item.stream.done(item.ids.copy(), response=item.ids.astype(np.uint8))
+            elif self.generation.text:
+                item.stream.fail(PredictorError(f"token-oracle: sample {item.request.index}: response.text needs a "
+                                                "chat prompt (a token prompt's answer is ids, not text)"))
+            else:
+                item.stream.done(item.ids.copy())
             return None
         return self.token_delay
 

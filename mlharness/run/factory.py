@@ -137,7 +137,7 @@ def make_predictor(loaded: LoadedManifest, model_file: Path | None, batch: int, 
         model_name=m.name,
         manifest_path=str(loaded.path),
         profile=profile,
-        generation=generation_config(m.generation) if streams_tokens(m) else None,
+        generation=generation_config(m.generation, m.response.text) if streams_tokens(m) else None,
     )
     predictor = PREDICTORS.get(m.framework.name)(config)
     predictor.load()

@@ -57,7 +57,8 @@ def _tensor_sut(p: Parts) -> Any:
 def _token_sut(p: Parts) -> Any:
     loaded = p.run.loaded
     return TokenSUT(check_generative(p.predictors, loaded), p.store, p.conf.plan.scenario, on_failure=p.on_failure,
-                    warmup=loaded.model.framework.warmup, response_dtype=p.dtype)
+                    warmup=loaded.model.framework.warmup, response_dtype=p.dtype,
+                    text=loaded.model.response.text)
 
 
 def _bound(p: Parts, tokens: bool) -> Any:
