@@ -8,7 +8,10 @@ answer has the request's ``max_tokens`` tokens (``tokens`` when it sets none), o
 after ``eos_after`` tokens (never before the request's ``min_tokens``). ``stream_options.include_usage`` adds the
 usage chunk ``vllm bench serve`` reads. ``GET /v1/models`` names the served model; ``GET /stats`` tells the
 connections opened, the requests, the streams open now and the most that were open at once (``POST /stats/reset``
-zeroes the counters, open streams excepted).
+zeroes the counters, open streams excepted). ``POST /v1/chat/completions`` takes chat messages with images (each
+data URL checked to decode) and streams an oracle table's answer or an echo naming each image's sha256
+(:mod:`mlharness.measurement.fake_openai_server`); ``--prefix-cache`` makes it report cached prompt tokens as a
+server with prefix caching on does.
 
 It is HTTP/1.1 over bare asyncio streams (uvloop when installed; :mod:`mlharness.measurement.fake_openai_server`),
 one task per connection and one loop timer per chunk: one core streams tens of thousands of chunks a second and
@@ -56,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="fake-model", help="the served model's name")
     p.add_argument("--port-file", type=Path, default=None, help="write the port there once listening")
     p.add_argument("--cpu", type=int, default=None, help="pin the server to this core")
+    p.add_argument("--chat-answers", type=Path, default=None, help="a JSON object: ChatPrompt.key -> answer text "
+                   "(chat conversations it lacks are refused); without it a chat is answered by an echo")
+    p.add_argument("--prefix-cache", action="store_true", help="report cached prompt tokens in chat answers and "
+                   "enable_prefix_caching=\"True\" in /metrics")
     a = p.parse_args(argv)
     if a.tokens < 0 or a.delay_ms < 0 or a.vocab < 4 or (a.eos_after is not None and a.eos_after < 0):
         p.error("--tokens, --delay-ms and --eos-after must be >= 0 and --vocab >= 4")
@@ -69,7 +76,15 @@ def main(argv: list[str] | None = None) -> int:
         import uvloop
     except ImportError:
         uvloop = None
-    server = FakeServer(a.tokens, a.delay_ms / 1000.0, a.eos_after, a.vocab, a.model)
+    answers = None
+    if a.chat_answers is not None:
+        try:
+            answers = json.loads(a.chat_answers.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            p.error(f"--chat-answers {a.chat_answers}: {e}")
+        if not isinstance(answers, dict) or not all(isinstance(v, str) for v in answers.values()):
+            p.error(f"--chat-answers {a.chat_answers}: not a JSON object of answer strings")
+    server = FakeServer(a.tokens, a.delay_ms / 1000.0, a.eos_after, a.vocab, a.model, answers, a.prefix_cache)
     coro = serve(server, a.port, a.port_file)
     if uvloop is not None:
         uvloop.run(coro)
@@ -83,11 +98,14 @@ class FakeOpenAI:
     ``.stats()``, ``.reset()``, ``.pid``; killed on exit."""
 
     def __init__(self, tokens: int = 128, delay_s: float = 0.01, cpu: int | None = None, eos_after: int | None = None,
-                 vocab: int = DEFAULT_VOCAB, model: str = "fake-model", start_timeout_s: float = 30.0):
+                 vocab: int = DEFAULT_VOCAB, model: str = "fake-model", start_timeout_s: float = 30.0,
+                 chat_answers: Path | None = None, prefix_cache: bool = False):
         self.args = [sys.executable, "-m", "mlharness.measurement.fake_openai", "--port", "0", "--tokens",
                      str(tokens), "--delay-ms", repr(delay_s * 1000.0), "--vocab", str(vocab), "--model", model]
         self.args += [] if cpu is None else ["--cpu", str(cpu)]
         self.args += [] if eos_after is None else ["--eos-after", str(eos_after)]
+        self.args += [] if chat_answers is None else ["--chat-answers", str(chat_answers)]
+        self.args += ["--prefix-cache"] if prefix_cache else []
         self.model, self.start_timeout_s = model, start_timeout_s
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""

@@ -1,9 +1,19 @@
 """The fake OpenAI-compatible server itself (see :mod:`mlharness.measurement.fake_openai`, which runs it): HTTP/1.1
-over bare asyncio streams, one task per connection, chunks paced by loop timers."""
+over bare asyncio streams, one task per connection, chunks paced by loop timers.
+
+``POST /v1/chat/completions`` takes chat messages with image parts: the messages are checked as a dataset's are
+(:func:`mlharness.predictors.chat.parse_chat`: every data URL must decode as an image; HTTP 400 otherwise) and the
+answer is the conversation's entry in the ``chat_answers`` table (keyed by ``ChatPrompt.key``; HTTP 400 for a
+conversation it lacks), or without a table an echo naming the sha256 of every image's decoded bytes (what the
+client sent, byte for byte) and the last text. The answer streams as ``delta.content`` chunks of up to
+:data:`CHAT_CHARS` characters, one token each, then a usage chunk with ``completion_tokens``; with ``prefix_cache``
+every answer after the first says that 8 of its prompt tokens came from the cache, as vLLM's does with prefix
+caching on, and ``GET /metrics`` says ``enable_prefix_caching="True"`` (``"False"`` otherwise)."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import resource
@@ -14,6 +24,7 @@ from typing import Any
 
 DEFAULT_VOCAB = 256  # token ids stay below it: the tiny tokenizers of the random manifests have 512
 BACKLOG = 16384
+CHAT_CHARS = 4  # characters of a chat answer per streamed chunk (one token)
 MAX_BODY = 64 << 20
 
 
@@ -50,8 +61,10 @@ class FakeServer:
     """The server's state and its connection handler (see the module's docstring)."""
 
     def __init__(self, tokens: int = 128, delay_s: float = 0.01, eos_after: int | None = None,
-                 vocab: int = DEFAULT_VOCAB, model: str = "fake-model"):
+                 vocab: int = DEFAULT_VOCAB, model: str = "fake-model", chat_answers: dict[str, str] | None = None,
+                 prefix_cache: bool = False):
         self.tokens, self.delay_s, self.eos_after, self.vocab, self.model = tokens, delay_s, eos_after, vocab, model
+        self.chat_answers, self.prefix_cache = chat_answers, prefix_cache
         self.streams = 0  # open now
         self.open_connections = 0
         self._next_id = 0
@@ -59,14 +72,15 @@ class FakeServer:
 
     def reset(self) -> None:
         self.connections = self.requests = self.http_requests = self.tokens_sent = 0
-        self.completed = self.aborted = 0
+        self.completed = self.aborted = self.chats = self.images = 0
         self.peak_streams = self.streams
 
     def stats(self) -> dict[str, Any]:
         return {"connections": self.connections, "open_connections": self.open_connections,
                 "http_requests": self.http_requests, "requests": self.requests, "streams": self.streams,
                 "peak_streams": self.peak_streams, "completed": self.completed, "aborted": self.aborted,
-                "tokens": self.tokens_sent, "tokens_per_request": self.tokens, "eos_after": self.eos_after,
+                "tokens": self.tokens_sent, "tokens_per_request": self.tokens, "chats": self.chats,
+                "images": self.images, "eos_after": self.eos_after,
                 "delay_s": self.delay_s, "pid": os.getpid()}
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -113,6 +127,12 @@ class FakeServer:
         try:
             if path == "/v1/completions" and method == "POST":
                 return await self._complete(raw, writer, keep)
+            if path == "/v1/chat/completions" and method == "POST":
+                return await self._chat(raw, writer, keep)
+            if path == "/metrics" and method == "GET":
+                await _send_text(writer, 'vllm:cache_config_info{block_size="16",enable_prefix_caching="'
+                                 f'{self.prefix_cache}"}} 1.0\n', keep)
+                return keep
             if path == "/v1/models" and method == "GET":
                 await _send(writer, 200, {"object": "list", "data": [
                     {"id": self.model, "object": "model", "owned_by": "mlharness"}]}, keep)
@@ -121,7 +141,7 @@ class FakeServer:
             elif path == "/stats/reset" and method == "POST":
                 self.reset()
                 await _send(writer, 200, self.stats(), keep)
-            elif path in ("/v1/completions", "/v1/models", "/stats", "/stats/reset"):
+            elif path in ("/v1/completions", "/v1/chat/completions", "/v1/models", "/stats", "/stats/reset"):
                 raise BadRequest(405, f"{method} is not allowed on {path}")
             else:
                 raise BadRequest(404, f"no such path: {path} (this server has /v1/completions, /v1/models, /stats)")
@@ -157,19 +177,64 @@ class FakeServer:
             self.tokens_sent += n
             self.completed += 1
             return keep
-        return await self._stream(writer, keep, ids, finish, rid, created,
-                                  usage if (body.get("stream_options") or {}).get("include_usage") else None)
-
-    async def _stream(self, writer: asyncio.StreamWriter, keep: bool, ids: list[int], finish: str, rid: str,
-                      created: int, usage: dict[str, Any] | None) -> bool:
         head = (f'data: {{"id":"{rid}","object":"text_completion","created":{created},'
                 f'"model":{json.dumps(self.model)},"choices":[{{"index":0,"text":" w')
         ends = ["null"] * (len(ids) - 1) + [json.dumps(finish)]  # finish_reason: on the last chunk only
         chunks = [_chunk(f'{head}{t}","token_ids":[{t}],"logprobs":null,"finish_reason":{end}}}]}}\n\n')
                   for t, end in zip(ids, ends, strict=False)]
-        tail = b"".join([_chunk(f'data: {{"id":"{rid}","object":"text_completion","created":{created},"model":'
+        include = (body.get("stream_options") or {}).get("include_usage")
+        return await self._stream(writer, keep, chunks, self._tail(rid, created, "text_completion",
+                                                                   usage if include else None))
+
+    def _tail(self, rid: str, created: int, kind: str, usage: dict[str, Any] | None) -> bytes:
+        return b"".join([_chunk(f'data: {{"id":"{rid}","object":"{kind}","created":{created},"model":'
                                 f'{json.dumps(self.model)},"choices":[],"usage":{json.dumps(usage)}}}\n\n')]
                         if usage is not None else []) + _chunk("data: [DONE]\n\n") + b"0\r\n\r\n"
+
+    async def _chat(self, raw: bytes, writer: asyncio.StreamWriter, keep: bool) -> bool:
+        from mlharness.errors import DatasetError
+        from mlharness.predictors.chat import parse_chat
+
+        try:
+            body = json.loads(raw)
+        except ValueError as e:
+            raise BadRequest(400, f"the body is not JSON: {e}") from e
+        if not isinstance(body, dict) or not body.get("stream"):
+            raise BadRequest(400, "the body must be a JSON object asking for a stream (stream: true)")
+        try:
+            prompt = parse_chat(body.get("messages"), self.requests)
+        except DatasetError as e:
+            raise BadRequest(400, f"messages: {e}") from e
+        images = [hashlib.sha256(p.data).hexdigest() for p in prompt.images]
+        if self.chat_answers is not None:
+            if prompt.key not in self.chat_answers:
+                raise BadRequest(400, f"no answer for the conversation {prompt.key} in the table")
+            answer = self.chat_answers[prompt.key]
+        else:
+            answer = f"images {' '.join(images) or 'none'}; text {prompt.text[-40:]}"
+        pieces = [answer[i:i + CHAT_CHARS] for i in range(0, len(answer), CHAT_CHARS)]
+        pieces = pieces[:_answer_length(body, len(pieces), self.eos_after)]
+        self.requests += 1
+        self.chats += 1
+        self.images += len(images)
+        self._next_id += 1
+        rid, created = f"chatcmpl-{self._next_id}", int(time.time())
+        head = (f'data: {{"id":"{rid}","object":"chat.completion.chunk","created":{created},'
+                f'"model":{json.dumps(self.model)},"choices":[{{"index":0,"delta":')
+        ends = ["null"] * (len(pieces) - 1) + ['"stop"']
+        chunks = [_chunk(f'{head}{{"role":"assistant","content":""}},"finish_reason":null}}]}}\n\n')]
+        chunks += [_chunk(f'{head}{{"content":{json.dumps(t)}}},"finish_reason":{end}}}]}}\n\n')
+                   for t, end in zip(pieces, ends, strict=False)]
+        n_prompt = len(prompt.text) // CHAT_CHARS + 64 * len(images)
+        usage: dict[str, Any] = {"prompt_tokens": n_prompt, "completion_tokens": len(pieces),
+                                 "total_tokens": n_prompt + len(pieces)}
+        if self.prefix_cache and self.chats > 1:
+            usage["prompt_tokens_details"] = {"cached_tokens": min(8, n_prompt)}
+        include = (body.get("stream_options") or {}).get("include_usage")
+        return await self._stream(writer, keep, chunks, self._tail(rid, created, "chat.completion.chunk",
+                                                                   usage if include else None))
+
+    async def _stream(self, writer: asyncio.StreamWriter, keep: bool, chunks: list[bytes], tail: bytes) -> bool:
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
                      b"Transfer-Encoding: chunked\r\n" + (b"" if keep else b"Connection: close\r\n") + b"\r\n")
         self.streams += 1
@@ -225,6 +290,14 @@ def _chunk(text: str) -> bytes:
     """``text`` as one chunk of a chunked body."""
     data = text.encode()
     return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+async def _send_text(writer: asyncio.StreamWriter, text: str, keep: bool) -> None:
+    body = text.encode()
+    close = "" if keep else "Connection: close\r\n"
+    writer.write(f"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {len(body)}\r\n"
+                 f"{close}\r\n".encode() + body)
+    await writer.drain()
 
 
 async def _send(writer: asyncio.StreamWriter, status: int, obj: Any, keep: bool) -> None:

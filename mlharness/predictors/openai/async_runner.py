@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 import threading
 import time
@@ -145,8 +146,8 @@ Generate = Callable[[Any, Any], Awaitable[Any]]
 
 class Runner:
     """Requests on the loop, at most ``limit`` at once (see the module's docstring). ``generate(request,
-    stream)`` is the coroutine of one request: it returns the answer's ids or raises; the runner reports either
-    to the stream, once."""
+    stream)`` is the coroutine of one request: it returns the answer's ids (or a pair: the ids and the response)
+    or raises; the runner reports either to the stream, once."""
 
     def __init__(self, loop_thread: LoopThread, generate: Generate, limit: int):
         self.lt, self.generate, self.limit = loop_thread, generate, limit
@@ -226,7 +227,10 @@ class Runner:
         except BaseException as e:  # noqa: BLE001 - every request reports back exactly once
             self._report(stream.fail, e)
         else:
-            self._report(stream.done, ids)
+            if isinstance(ids, tuple):  # (ids, response): a text answer, its ids counted (generation.text)
+                self._report(functools.partial(stream.done, response=ids[1]), ids[0])
+            else:
+                self._report(stream.done, ids)
 
     def _report(self, report: Callable[[Any], None], value: Any) -> None:
         try:

@@ -10,7 +10,12 @@ Manifest use::
 
 or ``mlharness run --endpoint URL`` (repeatable) with a generative manifest (one whose input is ``type: audio``
 goes to ``openai-audio`` instead: :func:`transcription_manifest`). Each sample is one streamed
-``/v1/completions`` request (Server-Sent Events). Requests go to the endpoint with the fewest outstanding ones.
+``/v1/completions`` request (Server-Sent Events); a chat prompt (an input of ``type: chat``,
+:mod:`mlharness.predictors.chat`) is one streamed ``/v1/chat/completions`` request whose messages were serialised
+once per sample (:mod:`mlharness.predictors.openai.chat_body`). With ``generation.text`` the sample's response is
+the streamed text as UTF-8 bytes, counted by the server's ``usage.completion_tokens`` where it reports them.
+Prefix caching reported by the server is said and recorded, or refused (``require_no_prefix_cache``:
+:mod:`mlharness.predictors.openai.prefix_cache`). Requests go to the endpoint with the fewest outstanding ones.
 Before its first token, a request answered with HTTP 408, 429 or 5xx, or whose connection the server reset or
 closed before answering (what a server's full listen backlog does under load), is sent again after a backoff
 (``retries`` times, honouring ``Retry-After``), preferably to another endpoint; one whose endpoint is unreachable
@@ -65,8 +70,10 @@ from mlharness.predictors.openai.async_runner import (
     open_session,
     raise_fd_limit,
 )
+from mlharness.predictors.openai.chat_body import chat_body, is_chat, payload
 from mlharness.predictors.openai.http import RETRIABLE_STATUS, Endpoint, EndpointError, EndpointPool
 from mlharness.predictors.openai.options import KNOWN_OPTIONS, folder_vocab_size, parse_options
+from mlharness.predictors.openai.prefix_cache import PrefixCacheWatch, metrics_prefix_caching
 from mlharness.predictors.openai.request import encode, stream_one
 from mlharness.predictors.openai.stream import StreamState
 from mlharness.predictors.openai.watch import RequestClock
@@ -128,7 +135,11 @@ class OpenAIPredictor(GenerativePredictor):
         self.server_ids = self.opts.server_ids
         self.extra_body = self.opts.extra_body
         if o.get("generation"):  # framework options may override the manifest's generation section
+            text = getattr(self.generation, "text", False)  # the manifest's response.text stays
             self.config.generation = generation_config(o["generation"])
+            self.config.generation.text = text
+        self.text_out = bool(getattr(self.generation, "text", False))  # the response is the answer's text
+        self.prefix = PrefixCacheWatch(self.opts.no_prefix_cache)
         key_env = o.get("api_key_env", DEFAULT_KEY_ENV)
         key = os.environ.get(key_env)
         if "api_key_env" in o and not key:
@@ -147,7 +158,7 @@ class OpenAIPredictor(GenerativePredictor):
         if self.opts.client_processes > 1:  # the requests spread over client processes, each with its own loop
             from mlharness.predictors.openai.procs import ProcessClient
 
-            self.runner = self.watch = ProcessClient(self.config, self.opts)
+            self.runner = self.watch = ProcessClient(self.config, self.opts, self.prefix)
             self.concurrency, self.model = self.runner.limit, o.get("model") or self.runner.model
             return
         self.concurrency = raise_fd_limit(self.opts.workers, "options.max_concurrency" if self.opts.workers_given
@@ -159,6 +170,9 @@ class OpenAIPredictor(GenerativePredictor):
             self.session = self.loop.call(open_session(headers, self.concurrency + len(self.endpoints),
                                                        self.opts.deadlines.connect), timeout=30)
             self.model = o.get("model") or self._served_model()
+            for ep in self.endpoints:
+                self.prefix.configured(ep.base, self.loop.call(metrics_prefix_caching(self.session, ep.base),
+                                                               timeout=30))
         except BaseException:
             self.close()
             raise
@@ -221,6 +235,7 @@ class OpenAIPredictor(GenerativePredictor):
         return {**super().describe(), "model": self.model, "max_concurrency": self.concurrency,
                 "peak_in_flight": self.runner.peak,
                 "endpoints": [{"url": e.base, "alive": e.alive, "requests": e.served} for e in self.endpoints],
+                "prefix_cache": self.prefix.describe(),
                 **(self.runner.describe() if self.opts.client_processes > 1 else {})}
 
     # -- the requests: tasks of the event loop (mlharness.predictors.openai.async_runner) --------------------------------
@@ -256,12 +271,14 @@ class OpenAIPredictor(GenerativePredictor):
     # -- one request ---------------------------------------------------------------------------------------------
     def _body(self, request: TokenRequest) -> dict[str, Any]:
         g = self.generation
-        prompt: Any = [int(t) for t in np.asarray(request.prompt).reshape(-1)]
-        if self.text_prompts:
-            prompt = self.tokenizer.decode(prompt, skip_special_tokens=False)
-        body: dict[str, Any] = {"model": self.model, "prompt": prompt, "stream": True,
+        body: dict[str, Any] = {"model": self.model, "stream": True,
                                 "max_tokens": g.max_new_tokens, "temperature": g.temperature if g.do_sample else 0.0,
                                 "top_p": g.top_p if g.do_sample else 1.0}
+        if is_chat(request.prompt):  # the messages are spliced in by chat_body; usage counts the answer's tokens
+            body["stream_options"] = {"include_usage": True}
+        else:
+            prompt: Any = [int(t) for t in np.asarray(request.prompt).reshape(-1)]
+            body["prompt"] = self.tokenizer.decode(prompt, skip_special_tokens=False) if self.text_prompts else prompt
         if self.server_ids:  # vLLM (and servers that copy its extensions); others ignore unknown fields
             body.update({"min_tokens": g.min_new_tokens, "return_token_ids": True})
             if g.stop_token_ids:
@@ -273,7 +290,9 @@ class OpenAIPredictor(GenerativePredictor):
 
     async def _generate(self, request: TokenRequest, stream: TokenStream) -> np.ndarray:
         body = self._body(request)
-        data = encode(body)
+        chat = payload(request.prompt) if is_chat(request.prompt) else None
+        data = chat_body(chat, body) if chat is not None else encode(body)
+        path = "chat/completions" if chat is not None else "completions"
         clock = RequestClock(self.opts.deadlines)  # the whole request, retries included
         exclude: Endpoint | None = None
         last: EndpointError | None = None
@@ -287,8 +306,8 @@ class OpenAIPredictor(GenerativePredictor):
                                         retriable=False)
                 raise EndpointError(f"no live endpoint left for sample {request.index} (failed: {dead or 'none'})",
                                     retriable=False)
-            state = StreamState(f"{ep.base}/completions", request.index, body.get("max_tokens"), self.vocab,
-                                self.encode_text)
+            state = StreamState(f"{ep.base}/{path}", request.index, body.get("max_tokens"), self.vocab,
+                                self.encode_text, self.text_out)
             try:
                 ids = await stream_one(self.session, data, stream, state, clock, self._is_closing)
             except EndpointError as e:
@@ -315,6 +334,10 @@ class OpenAIPredictor(GenerativePredictor):
                 self.pool.release(ep)
                 raise
             self.pool.release(ep)
+            if state.cached_tokens:
+                self.prefix.answered(state.cached_tokens, request.index, state.url)
+            if self.text_out:  # (ids, response): the ids only counted, the text is what the sample answers
+                return ids, np.frombuffer(state.text.encode("utf-8"), dtype=np.uint8)
             return ids
 
     async def _backoff(self, ep: Endpoint, e: EndpointError, tries: int, clock: RequestClock, index: int) -> None:
@@ -348,7 +371,7 @@ class OpenAIPredictor(GenerativePredictor):
     def _to_text_prompts(self, e: EndpointError, body: dict[str, Any]) -> bool:
         """``prompt: auto``: a server that refuses a prompt of token ids (HTTP 400/422) is sent text instead
         (the request is sent again; a refused text prompt is the request's error)."""
-        if self.prompt_as != "auto" or not isinstance(body["prompt"], list) or e.status not in (400, 422):
+        if self.prompt_as != "auto" or not isinstance(body.get("prompt"), list) or e.status not in (400, 422):
             return False
         if not self.tokenizer_path:
             return False

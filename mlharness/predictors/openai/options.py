@@ -14,7 +14,7 @@ from mlharness.predictors.openai.watch import Deadlines
 
 KNOWN_OPTIONS = frozenset({
     "endpoints", "model", "api_key_env", "tokenizer", "vocab_size", "prompt", "max_concurrency", "generation",
-    "server_token_ids", "extra_body", "client_processes",
+    "server_token_ids", "extra_body", "client_processes", "require_no_prefix_cache",
     # deadlines (seconds)
     "deadline_s", "connect_timeout_s", "first_byte_timeout_s", "first_token_timeout_s", "token_gap_timeout_s",
     "models_timeout_s",
@@ -43,6 +43,7 @@ class OpenAIOptions:
     extra_body: dict[str, Any] = field(default_factory=dict)
     vocab_size: int | None = None
     client_processes: int = 1  # processes the requests are spread over (mlharness.predictors.openai.procs)
+    no_prefix_cache: bool = False  # fail when the server reports prefix caching (openai.prefix_cache)
 
 
 class _Reader:
@@ -94,6 +95,9 @@ def parse_options(o: dict[str, Any], manifest: str | None = None) -> OpenAIOptio
     prompt = o.get("prompt", "auto")
     if prompt not in ("auto", "tokens", "text"):
         raise r.fail("prompt", prompt, "use auto, tokens or text")
+    no_cache = o.get("require_no_prefix_cache", False)
+    if not isinstance(no_cache, bool):
+        raise r.fail("require_no_prefix_cache", no_cache, "use true or false")
     extra = o.get("extra_body") or {}
     if not isinstance(extra, dict):
         raise r.fail("extra_body", extra, "use a mapping of request fields")
@@ -105,7 +109,7 @@ def parse_options(o: dict[str, Any], manifest: str | None = None) -> OpenAIOptio
         workers_given="max_concurrency" in o, prompt=prompt,
         server_ids=bool(o.get("server_token_ids", True)), extra_body=dict(extra),
         vocab_size=r.integer("vocab_size", None, 1, 1 << 31),
-        client_processes=r.integer("client_processes", 1, 1, MAX_CLIENT_PROCESSES) or 1)
+        client_processes=r.integer("client_processes", 1, 1, MAX_CLIENT_PROCESSES) or 1, no_prefix_cache=no_cache)
 
 
 def folder_vocab_size(folder: Any) -> int | None:

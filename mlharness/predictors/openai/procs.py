@@ -6,7 +6,8 @@ context: nothing is forked from a process that has threads) each run the ordinar
 connection pool, retries, deadlines and checks, up to ``max_concurrency / N`` requests at once each.
 
 The LoadGen process keeps the record: :class:`ProcessClient` deals each request (its sample index and prompt ids)
-to the worker with the fewest in flight, over a pipe; the worker sends back, for each request, its first token
+to the worker with the fewest in flight, over a pipe (a chat prompt's messages, JSON bytes, only the first time a
+worker gets that sample; later only its index); the worker sends back, for each request, its first token
 ids, then its completion ids or an error message, in batches. One receiving thread of the LoadGen process reads
 every worker's pipe and calls the token stream's ``first`` and ``done``/``fail``, exactly once per request, so the
 SUT hears from that one thread whatever the number of processes. A worker that dies fails the requests it had in
@@ -44,6 +45,7 @@ class _Worker:
         self.alive = True
         self.in_flight = 0
         self.sent = 0  # requests dealt to it
+        self.chats: set[int] = set()  # samples whose chat payload it holds
         self.send_lock = threading.Lock()
 
     def name(self) -> str:
@@ -65,8 +67,9 @@ class ProcessClient:
     """The request runner's interface (``submit``, ``drain``, ``close``, ``peak``, ``limit``) over N client
     processes; ``config`` and ``opts`` are the ``openai`` predictor's (its options hold ``client_processes``)."""
 
-    def __init__(self, config: Any, opts: Any):
+    def __init__(self, config: Any, opts: Any, prefix: Any = None):
         n = opts.client_processes
+        self.prefix = prefix  # PrefixCacheWatch: what the workers report of cached prompt tokens
         self.per_process = max(1, -(-opts.workers // n))
         self.limit = self.per_process * n
         self.urls = list(opts.urls)
@@ -123,7 +126,9 @@ class ProcessClient:
 
     # -- any thread -----------------------------------------------------------------------------------------
     def submit(self, jobs: list[tuple[Any, Any]]) -> None:
-        batches: dict[int, list[tuple[int, int, bytes]]] = {}
+        from mlharness.predictors.openai.chat_body import is_chat, payload
+
+        batches: dict[int, list[tuple[int, int, Any]]] = {}
         refused = []
         with self._lock:
             live = [w for w in self.workers if w.alive]
@@ -137,7 +142,11 @@ class ProcessClient:
                 self._flight[number] = (w, request, stream)
                 w.in_flight += 1
                 w.sent += 1
-                prompt = np.asarray(request.prompt).reshape(-1).astype(np.int64).tobytes()
+                if is_chat(request.prompt):  # sent once per worker and sample: None means "the one you hold"
+                    prompt = None if request.index in w.chats else payload(request.prompt)
+                    w.chats.add(request.index)
+                else:
+                    prompt = np.asarray(request.prompt).reshape(-1).astype(np.int64).tobytes()
                 batches.setdefault(w.number, []).append((number, int(request.index), prompt))
             self.peak = max(self.peak, len(self._flight))
         for request, stream in refused:
@@ -221,6 +230,10 @@ class ProcessClient:
         if not isinstance(message, list):  # "closed"
             return
         for kind, number, value in message:
+            if kind == "prefix":  # cached prompt tokens the worker's answers reused (requests, tokens)
+                if self.prefix is not None:
+                    self.prefix.merge(number, value)
+                continue
             if kind == "first":
                 with self._lock:
                     entry = self._flight.get(number)
@@ -230,7 +243,10 @@ class ProcessClient:
             entry = self._pop(number)
             if entry is None:
                 continue
-            if kind == "done":
+            if kind == "done" and isinstance(value, tuple):  # a text answer: ids and response
+                response = np.frombuffer(value[1], dtype=np.uint8).copy()
+                _report(lambda i, r=response, s=entry[2]: s.done(i, response=r), np.frombuffer(value[0], np.int32).copy())
+            elif kind == "done":
                 _report(entry[2].done, np.frombuffer(value, dtype=np.int32).copy())
             else:
                 _report(entry[2].fail, PredictorError(value))
@@ -284,8 +300,10 @@ def _report(call: Any, value: Any) -> None:
 class _Sink:
     """The worker's events, sent to the LoadGen process in batches from the worker's event loop."""
 
-    def __init__(self, conn: Connection):
+    def __init__(self, conn: Connection, prefix: Any = None):
         self.conn = conn
+        self.prefix = prefix  # the worker predictor's PrefixCacheWatch: its counts go with the events
+        self.prefix_sent = (0, 0)
         self.loop: Any = None
         self.events: list[tuple[str, int, Any]] = []
         self.lock = threading.Lock()
@@ -307,6 +325,10 @@ class _Sink:
         with self.send_lock:
             with self.lock:
                 events, self.events, self.scheduled = self.events, [], False
+            if self.prefix is not None and (self.prefix.requests, self.prefix.tokens) != self.prefix_sent:
+                now = (self.prefix.requests, self.prefix.tokens)
+                events.append(("prefix", now[0] - self.prefix_sent[0], now[1] - self.prefix_sent[1]))
+                self.prefix_sent = now
             if events:
                 try:
                     self.conn.send(events)
@@ -321,8 +343,11 @@ class _Stream:
     def first(self, ids: Any) -> None:
         self.sink.add(("first", self.number, np.asarray(ids, dtype=np.int32).reshape(-1).tobytes()))
 
-    def done(self, ids: Any) -> None:
-        self.sink.add(("done", self.number, np.asarray(ids, dtype=np.int32).reshape(-1).tobytes()))
+    def done(self, ids: Any, response: Any = None) -> None:
+        ids = np.asarray(ids, dtype=np.int32).reshape(-1).tobytes()
+        if response is not None:
+            ids = (ids, np.asarray(response, dtype=np.uint8).reshape(-1).tobytes())
+        self.sink.add(("done", self.number, ids))
 
     def fail(self, error: BaseException) -> None:
         self.sink.add(("fail", self.number, str(error) or type(error).__name__))
@@ -341,8 +366,9 @@ def worker_main(config: Any, requests: Connection, events: Connection) -> None:
     except BaseException as e:  # noqa: BLE001 - said to the LoadGen process, which raises it
         events.send(("error", str(e) or type(e).__name__))
         return
-    sink = _Sink(events)
+    sink = _Sink(events, predictor.prefix)
     sink.loop = predictor.loop.loop
+    chats: dict[int, Any] = {}  # sample index -> its chat payload, as the LoadGen process sent it once
     events.send(("ready", predictor.model))
     try:
         while True:
@@ -352,7 +378,7 @@ def worker_main(config: Any, requests: Connection, events: Connection) -> None:
                 break
             if batch is None:
                 break
-            predictor.submit([TokenRequest(index, np.frombuffer(prompt, dtype=np.int64)) for _, index, prompt in batch],
+            predictor.submit([TokenRequest(index, _prompt(chats, index, prompt)) for _, index, prompt in batch],
                              [_Stream(sink, number) for number, _, _ in batch])
     finally:
         predictor.close()
@@ -361,3 +387,12 @@ def worker_main(config: Any, requests: Connection, events: Connection) -> None:
             events.send("closed")
         except (OSError, ValueError):
             pass
+
+
+def _prompt(chats: dict[int, Any], index: int, prompt: Any) -> Any:
+    """A request's prompt in the worker: token ids, or the sample's chat payload (sent once, then held)."""
+    if isinstance(prompt, bytes):
+        return np.frombuffer(prompt, dtype=np.int64)
+    if prompt is not None:
+        chats[index] = prompt
+    return chats[index]

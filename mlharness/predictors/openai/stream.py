@@ -1,7 +1,9 @@
 """One streamed completion as the ``openai`` predictor receives it, checked chunk by chunk: JSON objects only, token
 ids that are whole numbers inside the vocabulary, never more tokens than the request's ``max_tokens``, and an end
 the server said it reached (``data: [DONE]`` or a ``finish_reason``); a stream the connection cut is a failure,
-never an answer."""
+never an answer. Chat completion chunks carry their text in ``delta.content``; the ``usage`` chunk
+(``stream_options.include_usage``) gives ``completion_tokens`` and, where the server caches prefixes, the
+``prompt_tokens_details.cached_tokens`` its prompt reused."""
 
 from __future__ import annotations
 
@@ -24,8 +26,11 @@ class StreamState:
     """What one try of a streamed request has produced so far, and the checks on it."""
 
     def __init__(self, url: str, index: int, max_tokens: Any, vocab: tuple[int, str] | None,
-                 encode: Callable[[str], list[int]]):
+                 encode: Callable[[str], list[int]], text: bool = False):
         self.url, self.index, self.vocab, self.encode = url, index, vocab, encode
+        # text: the answer is its text (generation.text): kept whatever the server sends beside it, and counted
+        # by the server's usage where it reports it (the ids are then only counted, never read)
+        self.keep_text = text
         # the request's max_tokens (extra_body may have set it to anything)
         self.max_tokens = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else None
         self.ids: list[int] = []
@@ -37,6 +42,8 @@ class StreamState:
         self.first_sent = False
         self.done = False  # data: [DONE]
         self.finish_reason: str | None = None
+        self.usage_tokens: int | None = None  # usage.completion_tokens, where the server reported it
+        self.cached_tokens = 0  # usage.prompt_tokens_details.cached_tokens: prompt tokens served from its cache
 
     def fail(self, what: str, retriable: bool = False) -> EndpointError:
         return EndpointError(f"endpoint {self.url}, sample {self.index} (qsl_idx): {what}", retriable=retriable)
@@ -54,6 +61,8 @@ class StreamState:
             raise self.fail(f"an event that is not a completion chunk: {_text(data)!r}")
         if "error" in chunk:
             raise self.fail(f"the server reported an error mid-stream: {chunk['error']}")
+        if chunk.get("usage"):
+            self._usage(chunk["usage"])
         choices = chunk.get("choices") or []
         if type(choices) is not list or not all(type(c) is dict for c in choices):
             raise self.fail(f"a chunk whose choices are not a list of objects: {_text(data)!r}")
@@ -62,7 +71,12 @@ class StreamState:
             got, ids = self._choice(choice)
             moved = moved or got
             if not self.first_sent:
-                new = list(self.ids) if ids is not None else (self.encode(self.text) if self.text else [])
+                if ids is not None:
+                    new = list(self.ids)
+                elif self.keep_text:  # a text answer's first token: only its time counts, not its id
+                    new = [0] if self.text else []
+                else:
+                    new = self.encode(self.text) if self.text else []
                 if new:
                     self.first, self.first_text, self.first_sent = list(new), self.text, True
                     first = list(new)
@@ -77,13 +91,19 @@ class StreamState:
                 ids = chunk_tokens(choice)
             except (ValueError, TypeError, AttributeError) as e:
                 raise self.fail(f"token ids that are not whole numbers ({e})") from e
-        text = choice.get("text") or ""
+        text = choice.get("text")
+        if text is None:  # a chat completion chunk: the text is the delta's content
+            delta = choice.get("delta")
+            text = delta.get("content") if type(delta) is dict else None
+        text = text or ""
         if not isinstance(text, str):
             raise self.fail(f"a text that is not a string: {text!r}")
         if ids is not None:
             self._check_vocab(ids)
             self.ids.extend(ids)
             count, got = len(self.ids), bool(ids)
+            if self.keep_text:
+                self.text += text
         else:
             self.text_only = True
             self.text += text
@@ -92,6 +112,19 @@ class StreamState:
         if self.max_tokens is not None and count > self.max_tokens:
             raise self.fail(f"more tokens ({count} so far) than the request's max_tokens {self.max_tokens}")
         return got, ids
+
+    def _usage(self, usage: Any) -> None:
+        if type(usage) is not dict:
+            raise self.fail(f"a usage that is not an object: {usage!r}")
+        n = usage.get("completion_tokens")
+        if n is not None:
+            if type(n) is not int or n < 0:
+                raise self.fail(f"usage.completion_tokens {n!r} is not a whole number")
+            self.usage_tokens = n
+        details = usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if type(details) is dict else None
+        if type(cached) is int and cached > 0:
+            self.cached_tokens = cached
 
     def _check_vocab(self, ids: list[int]) -> None:
         size = self.vocab[0] if self.vocab else None
@@ -110,6 +143,10 @@ class StreamState:
                             f"connection was closed mid-way)", retriable=True)
         if not self.text_only:
             ids = self.ids
+        elif self.keep_text and self.usage_tokens is not None:  # counted by the server; the text is the answer
+            ids = [0] * self.usage_tokens
+        elif self.keep_text:
+            ids = self.encode(self.text)
         else:  # the first delta's tokens, then the rest of the text tokenized after them
             rest = self.text[len(self.first_text):]
             ids = self.first + (self.encode(rest) if rest else [])
