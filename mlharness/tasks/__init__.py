@@ -19,6 +19,7 @@ from mlharness.tasks import legacy
 TASKS = ("demo", "imagenet", "squad", "kits19", "openimages", "coco", "cnndm", "openorca", "generic", "gpt_oss",
          "deepseek_r1", "librispeech")
 TASKS += ("coco_t2i",)  # stable-diffusion-xl: captions in, images out
+TASKS += ("qwen3_vl",)  # qwen3-vl-235b-a22b: chat prompts with a product image in, JSON text out
 
 
 def _task_entries(attr: str) -> dict[str, str]:

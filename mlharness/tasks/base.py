@@ -40,6 +40,7 @@ OFFICIAL_METRICS = {
     "stable-diffusion-xl": "coco_t2i",
     "whisper": "whisper_wer",
     "yolo": "coco_map",
+    "qwen3-vl-235b-a22b": "qwen3_vl_f1",
 }
 
 
