@@ -302,8 +302,8 @@ def _check_text_metric(path: Path, model: ModelManifest) -> None:
     from mlharness.tasks.generic.text import ID_TYPES, TEXT_METRICS
 
     acc = model.accuracy
-    if acc is None or acc.metric not in TEXT_METRICS or acc.options.get("tokenizer"):
-        return
+    if acc is None or acc.metric not in TEXT_METRICS or acc.options.get("tokenizer") or model.response.text:
+        return  # response.text: the generated text is written as UTF-8 bytes, scored as it is
     written = model.response.element_type
     if model.response.kind != "tokens" and written not in ID_TYPES:
         return
