@@ -5,10 +5,13 @@ image+question set scored by exact match."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from mlharness.paths import MANIFESTS_DIR
 from mlharness.predictors.chat import ChatLimits, parse_chat
 from mlharness.tasks import METRICS
 from mlharness.tasks.base import AccuracyContext
@@ -70,3 +73,92 @@ def test_tiny_llava_builds_offline_and_answers_through_its_processor(tmp_path):
     again = vlm.build_random_llava(tmp_path / "again")
     a = AutoModelForImageTextToText.from_pretrained(again).eval()
     assert np.array_equal(a.lm_head.weight.detach().numpy(), model.lm_head.weight.detach().numpy())
+
+
+
+# -- through the real CLI, the manifests alone ------------------------------------------------------------------
+
+ORACLE = MANIFESTS_DIR / "tiny-vlm" / "tiny-vlm-oracle.yaml"
+PREPROCESS = """preprocess: |
+  def preprocess(ctx, index):
+      row = ROWS[index]
+      return [{"role": "system", "content": "Answer with one word."},
+              {"role": "user", "content": [{"type": "image", "image": str(ROOT / row["image"])},
+                                           {"type": "text", "text": row["question"]}]}]
+"""
+
+
+def _run(run_cli, manifest, out, *args):
+    return run_cli("run", "--manifest", str(manifest), "--scenario", "Offline", "--mode", "accuracy", "--output",
+                   str(out), "--no-progress", *args, timeout=120)
+
+
+def test_oracle_scores_exact_match_100_with_text_responses(run_cli, tmp_path):
+    out = tmp_path / "out"
+    proc = _run(run_cli, ORACLE, out)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((out / "accuracy.txt").read_text()) == {"exact_match": 100.0, "f1": 100.0}
+    entries = json.loads((out / "mlperf_log_accuracy.json").read_text())
+    texts = {e["qsl_idx"]: bytes.fromhex(e["data"]).decode("utf-8") for e in entries}
+    assert len(texts) == vlm_data.DEFAULT_COUNT
+    assert set(texts.values()) <= set(vlm_data.COLOURS) | set(vlm_data.SHAPES)
+    # the response is the answer's UTF-8 text; LoadGen counted the tokens streamed (one a byte for the oracle)
+    assert all(e["token_count"] == len(texts[e["qsl_idx"]].encode()) for e in entries)
+
+
+def _bad_set(tmp_path, shared_cache):
+    """A copy of the synthetic set the oracle's table was made from (in the session's cache)."""
+    import shutil
+
+    src = shared_cache / "vlm_questions_synth"
+    assert (src / vlm_data.MARKER).is_file(), "the oracle run makes the set first"
+    return Path(shutil.copytree(src, tmp_path / "set"))
+
+
+def _oracle_with(tmp_path, preprocess=PREPROCESS):
+    text = ORACLE.read_text()
+    assert text.count(PREPROCESS) == 1
+    path = tmp_path / "oracle.yaml"
+    path.write_text(text.replace(PREPROCESS, preprocess))
+    return path
+
+
+BAD = {
+    "image that does not decode": (
+        lambda root: (root / "images" / "vq_0002.png").write_bytes(b"\x89PNG not really"), PREPROCESS,
+        r"sample 2, message 1, part 0: the image does not decode"),
+    "image over the pixel cap": (
+        lambda root: __import__("PIL.Image").Image.new("RGB", (1100, 1000)).save(root / "images" / "vq_0001.png"),
+        PREPROCESS, r"sample 1, message 1, part 0: the image is 1100x1000 pixels, over the input's cap of 1,000,000"),
+    "unknown role": (
+        None, PREPROCESS.replace('"role": "system"', '"role": "tool" if index == 3 else "system"'),
+        r"sample 3, message 0: unknown role 'tool'"),
+    "unknown part type": (
+        None, PREPROCESS.replace('{"type": "text", "text": row["question"]}',
+                                 '{"type": "video" if index == 4 else "text", "text": row["question"]}'),
+        r"sample 4, message 1, part 1: unknown content part type 'video'"),
+}
+
+
+def _refused(run_cli, shared_cache, tmp_path, case):
+    break_set, preprocess, message = BAD[case]
+    if not (shared_cache / "vlm_questions_synth" / vlm_data.MARKER).is_file():
+        assert _run(run_cli, ORACLE, tmp_path / "first").returncode == 0
+    root = _bad_set(tmp_path, shared_cache)
+    if break_set is not None:
+        break_set(root)
+    proc = _run(run_cli, _oracle_with(tmp_path, preprocess), tmp_path / "out", "--dataset-path", str(root))
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert re.search(r"error: .*" + message, proc.stderr), proc.stderr
+    return proc
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_is_refused_naming_sample_and_part(run_cli, shared_cache, tmp_path, case):
+    assert _refused(run_cli, shared_cache, tmp_path, case).returncode in (2, 3)
+
+
+@pytest.mark.xfail(strict=True, reason="a chat prompt refused while LoadGen loads samples ends the run as failed "
+                                       "(exit 3): the SUT wraps the load-time error in RunFailed")
+def test_bad_input_exits_2(run_cli, shared_cache, tmp_path):
+    assert _refused(run_cli, shared_cache, tmp_path, "unknown role").returncode == 2  # bad input, not a failed run
