@@ -108,7 +108,7 @@ def test_checkpoint_of_another_kind_is_refused_in_one_paragraph(run_cli, tmp_pat
         said = ("Wav2Vec2Config", "CTC speech", "Use framework")
     elif kind == "llava":
         config = LlavaConfig(architectures=["LlavaForConditionalGeneration"])
-        said = ("LlavaConfig", "image+text", "No token predictor of mlharness takes image+text prompts yet", "framework pytorch")
+        said = ("LlavaConfig", "image+text", "type: chat")
     else:  # a type AutoModelForCausalLM takes, saved from a classifier: it would load with a random head
         config = LlamaConfig(**tiny, architectures=["LlamaForSequenceClassification"])
         said = ("LlamaForSequenceClassification", "sequence classifier", "untrained language-model head",

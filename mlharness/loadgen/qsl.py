@@ -202,6 +202,11 @@ class SampleLoader:
             self.hooks.call("unload", list(indices))
 
 
+class BadChatInput(HookError):
+    """A sample's chat messages that cannot be a prompt: the user's input (exit status 2), also when LoadGen's
+    load callback meets it mid-run (the token SUT raises it as it is rather than as a failed run)."""
+
+
 def chat_sample(out: Any, index: int, spec: dict[str, Any], manifest: str) -> np.ndarray:
     """``preprocess``'s messages for sample ``index`` checked (:func:`~mlharness.predictors.chat.parse_chat`) and
     kept as a 0-d object array: the store stacks and gathers it like any input, and a request's prompt is the
@@ -209,7 +214,7 @@ def chat_sample(out: Any, index: int, spec: dict[str, Any], manifest: str) -> np
     try:
         prompt = parse_chat(out, index, ChatLimits.from_spec(spec.get("parameters")))
     except DatasetError as e:  # exit status 2, the sample, message and part named, and the hook that made them
-        raise HookError("preprocess", manifest, e.message) from None
+        raise BadChatInput("preprocess", manifest, e.message) from None
     cell = np.empty((), dtype=object)
     cell[()] = prompt
     return cell

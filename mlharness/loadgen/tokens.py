@@ -47,7 +47,7 @@ import numpy as np
 
 from mlharness.errors import ManifestError, RunFailed
 from mlharness.loadgen.completion import Completions
-from mlharness.loadgen.qsl import SampleLoader, SampleStore
+from mlharness.loadgen.qsl import BadChatInput, SampleLoader, SampleStore
 from mlharness.loadgen.sut import run_fast_sut
 from mlharness.predictors.generative import GenerativePredictor, TokenRequest
 
@@ -303,6 +303,8 @@ class TokenSUT(Completions):
             self.queries.put(_STOP)
             self._thread.join(timeout=30)
             self.stop_caller()
+        if isinstance(loader.error, BadChatInput):  # the user's input, as if refused before the run (exit 2)
+            raise loader.error
         self._raise_if_failed()
 
     def start_caller(self) -> None:

@@ -111,12 +111,15 @@ def check_loads(loaded: LoadedManifest, model_file: Path) -> str:
 def check_transformers(loaded: LoadedManifest, model_file: Path | None) -> str:
     """What the transformers predictor refuses at ``run``, refused here too: a declared input it would not consume,
     and a checkpoint whose config AutoModelForCausalLM does not take (read with AutoConfig: no weights load)."""
-    from mlharness.predictors.transformers_checks import causal_lm_class, check_inputs
+    from mlharness.predictors.transformers_checks import causal_lm_class, check_inputs, image_text_class
 
     manifest = str(loaded.path)
-    check_inputs([i.model_dump() for i in loaded.model.inputs], manifest)
+    chat = check_inputs([i.model_dump() for i in loaded.model.inputs], manifest)
     if model_file is None:
         return "one input, the prompt's token ids; the checkpoint is checked when the run has it"
+    if chat:
+        return (f"checkpoint {model_file} resolves to {image_text_class(model_file, manifest)} (its config only, no "
+                "weights read); one input, the prompt's chat messages")
     return (f"checkpoint {model_file} resolves to {causal_lm_class(model_file, manifest)} (its config only, no "
             "weights read); one input, the prompt's token ids")
 

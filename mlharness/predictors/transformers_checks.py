@@ -1,5 +1,6 @@
 """What the ``transformers`` predictor takes, checked before weights load, by ``run`` and ``manifest validate``
-alike: one declared input (the prompt's token ids), and a checkpoint whose config ``AutoModelForCausalLM`` loads.
+alike: one declared input (the prompt's token ids), and a checkpoint whose config ``AutoModelForCausalLM`` loads;
+or one input of ``type: chat`` (checked by :mod:`.transformers_chat` at load).
 
 A second declared input (``pixel_values`` of an image+text model) would be dropped by the token SUT, and a float
 input would be cast to token ids; a checkpoint of another kind (a CTC speech model, LLaVA, a classifier) would
@@ -27,9 +28,9 @@ KINDS = (
     ("MODEL_FOR_CTC_MAPPING_NAMES", "a CTC speech recogniser",
      "Use framework pytorch (model.factory building it) or onnxruntime (an ONNX export)"),
     ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", "an image+text-to-text model",
-     "No token predictor of mlharness takes image+text prompts yet; run it as a tensor model: framework pytorch with a model.factory building it"),
+     "Declare its one input as chat messages (inputs: [{name: messages, type: chat}])"),
     ("MODEL_FOR_VISION_2_SEQ_MAPPING_NAMES", "an image+text-to-text model",
-     "No token predictor of mlharness takes image+text prompts yet; run it as a tensor model: framework pytorch with a model.factory building it"),
+     "Declare its one input as chat messages (inputs: [{name: messages, type: chat}])"),
     ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "a text encoder-decoder (seq2seq)",
      "Use framework openai (behind a server that serves it) or pytorch (model.factory)"),
     ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", "an image classifier",
@@ -40,15 +41,18 @@ KINDS = (
 OTHER = ("not a causal language model", "Use framework pytorch (model.factory) or onnxruntime (an ONNX export)")
 
 
-def check_inputs(input_specs: list[dict[str, Any]], manifest: str | None) -> None:
+def check_inputs(input_specs: list[dict[str, Any]], manifest: str | None) -> bool:
     """The predictor consumes one input per sample, the prompt's token ids: a further declared input, or a
-    non-integer one, would be dropped or cast without a word."""
+    non-integer one, would be dropped or cast without a word. True when that input is chat messages (``type:
+    chat``, which the schema keeps alone): an image+text model with its processor."""
+    if len(input_specs) == 1 and input_specs[0].get("type") == "chat":
+        return True
     if len(input_specs) > 1:
         extra = ", ".join(f"'{s.get('name') or f'input {k}'}'" for k, s in enumerate(input_specs) if k)
         raise ManifestError(manifest, "inputs", f"declares {len(input_specs)} inputs, but {TAKES} and consumes "
                             f"one input per sample, the prompt's token ids (inputs[0] '{input_specs[0].get('name')}')"
-                            f"; {extra} would be dropped. Remove it; no token predictor of mlharness takes image+text "
-                            "prompts yet (run such a model as a tensor model: framework pytorch, model.factory)")
+                            f"; {extra} would be dropped. Remove it; an image+text model takes one input of type chat "
+                            "(the prompt's messages, images included)")
     for spec in input_specs:
         element = str(spec.get("element_type", "float32"))
         try:
@@ -58,6 +62,7 @@ def check_inputs(input_specs: list[dict[str, Any]], manifest: str | None) -> Non
         if not integer:
             raise ManifestError(manifest, "inputs[0].element_type", f"'{element}' for input '{spec.get('name')}', "
                                 f"but {TAKES}: its one input is the prompt's token ids (int32 or int64)")
+    return False
 
 
 def _auto_table(name: str) -> dict[str, Any]:
@@ -114,3 +119,11 @@ def causal_lm_class(checkpoint: Path | str, manifest: str | None) -> str:
     head = (" AutoModelForCausalLM would load its type with a new, untrained language-model head" if own else "")
     raise ManifestError(manifest, "model.graph_path", f"{TAKES}; the checkpoint {checkpoint} holds {what}, "
                         f"{kind}.{head} {use}.")
+
+
+def image_text_class(checkpoint: Path | str, manifest: str | None) -> str:
+    """The AutoModelForImageTextToText class name a chat model's checkpoint resolves to (its config alone), or a
+    ManifestError saying what the checkpoint is."""
+    from mlharness.predictors.transformers_chat import image_text_class as model_class
+
+    return model_class(read_config(Path(checkpoint), manifest), checkpoint, manifest).__name__
