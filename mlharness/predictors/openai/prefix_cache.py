@@ -82,7 +82,8 @@ async def metrics_prefix_caching(session: Any, base: str) -> bool | None:
     root = base[:-3] if base.endswith("/v1") else base
 
     async def get() -> bytes:
-        async with session.get(f"{root}/metrics") as r:
+        # its own connection, closed after: the pool's connections are the requests' (kept alive between them)
+        async with session.get(f"{root}/metrics", headers={"Connection": "close"}) as r:
             if r.status != 200:
                 return b""
             return await r.content.read(METRICS_BYTES)
