@@ -87,6 +87,9 @@ DATACENTER_ONE_OF["gpt-oss-120b"] = ("Server", "Interactive")
 LLM_MODELS.update({"gpt-oss-120b": "gpt-oss-120b", "gpt-oss-120b-interactive": "gpt-oss-120b"})
 TEST07_TEST09_MODELS = frozenset({"gpt-oss-120b", "gpt-oss-120b-interactive"})
 
+# qwen3-vl-235b-a22b is no LLM here (end-to-end latency, its rules in rules.py); its datacenter scenarios are
+DATACENTER_ONE_OF["qwen3-vl-235b-a22b"] = ("Server", "Interactive")
+
 # whisper (speech2text/accuracy_eval.py prints "Word Error Rate: X%, accuracy=Y%"): accuracy = 100 - WER at 99 % of
 # 100 - 2.0671; Offline only for edge and datacenter; measured with token latencies (mlperf.conf
 # whisper.*.use_token_latencies = 1), its Offline result in tokens/s (RESULT_FIELD_BENCHMARK_OVERWRITE); TEST01.
