@@ -5,7 +5,7 @@ over bare asyncio streams, one task per connection, chunks paced by loop timers.
 (:func:`mlharness.predictors.chat.parse_chat`: every data URL must decode as an image; HTTP 400 otherwise) and the
 answer is the conversation's entry in the ``chat_answers`` table (keyed by ``ChatPrompt.key``; HTTP 400 for a
 conversation it lacks), or without a table an echo naming the sha256 of every image's decoded bytes (what the
-client sent, byte for byte) and the last text. The answer streams as ``delta.content`` chunks of up to
+client sent, byte for byte) and the start of the last text part. The answer streams as ``delta.content`` chunks of up to
 :data:`CHAT_CHARS` characters, one token each, then a usage chunk with ``completion_tokens``; with ``prefix_cache``
 every answer after the first says that 8 of its prompt tokens came from the cache, as vLLM's does with prefix
 caching on, and ``GET /metrics`` says ``enable_prefix_caching="True"`` (``"False"`` otherwise)."""
@@ -24,7 +24,7 @@ from typing import Any
 
 DEFAULT_VOCAB = 256  # token ids stay below it: the tiny tokenizers of the random manifests have 512
 BACKLOG = 16384
-CHAT_CHARS = 4  # characters of a chat answer per streamed chunk (one token)
+CHAT_CHARS = 1  # characters of a chat answer per streamed chunk (one token, as the oracles count bytes)
 MAX_BODY = 64 << 20
 
 
@@ -211,7 +211,8 @@ class FakeServer:
                 raise BadRequest(400, f"no answer for the conversation {prompt.key} in the table")
             answer = self.chat_answers[prompt.key]
         else:
-            answer = f"images {' '.join(images) or 'none'}; text {prompt.text[-40:]}"
+            texts = [p.text for m in prompt.messages for p in m.parts if not hasattr(p, "data")]
+            answer = f"images {' '.join(images) or 'none'}; text {texts[-1][:40] if texts else ''}"
         pieces = [answer[i:i + CHAT_CHARS] for i in range(0, len(answer), CHAT_CHARS)]
         pieces = pieces[:_answer_length(body, len(pieces), self.eos_after)]
         self.requests += 1
