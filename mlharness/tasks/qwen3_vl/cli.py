@@ -33,7 +33,11 @@ def register(synth: Any, prepare: Any, accuracy: Any) -> None:
 
 
 def cmd_synth(args: argparse.Namespace, console: Any) -> int:
-    from mlharness.tasks.qwen3_vl.synth import DEFAULT_COUNT, INTERACTIVE_DEFAULT_COUNT, write_synthetic_qwen3_vl
+    from mlharness.tasks.qwen3_vl.synth import (
+        DEFAULT_COUNT,
+        INTERACTIVE_DEFAULT_COUNT,
+        write_synthetic_qwen3_vl,
+    )
 
     return write_synth(args, console, write_synthetic_qwen3_vl,
                        INTERACTIVE_DEFAULT_COUNT if args.interactive else DEFAULT_COUNT,
