@@ -98,16 +98,19 @@ def was_reset(e: BaseException) -> bool:
 
 
 def take(events: list[bytes], state: StreamState, stream: Any, clock: RequestClock) -> None:
-    """The events of one read, in order, up to data: [DONE]."""
+    """The events of one read, in order, up to data: [DONE]. They arrived together: the gap to the next token is
+    timed from now once, not once an event."""
+    arrived = False
     for data in events:
         moved, first = state.take(data)
-        if moved:
-            clock.token()
+        arrived = arrived or moved
         if first:
             stream.first(np.asarray(first, dtype=np.int32))
         if state.done:
             clock.finishing(FINISH_GRACE_S)
             return
+    if arrived:
+        clock.token()
 
 
 async def refused(r: Any, url: str, index: int) -> EndpointError:

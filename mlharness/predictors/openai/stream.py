@@ -64,7 +64,8 @@ class StreamState:
         if chunk.get("usage"):
             self._usage(chunk["usage"])
         choices = chunk.get("choices") or []
-        if type(choices) is not list or not all(type(c) is dict for c in choices):
+        if type(choices) is not list or (len(choices) != 1 or type(choices[0]) is not dict) and not all(
+                type(c) is dict for c in choices):  # one choice, the common case, checked without a generator
             raise self.fail(f"a chunk whose choices are not a list of objects: {_text(data)!r}")
         moved, first = False, None
         for choice in choices:
@@ -86,7 +87,9 @@ class StreamState:
         if choice.get("finish_reason"):
             self.finish_reason = str(choice["finish_reason"])
         ids = choice.get("token_ids")
-        if type(ids) is not list or not all(type(t) is int for t in ids):  # else: the common case, as they are
+        if ids is None and "logprobs" not in choice:  # text only (a chat delta): no ids to look for
+            pass
+        elif type(ids) is not list or not all(type(t) is int for t in ids):  # else: the common case, as they are
             try:
                 ids = chunk_tokens(choice)
             except (ValueError, TypeError, AttributeError) as e:
