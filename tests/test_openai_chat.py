@@ -227,3 +227,55 @@ def test_a_chat_manifest_with_the_openai_framework_sends_each_image_byte_for_byt
     assert "prefix caching on" in proc.stderr + proc.stdout
     meta = json.loads((out / "mlharness_run.json").read_text())
     assert meta["predictor"]["prefix_cache"]["requests_with_cached_tokens"] >= 2  # all but the first answer
+
+
+# -- the in-process vllm predictor's chat input ----------------------------------------------------------------
+
+def test_vllm_chat_input_is_the_templates_text_and_the_decoded_images():
+    """What vLLM's multi-modal input is made of, with the tiny Qwen3-VL's own processor (vLLM itself not needed)."""
+    from mlharness.predictors.vllm import chat_input
+    from mlharness.tasks.qwen3_vl import random_model
+
+    processor = random_model.build_processor(random_model.build_tokenizer())
+    pr = prompt(5)
+    got = chat_input(processor, pr)
+    assert got["prompt"].count("<|vision_start|><|image_pad|><|vision_end|>") == 1
+    assert got["prompt"].index("<|image_pad|>") < got["prompt"].index("question 5")
+    assert got["prompt"].rstrip().endswith("<|im_start|>assistant")  # the generation prompt
+    (image,) = got["multi_modal_data"]["image"]
+    assert image.size == (8, 8) and image.getpixel((0, 0)) == (5, 2, 3)  # the PNG's pixels, decoded
+
+
+VLLM_PYTHON = __import__("os").environ.get("MLHARNESS_VLLM_PYTHON")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not VLLM_PYTHON, reason="vLLM is not installed (.ci/run installs it and sets "
+                                            "MLHARNESS_VLLM_PYTHON)")
+def test_vllm_runs_the_image_question_set_with_text_answers(tmp_path, shared_cache):
+    """The tiny random LLaVA of tiny-vlm-random through the in-process vllm predictor (vLLM's CPU build)."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    text = (MANIFESTS_DIR / "tiny-vlm" / "tiny-vlm-random.yaml").read_text()
+    old = "framework:\n  name: transformers\n  version: \"*\"\n"
+    assert text.count(old) == 1
+    manifest = tmp_path / "vlm-vllm.yaml"
+    manifest.write_text(text.replace(old, "framework:\n  name: vllm\n  version: \"*\"\n  options: {dtype: float32, "
+                                          "enforce_eager: true, kv_cache_memory_bytes: 268435456, "
+                                          "require_no_prefix_cache: true}\n"))
+    out = tmp_path / "out"
+    env = {**os.environ, "MLHARNESS_CACHE": str(shared_cache), "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([VLLM_PYTHON, "-m", "mlharness.cli", "run", "--manifest", str(manifest), "--scenario",
+                           "Offline", "--mode", "accuracy", "--output", str(out), "--no-progress"],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=repo)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    entries = _entries(out)
+    assert len(entries) == 8  # the set's samples, each once
+    for e in entries.values():
+        bytes.fromhex(e["data"]).decode("utf-8")
+        assert 2 <= e["token_count"] <= 8
+    meta = json.loads((out / "mlharness_run.json").read_text())
+    assert meta["predictor"]["prefix_caching"] is False

@@ -10,6 +10,14 @@ passed to ``vllm.EngineArgs`` (``dtype``, ``tensor_parallel_size``, ``max_num_se
 V1 engine: ``from_engine_args``, ``add_request(request_id, prompt, params)`` with the prompt rendered by
 ``engine.renderer.render_cmpl``, ``step()``, ``engine_core.shutdown()``) and run with its CPU build; older
 releases without a renderer take the ``TokensPrompt`` itself.
+
+A chat prompt (an input of ``type: chat``, :class:`~mlharness.predictors.chat.ChatPrompt`) goes in as vLLM's
+multi-modal input: the text the checkpoint's own chat template (its ``AutoProcessor``, loaded once) makes of the
+messages, with an image placeholder where each image was, and the images themselves, decoded from the dataset's
+bytes (``multi_modal_data``), as vLLM's offline examples do. With ``generation.text`` the ids are detokenized and the
+sample answers its text as UTF-8 bytes. ``require_no_prefix_cache: true`` (a benchmark whose rules forbid reusing
+cached prefixes) turns vLLM's prefix caching off (``enable_prefix_caching: false``); the run's metadata says
+whether it was on.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import PredictorError
+from mlharness.predictors.chat import CHAT_INPUT, ChatPrompt
 from mlharness.predictors.engine import OnceStream, QueuedGenerator
 
 log = logging.getLogger(__name__)
@@ -38,7 +47,8 @@ def import_vllm() -> Any:
 
 def sampling_params(vllm: Any, g: Any) -> Any:
     """vLLM's SamplingParams for a GenerationConfig: deltas of token ids, greedy unless ``do_sample``. The ids are
-    not detokenized (the accuracy script decodes them) unless ``generation.options`` asks for ``stop`` strings."""
+    not detokenized (the accuracy script decodes them) unless the answer is text (``generation.text``) or
+    ``generation.options`` asks for ``stop`` strings."""
     from vllm.sampling_params import RequestOutputKind
 
     return vllm.SamplingParams(**{
@@ -46,7 +56,7 @@ def sampling_params(vllm: Any, g: Any) -> Any:
         "temperature": g.temperature if g.do_sample else 0.0,
         "top_p": g.top_p if g.do_sample else 1.0, "top_k": (g.top_k or -1) if g.do_sample else -1,
         "stop_token_ids": list(g.stop_token_ids) or None, "output_kind": RequestOutputKind.DELTA,
-        "detokenize": bool(g.options.get("stop")),
+        "detokenize": bool(g.options.get("stop")) or bool(getattr(g, "text", False)),
         **g.options,
     })
 
@@ -71,21 +81,37 @@ class VllmPredictor(QueuedGenerator):
 
         self._prompt = TokensPrompt
         self.params = sampling_params(vllm, self.generation)
+        self.text_out = bool(getattr(self.generation, "text", False))
         # vLLM's own offline LLM class keeps the periodic throughput log off too
         options = {"max_num_seqs": max(1, int(self.config.max_batchsize)), "disable_log_stats": True,
                    **self.config.options}
+        if options.pop("require_no_prefix_cache", False):  # the benchmark's rules: no cached prefixes reused
+            if options.get("enable_prefix_caching"):
+                raise PredictorError("vllm: framework.options sets enable_prefix_caching and "
+                                     "require_no_prefix_cache; the second wants the cache off")
+            options["enable_prefix_caching"] = False
+        self.processor = None
+        if any(spec.get("type") == CHAT_INPUT for spec in self.config.input_specs):
+            self.processor = chat_processor(self.config.model_path)
         self.engine = vllm.LLMEngine.from_engine_args(engine_args(vllm, self.config.model_path, options))
-        self.running: dict[str, tuple[OnceStream, list[int], tuple[str, ...]]] = {}
+        self.running: dict[str, tuple[OnceStream, list[int], tuple[str, ...], list[str]]] = {}
         self._next_id = 0
         # recorded in the run's metadata: joined_running_batch counts the requests whose first token came from an
         # engine step that also ran a request which was already generating when they were added (continuous
         # batching); peak_in_engine, the most requests vLLM held at once (running, or waiting for a free slot
         # of max_num_seqs)
-        self.stats = {"requests": 0, "refused": 0, "joined_running_batch": 0, "peak_in_engine": 0}
+        self.stats = {"requests": 0, "refused": 0, "joined_running_batch": 0, "peak_in_engine": 0,
+                      "prefix_caching": prefix_caching(self.engine)}
 
-    def render(self, ids: list[int]) -> Any:
-        """The engine's input for a prompt of token ids (rendered as vLLM's own entry points do, where it can)."""
-        prompt = self._prompt(prompt_token_ids=ids)
+    def render(self, ids: list[int] | ChatPrompt) -> Any:
+        """The engine's input for a prompt of token ids, or for a chat prompt its text and images (rendered as
+        vLLM's own entry points do, where it can)."""
+        if isinstance(ids, ChatPrompt):
+            if self.processor is None:
+                raise PredictorError("vllm: a chat prompt reached a model whose manifest input is not type: chat")
+            prompt = chat_input(self.processor, ids)
+        else:
+            prompt = self._prompt(prompt_token_ids=ids)
         renderer = getattr(self.engine, "renderer", None)
         if renderer is not None and hasattr(renderer, "render_cmpl"):
             (prompt,) = renderer.render_cmpl([prompt])
@@ -106,7 +132,7 @@ class VllmPredictor(QueuedGenerator):
             try:
                 outputs = self.engine.step()
             except BaseException as e:
-                for stream, _, _ in self.running.values():
+                for stream, *_ in self.running.values():
                     stream.fail(e)
                 self.finished(len(self.running))
                 self.running.clear()
@@ -118,23 +144,26 @@ class VllmPredictor(QueuedGenerator):
         rid = str(self._next_id)
         self._next_id += 1
         self.stats["requests"] += 1
-        ids = np.asarray(req.prompt).ravel().tolist()
+        chat = isinstance(req.prompt, ChatPrompt)
+        ids = req.prompt if chat else np.asarray(req.prompt).ravel().tolist()
         try:
             self.engine.add_request(rid, self.render(ids), self.params)
         except Exception as e:  # noqa: BLE001 - a request vLLM refuses (too long, ...) fails alone
             self.stats["refused"] += 1
-            stream.fail(PredictorError(f"vllm refused sample {req.index} ({len(ids)} prompt tokens): "
-                                       f"{type(e).__name__}: {e}"))
+            what = f"{len(req.prompt.images)} image(s)" if chat else f"{len(ids)} prompt tokens"
+            stream.fail(PredictorError(f"vllm refused sample {req.index} ({what}): {type(e).__name__}: {e}"))
             self.finished(1)
             return
-        self.running[rid] = (stream, [], generating)
+        self.running[rid] = (stream, [], generating, [])
 
     def on_output(self, out: Any, in_step: set[str] | frozenset[str] = frozenset()) -> None:
         entry = self.running.get(out.request_id)
         if entry is None:
             return
-        stream, ids, generating = entry
+        stream, ids, generating, text = entry
         new = [int(t) for t in out.outputs[0].token_ids]
+        if self.text_out:
+            text.append(out.outputs[0].text or "")
         if new and not ids and any(r in in_step for r in generating):  # its first step ran theirs too
             self.stats["joined_running_batch"] += 1
         ids.extend(new)
@@ -142,13 +171,17 @@ class VllmPredictor(QueuedGenerator):
             stream.first(np.asarray(ids, dtype=np.int32))
         if out.finished:
             del self.running[out.request_id]
-            stream.done(np.asarray(ids, dtype=np.int32))
+            if self.text_out:
+                stream.done(np.asarray(ids, dtype=np.int32),
+                            response=np.frombuffer("".join(text).encode("utf-8"), dtype=np.uint8))
+            else:
+                stream.done(np.asarray(ids, dtype=np.int32))
             self.finished(1)
 
     def close(self) -> None:
         super().close()
         running = getattr(self, "running", {})
-        for stream, _, _ in running.values():
+        for stream, *_ in running.values():
             stream.fail(PredictorError("vllm: the engine was closed while this request ran"))
         self.finished(len(running))
         running.clear()
@@ -178,3 +211,39 @@ class VllmPredictor(QueuedGenerator):
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "batching": "continuous: waiting requests join the running batch between "
                                                   "two engine steps", **getattr(self, "stats", {})}
+
+
+def chat_processor(model_path: str) -> Any:
+    """The checkpoint's processor, whose chat template renders a chat prompt's text for vLLM."""
+    try:
+        from transformers import AutoProcessor
+
+        processor = AutoProcessor.from_pretrained(model_path)
+    except Exception as e:  # noqa: BLE001 - any failure to load it is the checkpoint's: said with its folder
+        raise PredictorError(f"vllm: a chat model needs the checkpoint's processor and chat template; "
+                             f"AutoProcessor could not load {model_path}: {type(e).__name__}: {e}") from e
+    if not getattr(processor, "chat_template", None):
+        raise PredictorError(f"vllm: the processor of {model_path} has no chat template to render chat prompts")
+    return processor
+
+
+def chat_input(processor: Any, prompt: ChatPrompt) -> dict[str, Any]:
+    """vLLM's multi-modal input: the chat template's text (an image placeholder per image) and the images."""
+    messages = [{"role": m.role, "content": [{"type": "image"} if hasattr(p, "data") else {"type": "text",
+                                                                                          "text": p.text}
+                                             for p in m.parts]} for m in prompt.messages]
+    text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    images = [image.image() for image in prompt.images]
+    return {"prompt": text, "multi_modal_data": {"image": images}} if images else {"prompt": text}
+
+
+def prefix_caching(engine: Any) -> bool | None:
+    """Whether vLLM's engine caches prompt prefixes (its cache config), where it says."""
+    for path in (("vllm_config", "cache_config"), ("cache_config",)):
+        obj = engine
+        for name in path:
+            obj = getattr(obj, name, None)
+        value = getattr(obj, "enable_prefix_caching", None)
+        if isinstance(value, bool):
+            return value
+    return None
