@@ -172,3 +172,23 @@ def test_a_catalogue_without_splits_is_refused_naming_the_folder(env, tmp_path):
     proc = cli(env, "run", "--manifest", "qwen3-vl-235b-a22b-oracle", "--dataset-path", str(tmp_path), "--scenario",
                "Offline", "--mode", "accuracy", "--output", str(tmp_path / "out"))
     assert proc.returncode == 2 and "train-*.parquet" in proc.stderr and str(tmp_path) in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("scenario", ["Offline", "Server"])
+def test_random_qwen3_vl_generates_text_through_its_processor(env, tmp_path, scenario):
+    """The tiny random Qwen3-VL (transformers, its own processor and chat template) answers the reference's chat
+    prompts with images; the runs complete, Offline VALID (Server at a development rate: early stopping would need
+    hundreds of queries), the latency end to end."""
+    pytest.importorskip("torch")
+    out = tmp_path / scenario
+    rate = ["--no-calibrate", "--target-qps", "4"] if scenario == "Server" else []
+    proc = cli(env, "run", "--manifest", "qwen3-vl-235b-a22b-random", "--scenario", scenario, "--mode",
+               "performance", "--output", str(out), "--no-progress", "--min-duration-ms", "200", "--min-query-count",
+               "8", *rate)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = (out / "mlperf_log_summary.txt").read_text()
+    assert "first token" not in summary.lower(), summary
+    if scenario == "Offline":
+        assert re.search(r"^Result is : VALID", summary, re.M), summary
+    else:
+        assert re.search(r"^target_latency \(ns\): 12000000000", summary, re.M), summary
