@@ -192,3 +192,22 @@ def test_random_qwen3_vl_generates_text_through_its_processor(env, tmp_path, sce
         assert re.search(r"^Result is : VALID", summary, re.M), summary
     else:
         assert re.search(r"^target_latency \(ns\): 12000000000", summary, re.M), summary
+
+
+def test_token_latencies_follow_the_rounds_conf_but_not_a_user_conf(tmp_path):
+    """mlperf.conf turns qwen3-vl-235b-a22b's token latencies off (its bound is end to end): a token-stream run of
+    it follows that; a user.conf turning them off for another token-stream benchmark is still refused."""
+    from mlharness.errors import SettingsError
+    from mlharness.loadgen import settings as lgs
+
+    def plan(model, user_conf=None):
+        return lgs.SettingsPlan(model=model, official=True, scenario="Server", mode="performance",
+                                user_conf=user_conf, overrides=lgs.Overrides(), audit_config=None,
+                                token_latencies=True)
+
+    s = lgs.build_test_settings(plan("qwen3-vl-235b-a22b"))
+    assert not s.use_token_latencies and s.server_target_latency_ns == 12_000_000_000
+    conf = tmp_path / "user.conf"
+    conf.write_text("llama3_1-8b.Server.use_token_latencies = 0\n")
+    with pytest.raises(SettingsError, match="turns use_token_latencies off"):
+        lgs.build_test_settings(plan("llama3_1-8b", conf))
