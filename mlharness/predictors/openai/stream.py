@@ -34,7 +34,7 @@ class StreamState:
         # the request's max_tokens (extra_body may have set it to anything)
         self.max_tokens = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else None
         self.ids: list[int] = []
-        self.text = ""
+        self.parts: list[str] = []  # the text's pieces (joined when read: += on an attribute copies each time)
         self.text_only = False
         self.text_chunks = 0  # chunks with text: each carries one token at least
         self.first: list[int] = []
@@ -75,9 +75,9 @@ class StreamState:
                 if ids is not None:
                     new = list(self.ids)
                 elif self.keep_text:  # a text answer's first token: only its time counts, not its id
-                    new = [0] if self.text else []
+                    new = [0] if any(self.parts) else []
                 else:
-                    new = self.encode(self.text) if self.text else []
+                    new = self.encode(self.text) if any(self.parts) else []
                 if new:
                     self.first, self.first_text, self.first_sent = list(new), self.text, True
                     first = list(new)
@@ -106,15 +106,19 @@ class StreamState:
             self.ids.extend(ids)
             count, got = len(self.ids), bool(ids)
             if self.keep_text:
-                self.text += text
+                self.parts.append(text)
         else:
             self.text_only = True
-            self.text += text
+            self.parts.append(text)
             self.text_chunks += bool(text)
             count, got = self.text_chunks, bool(text)
         if self.max_tokens is not None and count > self.max_tokens:
             raise self.fail(f"more tokens ({count} so far) than the request's max_tokens {self.max_tokens}")
         return got, ids
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
 
     def _usage(self, usage: Any) -> None:
         if type(usage) is not dict:
