@@ -174,3 +174,68 @@ def test_token_oracle_answers_chat_prompts(run_cli, tmp_path):
             assert e["token_count"] == len(answer)
             got = data if text else np.frombuffer(data, dtype=np.int32).astype(np.uint8).tobytes()
             assert got == answer
+
+
+TOY = """\
+name: toy_text
+framework: {name: token-toy, warmup: 0}
+inputs: [{name: ids, element_type: int64, shape: [-1]}]
+outputs: [{name: text, element_type: uint8, shape: [-1]}]
+response: {kind: tokens, text: true}
+dataset:
+  name: toy
+  init: |
+    def init(count):
+        return 4
+  load: |
+    def load(sample_list):
+        pass
+preprocess: |
+  import numpy as np
+
+  def preprocess(ctx, index):
+      return np.arange(3, 9, dtype=np.int64)
+"""
+
+
+def test_a_predictor_without_text_responses_is_refused_naming_it(run_cli, tmp_path):
+    """response.text on a predictor that gives only ids: the run fails (exit 3) naming the predictor."""
+    manifest = tmp_path / "toy.yaml"
+    manifest.write_text(TOY)
+    proc = run_cli("run", "--manifest", str(manifest), "--scenario", "Offline", "--mode", "accuracy", "--output",
+                   str(tmp_path / "out"), "--no-progress", timeout=120)
+    assert proc.returncode == 3, (proc.returncode, proc.stderr)
+    assert "'token-toy'" in proc.stderr and "response.text" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"response": {"kind": "tokens", "text": True, "element_type": "int32"}}, "element_type uint8"),
+    ({"response": {"kind": "tensor", "text": True, "element_type": "uint8"}}, "need kind 'tokens'"),
+    ({"inputs": [{"name": "messages", "type": "chat"}, {"name": "ids", "element_type": "int64"}]},
+     "'chat'"),
+    ({"response": {"kind": "tensor"}}, "'chat'"),
+])
+def test_schema_refuses_what_a_chat_model_cannot_be(run_cli, tmp_path, change, said):
+    import yaml
+
+    data = {"name": "m", "framework": {"name": "token-oracle"}, "inputs": [{"name": "messages", "type": "chat"}],
+            "outputs": [{"name": "text", "element_type": "uint8"}], "response": {"kind": "tokens", "text": True},
+            **change}
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(yaml.safe_dump(data))
+    proc = run_cli("manifest", "validate", str(manifest), timeout=60)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert said in proc.stderr and str(manifest) in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_chat_prompts_are_kept_whole_in_the_sample_store():
+    """One object per sample: gathered singly (the token SUT) and as a batch, the ChatPrompt itself comes back."""
+    from mlharness.loadgen.qsl import SampleStore, chat_sample
+
+    store = SampleStore(6, 1)
+    store.put_all({i: (chat_sample([{"role": "user", "content": f"q{i}"}], i, {}, "m.yaml"),) for i in (1, 4, 5)})
+    assert store.gather(np.asarray([4]))[0][0].text == "q4"
+    batch = store.gather(np.asarray([5, 1]))[0]
+    assert [p.index for p in batch] == [5, 1]
+    store.drop([4])
+    assert store.loaded_count() == 2 and store.gather(np.asarray([1]))[0][0].messages[0].role == "user"

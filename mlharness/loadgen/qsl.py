@@ -67,7 +67,7 @@ class SampleStore:
             if self._arrays is not None:
                 for index in np.nonzero(self._rows >= 0)[0]:
                     row = self._rows[index]
-                    merged[int(index)] = tuple(a[row] for a in self._arrays)
+                    merged[int(index)] = tuple(a[row, ...] for a in self._arrays)  # 0-d arrays stay arrays
             merged.update(samples)
             self._pack(merged)
 
@@ -77,7 +77,7 @@ class SampleStore:
             drop = set(indices)
             for index in np.nonzero(self._rows >= 0)[0]:
                 if int(index) not in drop and self._arrays is not None:
-                    keep[int(index)] = tuple(a[self._rows[index]] for a in self._arrays)
+                    keep[int(index)] = tuple(a[self._rows[index], ...] for a in self._arrays)
             for index, value in self._ragged.items():
                 if index not in drop:
                     keep[index] = value
