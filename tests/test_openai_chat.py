@@ -84,8 +84,12 @@ def test_chat_body_splices_the_messages_serialised_once_per_sample():
     pr = prompt(1, response_format={"type": "json_object"}, note="the dataset's own")
     first = payload(pr)
     assert payload(pr) is first  # built once, reused by every request of the sample
-    body = json.loads(chat_body(first, {"model": "m", "stream": True, "stream_options": {"include_usage": True},
-                                        "max_tokens": 9}))
+    fields = {"model": "m", "stream": True, "stream_options": {"include_usage": True}, "max_tokens": 9}
+    raw = chat_body(first, fields)
+    assert chat_body(first, dict(fields)) is raw  # the run's fields unchanged: the same body, not copied again
+    assert json.loads(first.messages) == pr.openai_messages  # still at hand (client processes get it pickled)
+    assert json.loads(chat_body(first, {**fields, "max_tokens": 3}))["max_tokens"] == 3
+    body = json.loads(raw)
     assert body["messages"] == pr.openai_messages and body["max_tokens"] == 9 and body["stream"] is True
     assert body["stream_options"] == {"include_usage": True}
     assert body["response_format"] == {"type": "json_object"} and "note" not in body
