@@ -104,9 +104,8 @@ class TransformersPredictor(QueuedGenerator):
 
         self.device, kwargs = torch_load_settings(self.config, "transformers")
         # before any weight is read: what this predictor would drop, cast or load with a random head is refused
-        self.chat = check_inputs(self.config.input_specs, self.config.manifest_path)
         self.processor = None
-        if self.chat:  # the checkpoint's processor and chat template, and the class its config names
+        if check_inputs(self.config.input_specs, self.config.manifest_path):  # the checkpoint's processor and chat template, and the class its config names
             config = read_config(Path(self.config.model_path), self.config.manifest_path)
             model_class = chat.image_text_class(config, self.config.model_path, self.config.manifest_path)
             self.processor = chat.load_processor(self.config.model_path, config, self.config.manifest_path)
