@@ -283,3 +283,23 @@ def test_vllm_runs_the_image_question_set_with_text_answers(tmp_path, shared_cac
         assert 2 <= e["token_count"] <= 8
     meta = json.loads((out / "mlharness_run.json").read_text())
     assert meta["predictor"]["prefix_caching"] is False
+
+
+def test_qwen3_vl_oracle_answers_from_the_endpoint_score_its_maximum(run_cli, tmp_path):
+    """The product catalogue's chat prompts (system prompt, product image, response_format) through the endpoint:
+    the fake server answers each conversation's ground truth, as the token-oracle does, and F1 is 1.0 as there."""
+    from mlharness.tasks.qwen3_vl.models import oracle_table
+    from mlharness.tasks.qwen3_vl.synth import write_synthetic_qwen3_vl
+
+    root = write_synthetic_qwen3_vl(tmp_path / "catalogue", count=6)
+    table = tmp_path / "answers.json"
+    table.write_text(json.dumps(oracle_table(root)["chat"]))
+    out = tmp_path / "out"
+    with FakeOpenAI(delay_s=0.0, chat_answers=table) as srv:
+        proc = run_cli("run", "--manifest", "qwen3-vl-235b-a22b-oracle", "--endpoint", srv.url, "--dataset-path",
+                       str(root), "--scenario", "Offline", "--mode", "accuracy", "--output", str(out),
+                       "--no-progress", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert '{"f1": 1.0}' in (out / "accuracy.txt").read_text()
+    meta = json.loads((out / "mlharness_run.json").read_text())
+    assert meta["framework"]["name"] == "openai"
