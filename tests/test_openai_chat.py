@@ -180,7 +180,8 @@ def _entries(out):
     return {e["qsl_idx"]: e for e in json.loads((out / "mlperf_log_accuracy.json").read_text())}
 
 
-def test_offline_accuracy_with_the_endpoint_scores_what_the_oracle_does(run_cli, tmp_path):
+@pytest.mark.parametrize("scenario", ["Offline", "Server"])
+def test_accuracy_with_the_endpoint_scores_what_the_oracle_does(run_cli, tmp_path, scenario):
     from mlharness.tasks.generic import vlm_data
 
     root = vlm_data.write_vlm_questions(tmp_path / "set", count=4)
@@ -189,7 +190,7 @@ def test_offline_accuracy_with_the_endpoint_scores_what_the_oracle_does(run_cli,
     out = tmp_path / "out"
     with FakeOpenAI(delay_s=0.0, chat_answers=table) as srv:
         proc = run_cli("run", "--manifest", str(ORACLE), "--endpoint", srv.url, "--dataset-path", str(root),
-                       "--scenario", "Offline", "--mode", "accuracy", "--output", str(out), "--no-progress",
+                       "--scenario", scenario, "--mode", "accuracy", "--output", str(out), "--no-progress",
                        timeout=120)
         stats = srv.stats()
     assert proc.returncode == 0, proc.stderr[-3000:]
