@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import threading
 import urllib.error
 import urllib.request
@@ -141,6 +142,7 @@ def test_the_fake_server_refuses_an_image_that_does_not_decode():
 
 
 def test_prefix_caching_is_said_and_recorded(caplog):
+    caplog.set_level(logging.INFO, logger="mlharness.predictors.openai.prefix_cache")
     with FakeOpenAI(delay_s=0.0, prefix_cache=True) as srv:
         p = predictor(srv.url)
         try:
@@ -151,7 +153,9 @@ def test_prefix_caching_is_said_and_recorded(caplog):
     assert all(s.error is None for s in streams)
     assert described["metrics_enabled"] == {f"{srv.url}/v1": True}
     assert described["requests_with_cached_tokens"] == 2 and described["cached_prompt_tokens"] == 16
-    assert "prefix caching on" in caplog.text and "cached prompt token" in caplog.text
+    on, reused = (r for r in caplog.records if "prefix caching" in r.getMessage())
+    assert "has prefix caching on" in on.getMessage() and on.levelno == logging.INFO  # on: vLLM's default
+    assert "reused 8 cached prompt token" in reused.getMessage() and reused.levelno == logging.WARNING
 
 
 def test_require_no_prefix_cache_refuses_a_server_that_caches():
@@ -229,7 +233,7 @@ def test_a_chat_manifest_with_the_openai_framework_sends_each_image_byte_for_byt
     for i, e in _entries(out).items():  # the echo names the sha256 of what the server decoded
         sha = hashlib.sha256((root / rows[i]["image"]).read_bytes()).hexdigest()
         assert bytes.fromhex(e["data"]).decode() == f"images {sha}; text {rows[i]['question']}"
-    assert "prefix caching on" in proc.stderr + proc.stdout
+    assert "cached prompt token(s)" in proc.stderr  # said once on the terminal
     meta = json.loads((out / "mlharness_run.json").read_text())
     assert meta["predictor"]["prefix_cache"]["requests_with_cached_tokens"] >= 2  # all but the first answer
 
@@ -304,3 +308,15 @@ def test_qwen3_vl_oracle_answers_from_the_endpoint_score_its_maximum(run_cli, tm
     assert '{"f1": 1.0}' in (out / "accuracy.txt").read_text()
     meta = json.loads((out / "mlharness_run.json").read_text())
     assert meta["framework"]["name"] == "openai"
+
+
+def test_an_endpoint_run_keeps_the_rules_of_the_manifests_openai_variant(tmp_path):
+    from mlharness.manifest.loader import load_manifest
+    from mlharness.predictors.openai import endpoint_manifest
+
+    manifest = tmp_path / "ruled.yaml"
+    manifest.write_text(ORACLE.read_text() + 'frameworks:\n  openai:\n    framework:\n      name: openai\n'
+                        '      version: "*"\n      options: {model: served-name, require_no_prefix_cache: true}\n')
+    options = endpoint_manifest(load_manifest(str(manifest)), ["http://127.0.0.1:9"]).model.framework.options
+    assert options["require_no_prefix_cache"] is True  # the rule holds for --endpoint too
+    assert "model" not in options  # the served name is the endpoint's to tell (GET /v1/models)

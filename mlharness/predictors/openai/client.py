@@ -82,6 +82,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["KNOWN_OPTIONS", "OpenAIPredictor", "endpoint_manifest"]
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+RULE_OPTIONS = ("require_no_prefix_cache",)  # carried from a manifest's openai variant to --endpoint runs
 MODELS_NOTICE_S = 2.0  # GET /models at load: say what is awaited once it takes this long
 CLOSE_WAIT_S = 5.0  # close(): how long the aborted requests may take to report back
 
@@ -89,11 +90,15 @@ CLOSE_WAIT_S = 5.0  # close(): how long the aborted requests may take to report 
 def endpoint_manifest(loaded: Any, endpoints: list[str]) -> Any:
     """The run's manifest with its framework swapped for ``openai`` serving at ``endpoints`` (``--endpoint``).
     The manifest's model stays: its folder is where the tokenizer is read from when the server returns text
-    only; the framework's own options that ``openai`` knows (``tokenizer``, ``generation``) carry over."""
+    only; the framework's own options that ``openai`` knows (``tokenizer``, ``generation``) carry over, and so do
+    the rules its ``openai`` variant states (:data:`RULE_OPTIONS`; not its served model name, which the endpoint
+    tells)."""
     m = loaded.model
     if any(spec.type == "audio" for spec in m.inputs):  # speech to text: /v1/audio/transcriptions
         return replace(loaded, model=transcription_manifest(m, endpoints))
     options = {k: v for k, v in m.framework.options.items() if k in KNOWN_OPTIONS}
+    variant = m.frameworks.get("openai")  # the benchmark's rules its openai variant states hold for any endpoint
+    options.update({k: v for k, v in (variant.framework.options if variant else {}).items() if k in RULE_OPTIONS})
     options["endpoints"] = list(endpoints)
     framework = m.framework.model_copy(update={"name": "openai", "version": "*", "options": options})
     return replace(loaded, model=m.model_copy(update={"framework": framework}))

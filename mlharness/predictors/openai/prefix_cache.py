@@ -4,9 +4,11 @@ Some benchmarks (qwen3-vl-235b-a22b) require prefix caching off: a repeated syst
 be computed once and reused, which the rules forbid. A server tells it two ways: vLLM's ``/metrics`` has a
 ``vllm:cache_config_info`` line whose ``enable_prefix_caching`` label is ``"True"`` when the cache is on (read
 once, at load), and an answer's ``usage.prompt_tokens_details.cached_tokens`` counts the prompt tokens it took
-from the cache (read from every answer that reports usage). Either is said once on the terminal and kept in the
-run's metadata (the predictor's ``prefix_cache``); with the framework option ``require_no_prefix_cache: true``
-the run fails instead: at load when ``/metrics`` says the cache is on, else at the first answer that reused one.
+from the cache (read from every answer that reports usage). Both are kept in the run's metadata (the predictor's ``prefix_cache``);
+the first answer that reused cached tokens is a warning on the terminal (a cache that is merely on is only logged:
+vLLM turns it on by default, and most benchmarks allow it). With the framework option
+``require_no_prefix_cache: true`` the run fails instead: at load when ``/metrics`` says the cache is on, else at
+the first answer that reused one.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ class PrefixCacheWatch:
         if self.required_off:
             raise PredictorError(f"framework 'openai': {what}, and options.require_no_prefix_cache is set: start "
                                  f"the server without it (vllm serve --no-enable-prefix-caching)")
-        log.warning("%s; this benchmark's rules want it off", what)
+        log.info("%s; answers may reuse cached prompt prefixes (options.require_no_prefix_cache refuses that)", what)
 
     def answered(self, cached: int, index: int, url: str) -> None:
         """An answer whose prompt reused ``cached`` tokens (> 0) from the server's cache."""
