@@ -7,8 +7,9 @@ image, the image processor makes the pixel values, the placeholders grow to the 
 generated ids are decoded with the processor's tokenizer where the manifest asks for text (``response.text``).
 
 Processors of video-capable models (Qwen2/2.5/3-VL and others) hold a video processor, and transformers makes
-video processors only with torchvision. An image prompt never uses it, so where torchvision is absent the
-processor is built without one (:func:`processor_class`) rather than not at all.
+video processors only with torchvision. An image prompt never uses it, so where torchvision is absent, or the
+checkpoint has no video processor's config, the processor is built without one (:func:`processor_class`) rather
+than not at all.
 """
 
 from __future__ import annotations
@@ -26,13 +27,15 @@ TAKES = "a chat prompt runs on an image+text-to-text model (AutoModelForImageTex
 
 
 @functools.cache
-def processor_class(name: str) -> Any:
-    """transformers' processor class ``name``; without torchvision, one that has no video processor (the same
-    name, so a processor saved from it names the real class)."""
+def processor_class(name: str, video: bool | None = None) -> Any:
+    """transformers' processor class ``name``, or (``video`` False; by default, where torchvision is absent) one
+    without a video processor: the same name, so a processor saved from it names the real class."""
     import transformers
 
     cls = getattr(transformers, name)
-    if importlib.util.find_spec("torchvision") is not None or "video_processor" not in cls.get_attributes():
+    if video is None:
+        video = importlib.util.find_spec("torchvision") is not None
+    if video or "video_processor" not in cls.get_attributes():
         return cls
 
     def __init__(self: Any, image_processor: Any = None, tokenizer: Any = None, chat_template: Any = None,
@@ -62,11 +65,15 @@ def load_processor(folder: Path | str, config: Any, manifest: str | None) -> Any
 
     folder = Path(folder)
     name = _processor_name(folder, config)
+    known = bool(name) and hasattr(__import__("transformers"), name)
     try:
-        if name and hasattr(__import__("transformers"), name):
-            processor = processor_class(name).from_pretrained(str(folder), local_files_only=True)
-        else:
-            processor = AutoProcessor.from_pretrained(str(folder), local_files_only=True)
+        try:
+            processor = (processor_class(name) if known else AutoProcessor).from_pretrained(str(folder),
+                                                                                          local_files_only=True)
+        except (OSError, ValueError) as e:  # a checkpoint saved without a video processor: images need none
+            if not known or "video_processor" not in processor_class(name).get_attributes():
+                raise e from None
+            processor = processor_class(name, video=False).from_pretrained(str(folder), local_files_only=True)
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
         first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
         raise ManifestError(manifest, "model.graph_path", f"{TAKES}; transformers cannot load the processor "

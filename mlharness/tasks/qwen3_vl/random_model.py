@@ -7,8 +7,9 @@ image as ``<|vision_start|><|image_pad|>...<|vision_end|>`` with one pad per mer
 model and the vision tower are one layer of width 32, so a sample generates in milliseconds on a CPU. The
 tokenizer is byte-level BPE (Qwen's kind: any text encodes, any ids decode) trained here on a few sentences.
 
-Video processors need torchvision; where it is absent the processor is saved and loaded without one (an image
-prompt never uses it): see :func:`mlharness.predictors.transformers_chat.load_processor`.
+Video processors need torchvision; where it is absent the processor is made and loaded without one (an image
+prompt never uses it; see :func:`mlharness.predictors.transformers_chat.load_processor`), and the video
+processor's config is written by hand for where it is.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ CHAT_TEMPLATE = (
 CORPUS = ("Classify the product in the image. Answer with JSON: category, brand, colour, is_secondhand.",
           "What is in this picture? A red square, a blue circle and a green triangle on a white background.",
           "{\"category\": \"Home & Garden > Kitchen\", \"brand\": \"Acme\", \"is_secondhand\": false}")
-RANDOM_DOC = "mlharness tiny random Qwen3-VL " + json.dumps([TEXT, VISION, PIXELS, CHAT_TEMPLATE], sort_keys=True)
+RANDOM_DOC = "mlharness tiny random Qwen3-VL 2 " + json.dumps([TEXT, VISION, PIXELS, CHAT_TEMPLATE], sort_keys=True)
 
 
 def build_tokenizer() -> Any:
@@ -90,6 +91,10 @@ def build_random_model(out: Path | str) -> Path:
     model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=pad, do_sample=False)
     out = save_checkpoint(model, tokenizer, Path(out), RANDOM_DOC)
     build_processor(tokenizer).save_pretrained(str(out))  # its processor_class: Qwen3VLProcessor
+    # the video processor's config, written here (making one needs torchvision), for where torchvision is
+    video = {"video_processor_type": "Qwen3VLVideoProcessor", "patch_size": PATCH, "merge_size": MERGE,
+             "temporal_patch_size": TEMPORAL, "size": PIXELS, "processor_class": "Qwen3VLProcessor"}
+    (out / "video_preprocessor_config.json").write_text(json.dumps(video, indent=2))
     return out
 
 
