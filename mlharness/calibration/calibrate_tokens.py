@@ -55,173 +55,27 @@ from mlharness.calibration.calibrate import (
     fmt_value,
     given_by,
 )
-from mlharness.errors import RunFailed
+from mlharness.calibration.token_trials import (
+    LIMIT_MARGIN,
+    SUT_SAMPLE_OVERHEAD_MS,
+    offline_bursts,
+    probed,
+    single_request,
+    timed_burst,
+    timed_rounds,
+    worst,
+)
 from mlharness.loadgen import settings as lgs
-from mlharness.predictors.generative import GenerativePredictor, TokenRequest
+from mlharness.predictors.generative import GenerativePredictor
 
-SUT_SAMPLE_OVERHEAD_MS = 0.25  # the token SUT's cost per sample, beyond the predictor's own
-LIMIT_MARGIN = 0.5  # a burst is acceptable when its slowest TTFT and TPOT are under half their limits
-DRAIN_TIMEOUT_S = 900.0  # one calibration burst may take this long before the run fails
+# an end-to-end bound (seconds, qwen3-vl-235b-a22b's 12 s) leaves a queue room a TTFT bound does not: the
+# planned rate is nearer the burst rate, and the paced trials still halve it while the slowest request breaks
+# LIMIT_MARGIN of the bound
+END_TO_END_FRACTION = 0.7
 MIN_SAMPLES = 16  # samples loaded for the measurement (fewer when the performance set is smaller)
 # the Offline target over the measured token rate: token models keep the headroom their calibration was measured
 # with (the image models' busy-host calibration in calibrate.py uses its own)
 OFFLINE_HEADROOM = 1.5
-OFFLINE_GROWTH, OFFLINE_MAX_BURST = 1.25, 4096  # an Offline burst doubles while its rate grows this much, up to this
-# the planned rate is then tried with Poisson arrivals (an engine that batches statically meets partial batches and
-# waits for the batch in flight there, which bursts never show): halved while the trial's slowest TTFT or TPOT breaks
-# LIMIT_MARGIN of a limit. The slowest, not the p99: early stopping accepts a 700-query run with at most one query
-# over the bound (about the 99.86th percentile), and a trial's p99 under half the limit still left runs INVALID
-PROBE_SECONDS, PROBE_MAX_REQUESTS, MAX_PROBES, PROBE_SEED = 1.5, 300, 4, 20261
-ALONE_MIN_RUNS, ALONE_MAX_RUNS, ALONE_BUDGET_S = 8, 200, 1.0  # generations one at a time, for derived bounds
-
-
-class _Timing:
-    """A stream that records when a generation's first token and its end came."""
-
-    __slots__ = ("start", "first_at", "done_at", "tokens", "error")
-
-    def __init__(self) -> None:
-        self.start = time.perf_counter()
-        self.first_at: float | None = None
-        self.done_at: float | None = None
-        self.tokens = 0
-        self.error: BaseException | None = None
-
-    def first(self, ids: np.ndarray) -> None:
-        if self.first_at is None:
-            self.first_at = time.perf_counter()
-
-    def done(self, ids: np.ndarray, response: np.ndarray | None = None) -> None:
-        self.tokens = int(np.asarray(ids).size)
-        self.done_at = time.perf_counter()
-
-    def fail(self, error: BaseException) -> None:
-        self.error = error
-        self.done_at = time.perf_counter()
-
-    @property
-    def ttft_ms(self) -> float:
-        first = self.first_at if self.first_at is not None else self.done_at
-        return (first - self.start) * 1000.0 + SUT_SAMPLE_OVERHEAD_MS
-
-    @property
-    def tpot_ms(self) -> float:
-        if self.tokens < 2 or self.first_at is None:
-            return 0.0
-        return (self.done_at - self.first_at) * 1000.0 / (self.tokens - 1)
-
-
-def _burst(predictors: list[GenerativePredictor], prompts: list[tuple[int, np.ndarray]],
-           overhead: bool = True) -> tuple[float, list[_Timing]]:
-    """Submit every prompt at once (round robin over the instances, one request per submit as the Server SUT
-    does); (seconds until the last one finished, plus the SUT's cost per sample unless ``overhead`` is False,
-    their timings)."""
-    timings = []
-    start = time.perf_counter()
-    for j, (index, prompt) in enumerate(prompts):
-        timing = _Timing()
-        predictors[j % len(predictors)].submit([TokenRequest(index, prompt)], [timing])
-        timings.append(timing)
-    for p in predictors:
-        if not p.drain(timeout_s=DRAIN_TIMEOUT_S):
-            raise RunFailed(f"calibration: {len(prompts)} generation(s) did not finish within {DRAIN_TIMEOUT_S:.0f} s;"
-                            " state the expected performance (--target-qps, --target-latency-ms, a user.conf line) "
-                            "or turn calibration off with --no-calibrate")
-    seconds = time.perf_counter() - start
-    failed = [(index, t.error) for (index, _), t in zip(prompts, timings, strict=True) if t.error is not None]
-    if failed:
-        index, error = failed[0]
-        raise RunFailed(f"calibration: generating sample {index} (qsl_idx) failed before the LoadGen test: "
-                        f"{type(error).__name__}: {error}") from error
-    return seconds + (len(prompts) * SUT_SAMPLE_OVERHEAD_MS / 1000.0 if overhead else 0.0), timings
-
-
-def _rounds(predictors: list[GenerativePredictor], prompts: list[tuple[int, np.ndarray]], budget: float,
-            overhead: bool = True) -> tuple[list[float], list[_Timing]]:
-    """Bursts of ``prompts`` until ``budget`` seconds have passed (one at least): their durations and timings."""
-    seconds: list[float] = []
-    timings: list[_Timing] = []
-    start = time.perf_counter()
-    while not seconds or (time.perf_counter() - start < budget and len(seconds) < 10_000):
-        s, t = _burst(predictors, prompts, overhead)
-        seconds.append(s)
-        timings += t
-    return seconds, timings
-
-
-def _offline_bursts(predictors: list[GenerativePredictor], prompts: list[tuple[int, np.ndarray]],
-                    budget: float) -> tuple[list[float], int, int]:
-    """The Offline query submits every sample at once, and a server or engine that batches continuously is faster
-    with more requests in flight than the few loaded samples make (a fake server took 1.8x the rate of bursts of 8,
-    so a 2 s run ended short of its min_duration): the burst, the prompts repeated as the query repeats them,
-    doubles while that raises the rate OFFLINE_GROWTH times and a doubled burst takes at most a quarter of the
-    budget; an engine that batches statically gains nothing and keeps its burst. (the chosen burst's durations,
-    the bursts timed, its size)"""
-    burst, (seconds, _) = prompts, _rounds(predictors, prompts, budget)
-    rounds = len(seconds)
-    while 2 * len(burst) <= OFFLINE_MAX_BURST and 2 * fast_quantile(seconds) <= budget / 4:
-        bigger = [prompts[i % len(prompts)] for i in range(2 * len(burst))]
-        more, _ = _rounds(predictors, bigger, budget / 4)
-        rounds += len(more)
-        if len(bigger) / fast_quantile(more) < OFFLINE_GROWTH * len(burst) / fast_quantile(seconds):
-            break
-        burst, seconds = bigger, more
-    return seconds, rounds, len(burst)
-
-
-def single_request(predictors: list[GenerativePredictor], prompts: list[tuple[int, np.ndarray]],
-                   budget: float = ALONE_BUDGET_S) -> dict[str, float]:
-    """p99 milliseconds of generations one at a time over ``prompts`` (at least ALONE_MIN_RUNS, about ``budget``
-    seconds): of the whole generation (``ttft_latency``'s basis) and of the time per output token."""
-    timings: list[_Timing] = []
-    start = time.perf_counter()
-    while len(timings) < ALONE_MIN_RUNS or (time.perf_counter() - start < budget and len(timings) < ALONE_MAX_RUNS):
-        timings += _burst(predictors[:1], [prompts[len(timings) % len(prompts)]])[1]
-    whole = [(t.done_at - t.start) * 1000.0 + SUT_SAMPLE_OVERHEAD_MS for t in timings]
-    return {"ttft_latency": float(np.percentile(whole, 99)),
-            "tpot_latency": float(np.percentile([t.tpot_ms for t in timings], 99))}
-
-
-def _paced(predictors: list[GenerativePredictor], prompts: list[tuple[int, np.ndarray]], qps: float,
-           seed: int) -> list[_Timing]:
-    """Requests at Poisson arrival times of ``qps`` for about PROBE_SECONDS, each timed from its scheduled arrival."""
-    rng = np.random.default_rng(seed)
-    arrivals = np.cumsum(rng.exponential(1.0 / qps, size=max(1, min(PROBE_MAX_REQUESTS, int(qps * PROBE_SECONDS)))))
-    timings = []
-    start = time.perf_counter()
-    for j, at in enumerate(arrivals):
-        wait = start + at - time.perf_counter()
-        if wait > 0:
-            time.sleep(wait)
-        timing = _Timing()
-        timing.start = start + at
-        index, prompt = prompts[j % len(prompts)]
-        predictors[j % len(predictors)].submit([TokenRequest(index, prompt)], [timing])
-        timings.append(timing)
-    for p in predictors:
-        if not p.drain(timeout_s=DRAIN_TIMEOUT_S):
-            raise RunFailed(f"calibration: paced generations did not finish within {DRAIN_TIMEOUT_S:.0f} s")
-    failed = [t.error for t in timings if t.error is not None]
-    if failed:
-        raise RunFailed(f"calibration: a paced generation failed before the LoadGen test: {failed[0]}") from failed[0]
-    return timings
-
-
-def _probed(predictors: list[GenerativePredictor], prompts: list[tuple[int, np.ndarray]], qps: float,
-            ttft_limit: float, tpot_limit: float) -> tuple[float, list[dict[str, float]]]:
-    """The rate after paced trials: halved while a trial's slowest TTFT or TPOT breaks LIMIT_MARGIN of its limit."""
-    probes = []
-    for n in range(MAX_PROBES):
-        timings = _paced(predictors, prompts, qps, PROBE_SEED + n)
-        ttft = max(t.ttft_ms for t in timings)
-        tpot = max(t.tpot_ms for t in timings)
-        ok = ttft <= LIMIT_MARGIN * ttft_limit and tpot <= LIMIT_MARGIN * tpot_limit
-        probes.append({"qps": round(qps, 4), "requests": len(timings), "ttft_max_ms": round(ttft, 3),
-                       "tpot_max_ms": round(tpot, 3), "ok": ok})
-        if ok:
-            return qps, probes
-        qps /= 2
-    return qps, probes
 
 
 def measure(scenario: str, settings: Any, predictors: list[GenerativePredictor], prompts: list[tuple[int, np.ndarray]],
@@ -231,7 +85,7 @@ def measure(scenario: str, settings: Any, predictors: list[GenerativePredictor],
     start = time.perf_counter()
     n = len(prompts)
     if scenario in ("SingleStream", "MultiStream"):
-        seconds, _ = _rounds(predictors[:1], prompts[:1], budget)
+        seconds, _ = timed_rounds(predictors[:1], prompts[:1], budget)
         fast_ms = fast_quantile(seconds) * 1000.0
         floor_ms = 2.0 * int(settings.min_duration_ms) / MAX_GENERATED_QUERIES
         return Calibration(scenario, "target_latency", max(LATENCY_HEADROOM * fast_ms, floor_ms, 1e-3), fast_ms,
@@ -240,7 +94,7 @@ def measure(scenario: str, settings: Any, predictors: list[GenerativePredictor],
     if scenario == "Offline":
         # one LoadGen query for all samples; each still costs the SUT its first token and completion (without that
         # cost a grown burst rated a fake server 3-5x what its run reached)
-        seconds, rounds, n = _offline_bursts(predictors, prompts, budget)
+        seconds, rounds, n = offline_bursts(predictors, prompts, budget)
         sps = n / fast_quantile(seconds)
         return Calibration(scenario, "target_qps", OFFLINE_HEADROOM * sps, sps, OFFLINE_HEADROOM, n, rounds,
                            time.perf_counter() - start, n, {"token_streams": True})
@@ -249,12 +103,18 @@ def measure(scenario: str, settings: Any, predictors: list[GenerativePredictor],
 
 def _server(settings: Any, predictors: list[GenerativePredictor], prompts: list[tuple[int, np.ndarray]],
             budget: float, start: float, keep_count: bool = False) -> Calibration:
-    ttft_limit, tpot_limit = int(settings.ttft_latency) / 1e6, int(settings.tpot_latency) / 1e6
-    _, alone = _rounds(predictors[:1], prompts[:1], budget / 4)
-    one_ttft = float(np.median([t.ttft_ms for t in alone]))
-    one_tpot = float(np.median([t.tpot_ms for t in alone]))
-    extra: dict[str, Any] = {"token_streams": True, "ttft_limit_ms": ttft_limit, "tpot_limit_ms": tpot_limit,
-                             "alone_ttft_ms": one_ttft, "alone_tpot_ms": one_tpot}
+    # token latencies off (qwen3-vl-235b-a22b): LoadGen bounds each request end to end by target_latency
+    end_to_end = not bool(getattr(settings, "use_token_latencies", True))
+    if end_to_end:
+        ttft_limit, tpot_limit = int(settings.server_target_latency_ns) / 1e6, float("inf")
+    else:
+        ttft_limit, tpot_limit = int(settings.ttft_latency) / 1e6, int(settings.tpot_latency) / 1e6
+    _, alone = timed_rounds(predictors[:1], prompts[:1], budget / 4)
+    one_ttft = float(np.median([t.total_ms if end_to_end else t.ttft_ms for t in alone]))
+    one_tpot = 0.0 if end_to_end else float(np.median([t.tpot_ms for t in alone]))
+    extra: dict[str, Any] = {"token_streams": True, "ttft_limit_ms": ttft_limit,
+                             "tpot_limit_ms": None if end_to_end else tpot_limit,
+                             "alone_ttft_ms": one_ttft, "alone_tpot_ms": one_tpot, "end_to_end": end_to_end}
     rounds = len(alone)
     if one_ttft > ttft_limit or one_tpot > tpot_limit:
         # no rate keeps the limits: a trickle, and the run explains the INVALID
@@ -263,18 +123,18 @@ def _server(settings: Any, predictors: list[GenerativePredictor], prompts: list[
     else:
         k = len(prompts)
         while True:
-            seconds, timings = _rounds(predictors, prompts[:k], budget / 2)
+            seconds, timings = timed_rounds(predictors, prompts[:k], budget / 2)
             rounds += len(seconds)
-            worst_ttft = max(t.ttft_ms for t in timings)
-            worst_tpot = max(t.tpot_ms for t in timings)
+            worst_ttft, worst_tpot = worst(timings, end_to_end)
             if k == 1 or (worst_ttft <= LIMIT_MARGIN * ttft_limit and worst_tpot <= LIMIT_MARGIN * tpot_limit):
                 break
             k //= 2
         sps = k / fast_quantile(seconds)
-        qps = SERVER_FRACTION * sps
+        qps = (END_TO_END_FRACTION if end_to_end else SERVER_FRACTION) * sps
         extra.update(concurrency=k, burst_ttft_ms=worst_ttft, burst_tpot_ms=worst_tpot)
-        qps, extra["probes"] = _probed(predictors, prompts, qps, ttft_limit, tpot_limit)
-    cal = Calibration("Server", "target_qps", qps, sps, SERVER_FRACTION, len(prompts), rounds,
+        qps, extra["probes"] = probed(predictors, prompts, qps, ttft_limit, tpot_limit, end_to_end)
+    cal = Calibration("Server", "target_qps", qps, sps, END_TO_END_FRACTION if end_to_end else SERVER_FRACTION,
+                      len(prompts), rounds,
                       time.perf_counter() - start, k, extra)
     min_s = int(settings.min_duration_ms) / 1000.0
     meets = "concurrency" in extra  # a trickle is INVALID whatever its length: more queries would not help
@@ -284,7 +144,8 @@ def _server(settings: Any, predictors: list[GenerativePredictor], prompts: list[
     long_run = estimate.long_server_plan(qps, int(cal.extra.get("min_query_count", settings.min_query_count)),
                                          int(settings.min_duration_ms), qps if meets else 0.0,
                                          min(ttft_limit, tpot_limit), "min_query_count" in cal.extra,
-                                         "--user-conf lines '<model>.Server.ttft_latency/tpot_latency = N'")
+                                         "--user-conf line '<model>.Server.target_latency = N'" if end_to_end
+                                         else "--user-conf lines '<model>.Server.ttft_latency/tpot_latency = N'")
     if long_run:
         cal.extra["long_run"] = long_run
     return cal
@@ -299,7 +160,7 @@ def _with_prompts(predictors: list[GenerativePredictor], store: Any, loader: Any
     try:
         prompts = [(i, store.gather(np.asarray([i], dtype=np.int64))[0][0]) for i in indices]
         for _ in range(max(1, warmup)):
-            _burst(predictors, prompts[:len(predictors)])
+            timed_burst(predictors, prompts[:len(predictors)])
         return step(prompts)
     finally:
         loader.unload(indices)
@@ -334,16 +195,22 @@ def one_line(cal: Calibration) -> str:
     else:
         e = cal.extra
         setting, value = "target QPS", f"{fmt_value(cal.value)} QPS"
-        timing = (f"{cal.measured:,.4g} samples/s with {cal.batch} generation(s) at once, TTFT "
-                  f"{e.get('burst_ttft_ms', e['alone_ttft_ms']):.4g} ms and TPOT "
-                  f"{e.get('burst_tpot_ms', e['alone_tpot_ms']):.4g} ms against the limits "
-                  f"{e['ttft_limit_ms']:g}/{e['tpot_limit_ms']:g} ms")
+        if e.get("end_to_end"):
+            timing = (f"{cal.measured:,.4g} samples/s with {cal.batch} generation(s) at once, the slowest "
+                      f"{e.get('burst_ttft_ms', e['alone_ttft_ms']):.4g} ms end to end against the bound "
+                      f"{e['ttft_limit_ms']:g} ms")
+        else:
+            timing = (f"{cal.measured:,.4g} samples/s with {cal.batch} generation(s) at once, TTFT "
+                      f"{e.get('burst_ttft_ms', e['alone_ttft_ms']):.4g} ms and TPOT "
+                      f"{e.get('burst_tpot_ms', e['alone_tpot_ms']):.4g} ms against the limits "
+                      f"{e['ttft_limit_ms']:g}/{e['tpot_limit_ms']:g} ms")
         how = f"{cal.headroom:g} x the measured rate"
         if "min_query_count" in e:
             how += f"; min_query_count raised to {e['min_query_count']} for early stopping"
         if len(e.get("probes", [])) > 1:
             how += "; lowered by paced trials (" + ", ".join(
-                f"{p['qps']:.4g} QPS gave TTFT/TPOT at most {p['ttft_max_ms']:.4g}/{p['tpot_max_ms']:.4g} ms"
+                (f"{p['qps']:.4g} QPS gave requests of at most {p['ttft_max_ms']:.4g} ms" if e.get("end_to_end") else
+                 f"{p['qps']:.4g} QPS gave TTFT/TPOT at most {p['ttft_max_ms']:.4g}/{p['tpot_max_ms']:.4g} ms")
                 for p in e["probes"][:-1]) + ")"
     line = estimate.calibration_line(setting, value, timing, how)
     return line + (f"\n{cal.extra['long_run']}" if "long_run" in cal.extra else "")

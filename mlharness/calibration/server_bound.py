@@ -176,7 +176,9 @@ def for_run(asked: Asked, plan: lgs.SettingsPlan, settings: Any, pipelines: list
     result is kept in ``plan.latency_bound`` for the run metadata and the INVALID explanation."""
     if plan.scenario != "Server":
         return None
-    keys = ("ttft_latency", "tpot_latency") if tokens else ("target_latency",)
+    # a token model whose round turns token latencies off (qwen3-vl-235b-a22b) is bounded end to end
+    token_latencies = tokens and bool(getattr(settings, "use_token_latencies", True))
+    keys = ("ttft_latency", "tpot_latency") if token_latencies else ("target_latency",)
     bounds = [resolve(plan, settings, k) for k in keys]
     local = pipelines and asked.network != "lon" and not tokens
     if plan.mode == "performance" and local:
@@ -195,7 +197,7 @@ def for_run(asked: Asked, plan: lgs.SettingsPlan, settings: Any, pipelines: list
             plan.not_submittable.append(f"the Server latency bound {b.ms:g} ms was derived from the model's "
                                         "measured latency, not set by an MLPerf benchmark")
     plan.latency_bound = {b.key: b.as_dict() for b in bounds}
-    later = token_bounds_to_derive(plan, asked.network) if tokens else []
+    later = token_bounds_to_derive(plan, asked.network) if token_latencies else []
     if plan.mode == "performance":
         for b in bounds:
             if b.key not in later:  # said once derived, by calibrate_tokens
