@@ -152,6 +152,7 @@ class SampleLoader:
         self.store = store
         self.workers = max(1, workers)
         self.on_progress = on_progress
+        self.prepare: Callable[[Any], None] | None = None  # called with each chat prompt as it is loaded
         self.error: BaseException | None = None
 
     def _one(self, index: int) -> tuple[np.ndarray, ...]:
@@ -169,7 +170,10 @@ class SampleLoader:
             raise HookError("preprocess", self.hooks.manifest, "the manifest defines no preprocess hook")
         specs = self.ctx.get("inputs") or []
         if specs and specs[0].get("type") == CHAT_INPUT:  # the schema keeps a chat input alone
-            return (chat_sample(out, index, specs[0], self.hooks.manifest),)
+            cell = chat_sample(out, index, specs[0], self.hooks.manifest)
+            if self.prepare is not None:
+                self.prepare(cell[()])  # what the predictors send for it, built now rather than on the timed path
+            return (cell,)
         # with a predict hook, the declared inputs are the model's and the samples are what the hook cuts them from
         declared = [] if "predict" in self.hooks else specs
         return check_preprocessed(out, index, self.store.n_inputs, declared, self.hooks.manifest)

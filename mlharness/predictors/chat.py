@@ -11,7 +11,8 @@ An image part may also be ``{"type": "image", "image": <bytes | PIL.Image | path
 every message and part once, at load time, and keeps each image's encoded bytes exactly as the dataset holds them
 (MLPerf forbids re-encoding or resizing a benchmark's images); what a predictor sends is derived from them once
 and cached: the data URLs of an OpenAI-compatible request, the decoded images of an in-process processor. Nothing
-is encoded on the timed path.
+is encoded on the timed path: a predictor builds what it sends for a prompt in its ``prepare``, which the QSL calls
+as it loads the sample.
 
 Bad input is a :class:`~mlharness.errors.DatasetError` (exit status 2) naming the sample, the message and the part:
 an image that does not decode, a role or part type outside the known ones, an image over the input's stated caps
@@ -49,9 +50,17 @@ class ChatLimits:
 
     @classmethod
     def from_spec(cls, parameters: dict[str, Any] | None) -> ChatLimits:
+        """The caps of a chat input's ``parameters``; a cap that is not a positive whole number is refused."""
         p = parameters or {}
-        return cls(int(p.get("max_image_bytes", DEFAULT_MAX_IMAGE_BYTES)),
-                   int(p.get("max_image_pixels", DEFAULT_MAX_IMAGE_PIXELS)))
+        caps = {}
+        for name, default in (("max_image_bytes", DEFAULT_MAX_IMAGE_BYTES),
+                              ("max_image_pixels", DEFAULT_MAX_IMAGE_PIXELS)):
+            value = p.get(name, default)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise DatasetError(f"the chat input's parameters.{name} must be a positive whole number, got "
+                                   f"{value!r}")
+            caps[name] = value
+        return cls(**caps)
 
 
 @dataclass(frozen=True)
@@ -68,9 +77,10 @@ class ImagePart:
     width: int
     height: int
 
-    @cached_property
+    @property
     def data_url(self) -> str:
-        """``data:<mime>;base64,...`` of the original bytes, built once."""
+        """``data:<mime>;base64,...`` of the original bytes (built on each call: a predictor that sends it keeps
+        what it built, e.g. the endpoint client's request body, so the image is not held a third time)."""
         return f"data:{self.mime};base64,{base64.b64encode(self.data).decode('ascii')}"
 
     def image(self) -> Any:
@@ -118,9 +128,10 @@ class ChatPrompt:
                 h.update(b"\x01" + (p.text.encode() if isinstance(p, TextPart) else hashlib.sha256(p.data).digest()))
         return h.hexdigest()
 
-    @cached_property
+    @property
     def openai_messages(self) -> list[dict[str, Any]]:
-        """The messages of a ``/v1/chat/completions`` body, images as data URLs (built once, then reused)."""
+        """The messages of a ``/v1/chat/completions`` body, images as data URLs (built on each call; the endpoint
+        client builds its body from them once per sample, at load time)."""
         out = []
         for m in self.messages:
             if m.plain:

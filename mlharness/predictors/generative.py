@@ -82,6 +82,10 @@ class GenerativePredictor(Predictor):
     def submit(self, requests: list[TokenRequest], streams: list[TokenStream]) -> None:
         """Start generating ``requests`` (``streams[i]`` receives request i's tokens); returns at once."""
 
+    def prepare(self, prompt: Any) -> None:
+        """Called once per prompt as the QSL loads it (untimed): build what this predictor sends for it (an
+        endpoint's request body), so nothing is encoded on the timed path. Nothing by default."""
+
     @abc.abstractmethod
     def drain(self, timeout_s: float | None = None) -> bool:
         """Wait until every submitted request has finished; False if ``timeout_s`` passed first."""

@@ -56,6 +56,13 @@ def _tensor_sut(p: Parts) -> Any:
 
 def _token_sut(p: Parts) -> Any:
     loaded = p.run.loaded
+    predictors = p.predictors
+
+    def prepare(prompt: Any) -> None:
+        for predictor in predictors:
+            predictor.prepare(prompt)
+
+    p.loader.prepare = prepare  # before calibration and LoadGen load any sample
     return TokenSUT(check_generative(p.predictors, loaded), p.store, p.conf.plan.scenario, on_failure=p.on_failure,
                     warmup=loaded.model.framework.warmup, response_dtype=p.dtype,
                     text=loaded.model.response.text)

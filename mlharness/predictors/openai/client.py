@@ -251,6 +251,10 @@ class OpenAIPredictor(GenerativePredictor):
             return
         self.runner.submit(list(zip(requests, streams, strict=True)))
 
+    def prepare(self, prompt: Any) -> None:
+        if is_chat(prompt):
+            payload(prompt)  # the messages' JSON, data URLs included, built at load time and kept with the prompt
+
     def drain(self, timeout_s: float | None = None) -> bool:
         return self.runner.drain(timeout_s)
 
