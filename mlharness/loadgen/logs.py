@@ -106,7 +106,9 @@ def parse_summary(path: Path, scenario: str, tokens: bool = False) -> Summary:
             k, _, v = line.partition(":")
             fields.setdefault(k.strip(), v.strip())
     lg_scenario = "Server" if scenario == "Interactive" else scenario
-    name, unit = (TOKEN_METRIC_LINES if tokens and lg_scenario in TOKEN_METRIC_LINES else METRIC_LINES)[lg_scenario]
+    # a token model whose round turns token latencies off (qwen3-vl-235b-a22b) has LoadGen count samples
+    token_line = TOKEN_METRIC_LINES.get(lg_scenario) if tokens else None
+    name, unit = token_line if token_line and token_line[0] in fields else METRIC_LINES[lg_scenario]
     raw = fields.get(name)
     value = float(raw) if raw not in (None, "") else None
     return Summary(scenario, fields.get("Result is") == "VALID", name, value, unit, fields)
