@@ -163,6 +163,7 @@ def test_oracle_on_the_interactive_subset_and_interactive_refused(env, tmp_path)
     proc = cli(env, "run", "--manifest", "qwen3-vl-235b-a22b-oracle", "--scenario", "Interactive", "--mode",
                "accuracy", "--output", str(tmp_path / "inter"))
     assert proc.returncode == 2 and "qwen3-vl-235b-a22b-interactive" in proc.stderr, proc.stderr
+    assert "Run --scenario Server" in proc.stderr, proc.stderr
     assert not (tmp_path / "inter").exists()
 
 
