@@ -188,6 +188,7 @@ MAY_NOT_IMPORT = {
     "mlharness.run": ABOVE_RUN,
     "mlharness.calibration": (*ABOVE_RUN, "mlharness.run"),
     "mlharness.loadgen": (*ABOVE_RUN, "mlharness.run", "mlharness.calibration"),
+    "mlharness.sessions": (*ABOVE_RUN, "mlharness.run", "mlharness.calibration", "mlharness.loadgen"),
 }
 
 
