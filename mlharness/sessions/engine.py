@@ -24,6 +24,7 @@ class TurnRequest:
     tools: list[dict[str, Any]]  # OpenAI tools ([] for none)
     max_tokens: int
     headers: dict[str, str] = field(default_factory=dict)  # extra HTTP headers (session affinity)
+    extra_body: dict[str, Any] = field(default_factory=dict)  # request fields of the run (temperature, seed...)
 
 
 class Timing(Protocol):
