@@ -277,6 +277,11 @@ class OpenAIPredictor(GenerativePredictor):
         if self.opts.client_processes == 1:
             self.loop.stop(CLOSE_WAIT_S)
 
+    def chat_engine(self) -> Any:
+        """A session engine at the first endpoint: :func:`mlharness.sessions.openai_engine.for_predictor`."""
+        from mlharness.sessions.openai_engine import for_predictor
+        return for_predictor(self)
+
     # -- one request ---------------------------------------------------------------------------------------------
     def _body(self, request: TokenRequest) -> dict[str, Any]:
         g = self.generation
