@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError, HookError
+from mlharness.loadgen.session_input import SESSION_INPUT, session_sample
 from mlharness.manifest.hooks import HookSet
 from mlharness.predictors.chat import CHAT_INPUT, ChatLimits, parse_chat
 
@@ -174,6 +175,8 @@ class SampleLoader:
             if self.prepare is not None:
                 self.prepare(cell[()])  # what the predictors send for it, built now rather than on the timed path
             return (cell,)
+        if specs and specs[0].get("type") == SESSION_INPUT:  # one session of turns per sample (kept alone too)
+            return (session_sample(out, index, self.hooks.manifest),)
         # with a predict hook, the declared inputs are the model's and the samples are what the hook cuts them from
         declared = [] if "predict" in self.hooks else specs
         return check_preprocessed(out, index, self.store.n_inputs, declared, self.hooks.manifest)

@@ -31,19 +31,8 @@ DATASET_ALL_HOOK_KEYS = DATASET_HOOK_KEYS + ("sample",)
 # in the timed path, e.g. for sliding-window inference that runs the model on many patches per sample.
 EXTRA_HOOK_KEYS = ("predict",)
 MODEL_HOOK_KEYS = HOOK_KEYS + EXTRA_HOOK_KEYS
-ELEMENT_TYPES = (
-    "float16",
-    "float32",
-    "float64",
-    "bfloat16",
-    "int8",
-    "uint8",
-    "int16",
-    "int32",
-    "int64",
-    "bool",
-    "bytes",
-)
+ELEMENT_TYPES = ("float16", "float32", "float64", "bfloat16", "int8", "uint8", "int16", "int32", "int64", "bool",
+                 "bytes")
 
 
 class _Strict(BaseModel):
@@ -78,7 +67,8 @@ class TensorSpec(_Strict):
     is accepted too. Without one, tensors are matched by position."""
     type: str = "tensor"
     """What the tensor carries (image, text, probability, ...); informational, except ``chat``: the prompt is
-    chat messages (``parameters``: ``max_image_bytes``, ``max_image_pixels``)."""
+    chat messages (``parameters``: ``max_image_bytes``, ``max_image_pixels``), and ``session``: each sample is a
+    session of turns (``parameters``: the replay options, ``timing``, ``concurrency``, SLOs; docs/sessions.md)."""
     description: str = ""
     element_type: str = "float32"
     """numpy-style dtype name of the tensor."""
@@ -183,7 +173,7 @@ class MLPerfSpec(_Strict):
 
 
 class ResponseSpec(_Strict):
-    kind: Literal["tensor", "tokens"] = "tensor"
+    kind: Literal["tensor", "tokens", "session"] = "tensor"
     """``tensor``: one response per sample from ``postprocess``. ``tokens``: the model generates a stream of token
     ids per sample (a generative predictor); the run measures token latencies (TTFT, TPOT), reports the first
     token to LoadGen as soon as it exists and writes every token id as int32 (int64 where ``element_type`` says
@@ -199,6 +189,8 @@ class ResponseSpec(_Strict):
     def _tokens_are_int32(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("text") and data.get("kind") != "tokens":
             raise ValueError("field 'text': text responses are generated: they need kind 'tokens'")
+        if isinstance(data, dict) and data.get("kind") == "session":
+            return {**data, "element_type": "uint8"}  # the answers' JSON as UTF-8 bytes
         if isinstance(data, dict) and data.get("kind") == "tokens":
             allowed = ("uint8",) if data.get("text") is True else ("int32", "int64")
             if data.get("element_type", allowed[0]) not in allowed:
@@ -375,6 +367,11 @@ class ModelManifest(_Strict):
         if any(i.type == "chat" for i in self.inputs) and (len(self.inputs) > 1 or not streams_tokens(self)):
             raise ValueError("an input of type 'chat' (the prompt's messages) is a generative model's only input: "
                              "declare it alone, with response.kind 'tokens'")
+        sessions = any(i.type == "session" for i in self.inputs)
+        if (sessions or self.response.kind == "session") and (len(self.inputs) > 1 or not sessions
+                                                               or self.response.kind != "session"):
+            raise ValueError("a session model has one input, of type 'session' (each sample a session of turns), "
+                             "and response.kind 'session': declare both")
         return self
 
     @field_validator("framework", mode="before")

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlharness.calibration import calibrate, calibrate_tokens, server_bound
+from mlharness.calibration import calibrate, calibrate_sessions, calibrate_tokens, server_bound
+from mlharness.loadgen.session_input import session_settings
+from mlharness.loadgen.sessions import SessionSUT, make_players, session_engines
 from mlharness.loadgen.sut import NetworkQDL, SystemUnderTest
 from mlharness.loadgen.tokens import TokenSUT, check_generative
 
@@ -33,6 +35,7 @@ class Parts:
     tracer: Any
     on_failure: Callable[[BaseException], None]
     outdir: Path
+    sut: Any = None  # the SUT make_sut built (a session model's calibration plays a session through it)
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,25 @@ def _token_calibration(p: Parts) -> dict[str, Any]:
                                     p.conf.performance_count, run.loaded.model.framework.warmup, p.outdir)
 
 
+def _session_sut(p: Parts) -> Any:
+    """One sample, one session: the predictors' chat engines play them (loadgen/sessions.py; docs/sessions.md)."""
+    loaded = p.run.loaded
+    spec = loaded.model.inputs[0]
+    settings = session_settings(spec.parameters, loaded.path)
+    players, close = make_players(session_engines(p.predictors, loaded), settings.replay,
+                                  loaded.model.generation.max_new_tokens)
+    p.sut = SessionSUT(players, p.store, p.conf.plan.scenario, settings, outdir=p.outdir, on_failure=p.on_failure,
+                       warmup=loaded.model.framework.warmup, close=close)
+    return p.sut
+
+
+def _session_calibration(p: Parts) -> dict[str, Any]:
+    run = p.run
+    return calibrate_sessions.for_run(run.asked, p.conf.plan, p.conf.settings, p.sut, p.loader,
+                                      p.conf.performance_count, run.loaded.model.framework.warmup, p.outdir,
+                                      run.official)
+
+
 KINDS: dict[str, DataKind] = {
     "tensor": DataKind("tensor", tokens=False, interactive=False, make_sut=_tensor_sut,
                        server_bound=lambda p: _bound(p, False), calibrate=_tensor_calibration, check_outputs=True,
@@ -94,6 +116,10 @@ KINDS: dict[str, DataKind] = {
     "tokens": DataKind("tokens", tokens=True, interactive=True, make_sut=_token_sut,
                        server_bound=lambda p: _bound(p, True), calibrate=_token_calibration, check_outputs=False,
                        sut_warmup=False),
+    "session": DataKind("session", tokens=False, interactive=False, make_sut=_session_sut,
+                        server_bound=lambda p: calibrate_sessions.bound(p.run.asked, p.conf.plan, p.conf.settings,
+                                                                        p.run.official),
+                        calibrate=_session_calibration, check_outputs=False, sut_warmup=True),
 }
 
 
