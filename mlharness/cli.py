@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
 # Command groups living beside their package: each module exposes ``register(subparsers)`` adding its parser(s)
 # with ``set_defaults(func=handler)``; ``handler(args, console) -> int``. Heavy imports stay inside handlers.
 GROUP_CLI_MODULES = ("mlharness.agent.cli", "mlharness.submission.cli", "mlharness.report.cli",
-                     "mlharness.measurement.cli")
+                     "mlharness.measurement.cli", "mlharness.measurement.replay")
 
 
 def _add_group_commands(sub: argparse._SubParsersAction) -> None:
@@ -191,7 +191,7 @@ def hook_overran(e: BaseException) -> None:
 
 
 # commands whose SIGINT/SIGTERM stop LoadGen tests cleanly (exit 130/143, partial output kept)
-SIGNAL_COMMANDS = ("run", "tune", "submission", "sweep")
+SIGNAL_COMMANDS = ("run", "tune", "submission", "sweep", "replay")
 
 
 def main(argv: list[str] | None = None) -> int:
