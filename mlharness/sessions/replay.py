@@ -56,6 +56,8 @@ class ReplayOptions:
     turn_timeout_s: float | None = 600.0  # a turn with no answer by then fails its session
     extra_body: dict[str, Any] = field(default_factory=dict)  # request fields (temperature, seed...)
     salt_seed: int = 0  # the run's seed: the cache-bust salt is a hash of it, the session's id and the repeat
+    # session id -> plays so far, counted over every player sharing these options (a run's players do)
+    _plays: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.history not in HISTORY_MODES:
@@ -109,17 +111,17 @@ class SessionPlayer:
         self.options = options or ReplayOptions()
         self.clock = clock
         self.sleep = sleep
-        self._plays: dict[str, int] = {}  # session id -> plays so far (the repeat of the next one)
 
     async def play(self, session: Session, index: int = -1, repeat: int | None = None
                    ) -> tuple[SessionRecord, list[Answer]]:
         """Send every turn of ``session``; returns its record and the answers of the turns that were answered
         (all of them unless ``record.error``). ``index``: the LoadGen sample index recorded; ``repeat``: which
-        play of this session this is (the salt's; default: how many times this player played it before)."""
+        play of this session this is (the salt's; default: how many times players sharing these options played it
+        before, warm-up plays included)."""
         o = self.options
         if repeat is None:
-            repeat = self._plays.get(session.id, 0)
-        self._plays[session.id] = self._plays.get(session.id, 0) + 1
+            repeat = o._plays.get(session.id, 0)
+        o._plays[session.id] = o._plays.get(session.id, 0) + 1
         tag = salt(o.salt_seed, session.id, repeat) if o.cache_bust else None
         headers = {}
         if o.affinity_header:
