@@ -14,7 +14,9 @@ from mlharness.fileguard import describe_kind
 from mlharness.loadgen.logs import detail_values
 from mlharness.loadgen.settings import embedded_seeds
 from mlharness.rounds import round_of_seeds, wrong_seeds
+from mlharness.submission.checker_endpoints import check_endpoints_scenario, is_endpoints_layout
 from mlharness.submission.compliance import score_of
+from mlharness.submission.endpoints import ACCURACY_FILE, CONFIG_FILE, SUMMARY_FILE, is_endpoints_benchmark
 from mlharness.submission.findings import Findings
 from mlharness.submission.llm_rules import conf_model_for, is_llm, loadgen_scenario
 from mlharness.submission.rules import (
@@ -45,6 +47,8 @@ TEST_ENTRIES = {"TEST01": {"accuracy", "performance", "verify_accuracy.txt", "ve
                 "TEST06": {"accuracy", "verify_accuracy.txt"},
                 "TEST07": {"accuracy", "performance", "verify_accuracy.txt"},
                 "TEST09": {"accuracy", "performance", "verify_output_len.txt"}}
+# any of these in a scenario without LoadGen detail logs: an endpoints-style result (submission/endpoints.py)
+ENDPOINTS_FILES = ((CONFIG_FILE,), ("performance", SUMMARY_FILE), ("accuracy", ACCURACY_FILE))
 OPEN_MODEL = "mlharness-open-model"  # a name mlperf.conf does not know: LoadGen's '*' settings apply
 # LoadGen logs this for audit runs (the audit config is a second conf file); the official checker tolerates it there
 AUDIT_TOLERATED_ERROR = "Multiple conf files are used"
@@ -54,6 +58,10 @@ def check_scenario(c: Findings, division: str, info: Benchmark | None, scen_dir:
     scenario = scen_dir.name
     if scenario not in SCENARIOS:
         c.error(scen_dir, f"'{scenario}' is not a scenario ({', '.join(SCENARIOS)})")
+        return
+    if is_endpoints_layout(scen_dir) and (is_endpoints_benchmark(info.name if info else None)
+                                          or any(scen_dir.joinpath(*p).exists() for p in ENDPOINTS_FILES)):
+        check_endpoints_scenario(c, division, info, scen_dir)  # read as the official loader reads it
         return
     for entry in sorted(scen_dir.iterdir()):
         if entry.name not in SCENARIO_ENTRIES:

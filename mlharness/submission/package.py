@@ -27,6 +27,7 @@ from pathlib import Path
 from mlharness.errors import MLHarnessError, SettingsError
 from mlharness.fileguard import describe_kind
 from mlharness.manifest.names import name_problem
+from mlharness.submission.endpoints import is_endpoints_benchmark, write_endpoints_result
 from mlharness.submission.findings import shown
 from mlharness.submission.intake import check_packable
 from mlharness.submission.layout import Tree, replace_dir, stamp, unique
@@ -169,6 +170,12 @@ def _assemble(tree: Tree, state: dict, scenarios: list, staged: Path, sub_dir: P
     for system, bench, scen, path in scenarios:
         dest = staged / "results" / system / bench / scen
         shutil.copytree(path, dest)
+        model = state.get("benchmarks", {}).get(f"{system}/{bench}", {}).get("mlperf_model")
+        if is_endpoints_benchmark(bench) or is_endpoints_benchmark(DEFAULT_BENCHMARK_FOR_MODEL.get(model)):
+            # the layout the checker reads for it (endpoints.py says why); counted before the log is truncated
+            write_endpoints_result(dest, tree.record_dir(system, bench, scen, "performance"))
+            report.notes.append(f"{system}/{bench}/{scen}: written in the endpoints client's layout (config.yaml, "
+                                f"performance/result_summary.json, accuracy/accuracy_results.json)")
         for acc in (dest / "accuracy", dest / "TEST01" / "accuracy"):
             # the official script truncates the scenario's log, and TEST01's when TEST01/accuracy holds an
             # accuracy.txt (the non-deterministic fallback); without accuracy.txt it leaves a log whole

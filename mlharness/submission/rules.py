@@ -192,6 +192,14 @@ REQUIRED_SCENARIOS["edge"]["stable-diffusion-xl"] = ("SingleStream", "Offline")
 # it in v6.0 and v6.1): datacenter systems submit it as "datacenter,edge"
 REQUIRED_SCENARIOS["datacenter,edge"]["stable-diffusion-xl"] = ("SingleStream", "Offline", "Server")
 SERVER_LATENCY_NS["stable-diffusion-xl"] = 20_000_000_000
+# qwen3.6-27b (edge agentic; MLPerf v6.1 only): BFCL v4 single-turn score, which the checker calls "mAP", at 99 % of
+# 86.23 over its 995 samples; edge SingleStream only (in every system type's required list); no audits (in none of
+# models_TEST0x). Its result is written in the endpoints client's layout (submission/endpoints.py)
+BENCHMARKS["qwen3.6-27b"] = Benchmark("qwen3.6-27b", "qwen3.6-27b", 995, "mAP", 86.23 * 0.99, 1.0, ())
+DEFAULT_BENCHMARK_FOR_MODEL["qwen3.6-27b"] = "qwen3.6-27b"
+for _system_type in REQUIRED_SCENARIOS:
+    if _system_type != "datacenter":
+        REQUIRED_SCENARIOS[_system_type]["qwen3.6-27b"] = ("SingleStream",)
 # The smallest Offline query of a closed result, by benchmark: the official checker's OFFLINE_MIN_SPQ_SINCE_V4
 # (submission_checker/constants.py), the same in v6.0 and v6.1; its min_query_count_check applies it to the
 # performance run and to the TEST01 and TEST04 runs of the closed division only.
@@ -246,7 +254,7 @@ def compliance_tests_for_model(mlperf_model: str | None) -> tuple[str, ...]:
         return ("TEST06",)
     if mlperf_model in TEST07_TEST09_MODELS:
         return ("TEST07", "TEST09")
-    if mlperf_model in ("llama3_1-8b-edge", "qwen3-vl-235b-a22b"):
+    if mlperf_model in ("llama3_1-8b-edge", "qwen3-vl-235b-a22b", "qwen3.6-27b"):
         return ()
     if mlperf_model in ("resnet50", "stable-diffusion-xl"):
         return ("TEST01", "TEST04")
