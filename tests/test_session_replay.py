@@ -100,6 +100,12 @@ class ChatServer:
         prompt = len(json.dumps(body["messages"]))
         self.queries += prompt
         self.hits += prompt // 2
+        if "JSON" in (said or ""):  # a server that ignores stream: true
+            self.ends.append(time.perf_counter())
+            return web.json_response({"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                "role": "assistant", "content": "", "reasoning": "plain", "tool_calls": [
+                    {"id": "j1", "type": "function", "function": {"name": "get_weather", "arguments": ARGUMENTS}}]}}],
+                "usage": {"prompt_tokens": prompt, "completion_tokens": 9}})
         r = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await r.prepare(request)
 
@@ -288,6 +294,14 @@ def test_a_failed_turn_ends_the_session_with_its_error_and_no_later_turn_is_sent
     assert record.turns[1].done is None and error in record.turns[1].error
     if trigger.startswith("FAIL"):
         assert f"endpoint {server.url}/v1/chat/completions, session f turn 1" in record.error
+
+
+def test_an_answer_not_streamed_is_read_whole(server):
+    (record, answers), = play(server, [Session(id="j", turns=(Turn((user("JSON please"),)),))])
+    assert record.ok and answers[0].reasoning == "plain" and answers[0].finish_reason == "tool_calls"
+    assert [(c.id, c.arguments) for c in answers[0].tool_calls] == [("j1", ARGUMENTS)]
+    assert record.turns[0].completion_tokens == 9 and record.turns[0].cached_tokens is None
+    assert record.turns[0].sent < record.turns[0].first <= record.turns[0].done
 
 
 def test_a_bug_in_an_engine_is_raised_not_recorded():
