@@ -1,0 +1,40 @@
+"""``mlharness dataset synth bfcl-v4`` and ``mlharness accuracy bfcl-v4``.
+
+Kept light: the task's modules are imported inside the handlers."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from mlharness.tasks.generative_cli import add_synth, print_result, write_synth
+
+
+def register(synth: Any, prepare: Any, accuracy: Any) -> None:
+    add_synth(synth, "bfcl-v4", "a synthetic BFCL v4 single-turn set (BFCL_v4_<subset>.json)",
+              "Write BFCL_v4_<subset>.json and possible_answer/BFCL_v4_<subset>.json for the twelve subsets of the "
+              "MLPerf selection, in the layout bfcl-eval ships its data in. The oracle scores 100 on it.",
+              "entries per subset (default: 3)", cmd_synth)
+    a = accuracy.add_parser("bfcl-v4", help="BFCL v4 accuracy of a qwen3.6-27b session accuracy log",
+                            description="Score an mlperf_log_accuracy.json of session answers as the MLCommons "
+                                        "endpoints reference's BFCLv4Scorer does, with bfcl-eval's AST checker "
+                                        "run by MLHARNESS_BFCL_PYTHON, and print accuracy.txt.")
+    a.add_argument("--log", type=Path, required=True, help="mlperf_log_accuracy.json")
+    a.add_argument("--dataset-path", type=Path, default=None,
+                   help="a folder of BFCL_v4_<subset>.json files (default: bfcl-eval's own data)")
+    a.add_argument("--all", action="store_true", help="score against every entry, not the MLPerf selection")
+    a.add_argument("--bfcl-python", default=None, help="bfcl-eval's Python (default: $MLHARNESS_BFCL_PYTHON)")
+    a.set_defaults(func=cmd_accuracy)
+
+
+def cmd_synth(args: argparse.Namespace, console: Any) -> int:
+    from mlharness.tasks.bfcl_v4.synth import DEFAULT_COUNT, write_synthetic_bfcl_v4
+
+    return write_synth(args, console, write_synthetic_bfcl_v4, DEFAULT_COUNT, " per subset to {out}")
+
+
+def cmd_accuracy(args: argparse.Namespace, console: Any) -> int:
+    from mlharness.tasks.bfcl_v4.metric import score_log
+
+    return print_result(score_log(args.log, args.dataset_path, "all" if args.all else "mlperf", args.bfcl_python))
