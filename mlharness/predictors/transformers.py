@@ -178,6 +178,22 @@ class TransformersPredictor(QueuedGenerator):
                 **sampling, **g.options,
             )
 
+    def chat_engine(self) -> Any:
+        """The engine that answers a session's turns with this model (a ``type: session`` input): the history and
+        tools rendered by the checkpoint's chat template, tool calls parsed from the text
+        (:mod:`.transformers_sessions`)."""
+        from transformers import AutoTokenizer
+
+        from mlharness.predictors.transformers_sessions import TransformersChatEngine
+
+        if self.processor is not None:
+            raise PredictorError("transformers: sessions run on a causal language model; this checkpoint is an "
+                                 "image+text model loaded for chat prompts")
+        tokenizer = getattr(self, "tokenizer", None) or AutoTokenizer.from_pretrained(self.config.model_path)
+        return TransformersChatEngine(self.model, tokenizer, device=self.device, eos=self.eos, pad=self.pad,
+                                      generation=self.generation,
+                                      template_kwargs=self.config.options.get("chat_template_kwargs"))
+
     def framework_version(self) -> str:
         import transformers
 

@@ -44,9 +44,12 @@ OTHER = ("not a causal language model", "Use framework pytorch (model.factory) o
 def check_inputs(input_specs: list[dict[str, Any]], manifest: str | None) -> bool:
     """The predictor consumes one input per sample, the prompt's token ids: a further declared input, or a
     non-integer one, would be dropped or cast without a word. True when that input is chat messages (``type:
-    chat``, which the schema keeps alone): an image+text model with its processor."""
+    chat``, which the schema keeps alone): an image+text model with its processor. A session input (``type:
+    session``: multi-turn conversations with tools) is a causal LM's too, answered through its chat template."""
     if len(input_specs) == 1 and input_specs[0].get("type") == "chat":
         return True
+    if len(input_specs) == 1 and input_specs[0].get("type") == "session":  # a causal LM with its chat template
+        return False
     if len(input_specs) > 1:
         extra = ", ".join(f"'{s.get('name') or f'input {k}'}'" for k, s in enumerate(input_specs) if k)
         raise ManifestError(manifest, "inputs", f"declares {len(input_specs)} inputs, but {TAKES} and consumes "
