@@ -21,6 +21,7 @@ TASKS = ("demo", "imagenet", "squad", "kits19", "openimages", "coco", "cnndm", "
 TASKS += ("coco_t2i",)  # stable-diffusion-xl: captions in, images out
 TASKS += ("qwen3_vl",)  # qwen3-vl-235b-a22b: chat prompts with a product image in, JSON text out
 TASKS += ("bfcl_v4",)  # qwen3.6-27b: BFCL v4 function calling, one-turn sessions with tools in, tool calls out
+TASKS += ("qwen36",)  # qwen3.6-27b: sessions of turns with tools (BFCL v4 prompts, recorded agentic sessions)
 
 
 def _task_entries(attr: str) -> dict[str, str]:
