@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -263,3 +264,14 @@ def test_auto_tells_formats_apart_and_unknown_names_are_refused(tmp_path):
         load_trace(FIXTURES / "sharegpt.json", "sharegtp")
     with pytest.raises(DatasetError, match="no such trace file"):
         load_trace(tmp_path / "absent.jsonl")
+
+
+def test_cli_replay_of_a_malformed_trace_exits_2_naming_line_and_field(tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"conversation_id": "c1", "turn": 1, "role": "user", "content": "hi"}\n'
+                     '{"conversation_id": "c1", "turn": "x", "role": "assistant", "content": "a"}\n')
+    done = subprocess.run([sys.executable, "-m", "mlharness", "replay", "--endpoint", "http://127.0.0.1:9",
+                           "--results-root", str(tmp_path / "results"), "--no-progress", str(trace)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "trace.jsonl:2: field 'turn': expected a positive integer, got \"x\"" in done.stderr
