@@ -104,3 +104,16 @@ def test_the_run_mode_chooses_the_sessions_unless_a_manifest_says(env, monkeypat
         chosen_sessions({"attributes": {"qwen36_sessions": "both"}})
     with pytest.raises(DatasetError, match="needs --dataset-path for its performance sessions"):
         qwen36_dataset({"mode": "performance"})
+
+
+def test_dataset_synth_writes_the_folder_the_test_models_use(env, tmp_path, monkeypatch):
+    from mlharness.tasks.qwen36.synth import ensure_synthetic_qwen36, synthetic_dir
+
+    monkeypatch.setenv("MLHARNESS_CACHE", env["MLHARNESS_CACHE"])
+    proc = cli(env, "dataset", "synth", "qwen3.6-27b", "--out", str(tmp_path / "synth"), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cache = ensure_synthetic_qwen36(synthetic_dir())
+    written = sorted(p.relative_to(tmp_path / "synth") for p in (tmp_path / "synth").rglob("*") if p.is_file())
+    assert Path("agentic_coding_2.5h.jsonl") in written and Path("data/BFCL_v4_simple_python.json") in written
+    for rel in written:  # the same bytes: the oracle's table answers a run given this folder as --dataset-path
+        assert (tmp_path / "synth" / rel).read_bytes() == (cache / rel).read_bytes(), rel

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mlharness.errors import DatasetError
 from mlharness.tasks.generative import synthetic_cache
 
 TRACE_FILE = "agentic_coding_2.5h.jsonl"  # the reference's file name (examples/11_Edge_Agentic_Example)
@@ -29,16 +30,23 @@ def _complete(out: Path) -> bool:
     return (out / TRACE_FILE).is_file() and any(bfcl.glob("BFCL_v4_*.json"))
 
 
-def write_synthetic_qwen36(out: Path | str) -> Path:
-    """Write both synthetic sets into ``out`` (the trace last: its presence marks the folder complete)."""
+def write_synthetic_qwen36(out: Path | str, count: int = AGENTIC_SESSIONS, seed: int = 0) -> Path:
+    """Write both synthetic sets into ``out``: ``count`` agentic sessions, BFCL v4's default few entries per
+    subset (the trace last: its presence marks the folder complete). The defaults write the cache's folder, whose
+    sessions the oracle's table answers."""
     from mlharness.sessions.synth import synthetic_agentic_trace
     from mlharness.tasks.bfcl_v4.synth import write_synthetic_bfcl_v4
 
+    if count < 1:
+        raise DatasetError(f"synthetic qwen3.6-27b: count must be >= 1 agentic session, got {count}")
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / TRACE_FILE).unlink(missing_ok=True)
-    write_synthetic_bfcl_v4(out / BFCL_FOLDER)
-    synthetic_agentic_trace(out / TRACE_FILE, sessions=AGENTIC_SESSIONS, turns=AGENTIC_TURNS)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / TRACE_FILE).unlink(missing_ok=True)
+    except OSError as e:
+        raise DatasetError(f"synthetic qwen3.6-27b: cannot write {out}: {e}") from e
+    write_synthetic_bfcl_v4(out / BFCL_FOLDER, seed=seed)
+    synthetic_agentic_trace(out / TRACE_FILE, sessions=count, turns=AGENTIC_TURNS, seed=seed)
     return out
 
 
