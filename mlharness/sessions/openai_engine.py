@@ -133,7 +133,10 @@ class OpenAIChatEngine:
         body: dict[str, Any] = {"model": self.model, "messages": request.messages, "stream": True,
                                 "stream_options": {"include_usage": True}, "max_tokens": request.max_tokens}
         if request.tools:
+            # "auto" is the API's default when tools are offered; stated, as the BFCL reference sends it, since
+            # some servers default to "none" and would then never call a tool
             body["tools"] = request.tools
+            body["tool_choice"] = "auto"
         body.update(self.extra_body)
         body.update(request.extra_body)
         return body
