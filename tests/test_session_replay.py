@@ -195,8 +195,8 @@ def test_generated_history_carries_every_answer_and_keys_tool_results_to_the_ans
         assert bodies[k]["messages"][:len(bodies[k - 1]["messages"])] == bodies[k - 1]["messages"]
         assert len(bodies[k]["messages"]) == len(bodies[k - 1]["messages"]) + 2
     assert [r.tool_calls for r in record.turns] == [0, 0, 1, 0, 0] and not any(r.diverged for r in record.turns)
-    assert all(b["tools"] == [WEATHER] and b["tool_choice"] == "auto" and b["stream"] and b["stream_options"] == {"include_usage": True}
-               for b in bodies)
+    assert all(b["tools"] == [WEATHER] and b["tool_choice"] == "auto" and b["stream"]
+               and b["stream_options"] == {"include_usage": True} for b in bodies)
     assert [b["max_tokens"] for b in bodies] == [1024, 1024, 1024, 1024, 7]
     assert all(b["seed"] == 3 and b["temperature"] == 0.0 and b["model"] == "tiny" for b in bodies)
     assert all(h.get("X-Session-ID") == "s1" and h.get("Authorization") == "Bearer k" for _, _, h in server.requests)
