@@ -115,7 +115,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     groups = add_run_options(sw, SWEEP_GROUPS, skip=SWEEP_SKIPS, override=SWEEP_OVERRIDES)
     own = groups["sizing"]
     own.add_argument("--qps", default=None, help="target QPS values, comma-separated (e.g. 5,10,20)")
-    own.add_argument("--concurrency", default=None, help="requests in flight (generative models), e.g. 1,2,4")
+    own.add_argument("--concurrency", default=None, help="requests in flight (generative models), e.g. 1,2,4; "
+                     "with --replay, sessions in flight (Offline)")
     own.add_argument("--plan", choices=("adaptive", "even", "log2"), default=None,
                      help="how values are chosen between --min-* and --max-* (default: adaptive; without a range "
                      "it starts at the calibrated rate and doubles or halves from there)")
@@ -131,6 +132,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     deprecated_alias(own, "--seconds", "--min-duration-ms", float, seconds_to_ms)
     groups["output"].add_argument("--resume", action="store_true", help="continue the sweep in --output with the "
                                   "same options")
+    from mlharness.measurement.replay import add_replay_flags
+
+    rp = sw.add_argument_group("session replay (docs/sessions.md): sweep a trace's sessions at --endpoint")
+    rp.add_argument("--replay", dest="trace_file", metavar="TRACE", type=Path, default=None, help="replay this "
+                    "trace's sessions at each point: --session-rates (Server) or --concurrency, sessions in flight "
+                    "(Offline)")
+    rp.add_argument("--session-rates", dest="session_rate", default=None, help="with --replay: sessions started "
+                    "per second, comma-separated (e.g. 0.5,1,2)")
+    add_replay_flags(rp)
     sw.set_defaults(func=cmd_sweep)
 
 
@@ -258,6 +268,13 @@ def cmd_bench_client(args: argparse.Namespace, out: Any) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace, out: Any) -> int:
+    if args.trace_file is not None or args.session_rate is not None:
+        from mlharness.errors import SettingsError
+        from mlharness.measurement.replay import cmd_sweep_replay
+
+        if args.trace_file is None:
+            raise SettingsError("--session-rates sweeps a trace's sessions: give the trace with --replay TRACE")
+        return cmd_sweep_replay(args, out, lambda text: err.print(f"[dim]{escape(text)}[/]"))
     from mlharness.measurement.sweep_cli import run_sweep
 
     return run_sweep(args, out, lambda text: err.print(f"[dim]{escape(text)}[/]"))

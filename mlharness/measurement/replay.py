@@ -10,7 +10,9 @@ each session at its ``start_s``) or ``--concurrency N`` at a time (Offline). Eve
 mode) unless ``--mode performance`` lets LoadGen's sizing decide.
 
 Several values of ``--session-rate`` or ``--concurrency`` (``0.5,1,2``) sweep them: one run per value in its own
-folder under ``--output``, and ``sweep_sessions.json`` with each point's goodput over sessions.
+folder under ``--output``, ``sweep.json`` (the report's) and ``sweep_sessions.json`` with each point's goodput over
+sessions. ``mlharness sweep --replay`` runs the same loop (:func:`replay`, ``sweep_mode``) as performance runs sized
+as a sweep's points, with the knee and the highest VALID value (:mod:`.replay_sweep`).
 """
 
 from __future__ import annotations
@@ -50,12 +52,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "OpenAI-compatible endpoint through LoadGen")
     p.add_argument("trace_file", metavar="TRACE", type=Path, help="the trace file (docs/sessions.md: Trace formats)")
     p.add_argument("--endpoint", required=True, action="append", metavar="URL", help="the OpenAI-compatible server")
-    p.add_argument("--model", default=None, help="the served model's name (default: what GET /v1/models names)")
-    p.add_argument("--format", default="auto", help="the trace's format (default: auto, told by its first record)")
     p.add_argument("--timing", choices=("recorded", "rate"), default=None, help="recorded: each session starts at "
                    "its recorded start (Offline); rate: at --session-rate (Server)")
-    p.add_argument("--session-rate", default=None, help="sessions started per second (Server); a list sweeps")
+    p.add_argument("--session-rate", default=None, help="sessions started per second (Server); a list sweeps "
+                   "(as mlharness sweep --replay)")
     p.add_argument("--concurrency", default=None, help="sessions in flight at most (Offline); a list sweeps")
+    add_replay_flags(p)
+    add_run_options(p, only=REPLAY_FLAGS, override={"--scenario": {"required": False, "default": None, "help":
+                    "default: Server with --session-rate, Offline with --timing recorded or --concurrency, else "
+                    "SingleStream"}})
+    p.set_defaults(func=cmd_replay)
+
+
+def add_replay_flags(p: Any) -> None:
+    """The flags of a replay that ``mlharness replay`` and ``mlharness sweep --replay`` share (one definition)."""
+    p.add_argument("--model", default=None, help="the served model's name (default: what GET /v1/models names)")
+    p.add_argument("--format", default="auto", help="the trace's format (default: auto, told by its first record)")
     p.add_argument("--history", choices=("generated", "recorded"), default="generated", help="each turn's history: "
                    "the model's own earlier answers (default) or the trace's recorded ones")
     p.add_argument("--affinity-header", default=None, metavar="NAME", help="send the session's id in this header "
@@ -69,10 +81,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     for name, what in (("ttft", "time to first token of every turn"), ("tpot", "time per output token of every "
                        "turn"), ("session", "whole session, end to end")):
         p.add_argument(f"--slo-{name}-ms", type=float, default=None, help=f"goodput: the {what}, at most this")
-    add_run_options(p, only=REPLAY_FLAGS, override={"--scenario": {"required": False, "default": None, "help":
-                    "default: Server with --session-rate, Offline with --timing recorded or --concurrency, else "
-                    "SingleStream"}})
-    p.set_defaults(func=cmd_replay)
 
 
 def values(text: str | None, flag: str, kind: type) -> list[Any]:
@@ -134,50 +142,91 @@ def write_manifest(folder: Path, trace: Path, fmt: str, count: int, endpoints: l
     return path
 
 
-def replay(args: argparse.Namespace, say: Callable[[str], None] | None = None, progress: Any = None) -> list[dict]:
-    """Every point the flags ask for (one, or a sweep); returns each point's run folder and session summary."""
+def replay(args: argparse.Namespace, say: Callable[[str], None] | None = None, progress: Any = None,
+           sweep_mode: bool = False, on_point: Callable[[dict[str, Any]], None] | None = None) -> list[dict]:
+    """Every point the flags ask for (one, or a sweep); returns each point's run folder and session summary.
+
+    The one loop of session points: ``mlharness replay`` (one point, or a list in the mode given) and ``mlharness
+    sweep --replay`` (``sweep_mode``: performance runs sized as the sweep's points, the scenario told by the axis).
+    A sweep writes ``sweep.json`` and ``sweep_sessions.json`` (:mod:`.replay_sweep`) after each point; ``on_point``
+    hears each point's figures."""
+    from mlharness.measurement import replay_sweep as rs
     from mlharness.run.run_args import overrides_of, run_options
     from mlharness.run.runner import run
     from mlharness.sessions.traces import load_trace
 
-    sessions = load_trace(args.trace_file, args.format)  # a malformed trace: DatasetError naming line and field (exit 2)
-    if not sessions:
-        raise SettingsError(f"{args.trace_file}: the trace has no sessions")
-    rates = values(args.session_rate, "--session-rate", float)
+    rates = values(args.session_rate, "--session-rates" if sweep_mode else "--session-rate", float)
     conc = values(args.concurrency, "--concurrency", int)
     if rates and conc:
         raise SettingsError("--session-rate (Server) and --concurrency (Offline) are two ways to start sessions: "
                             "give one")
+    if sweep_mode and not (rates or conc):
+        raise SettingsError("sweep --replay: give the points, --session-rates R1,R2,... (Server) or --concurrency "
+                            "C1,C2,... (Offline)")
     points: list[tuple[str, float | None, int | None]] = ([(f"rate-{r:g}", r, None) for r in rates]
                                                           or [(f"concurrency-{c}", None, c) for c in conc]
                                                           or [("", None, None)])
-    sweep = len(points) > 1
+    sweep = sweep_mode or len(points) > 1
     if sweep and args.output is None:
         raise SettingsError("a sweep (several --session-rate or --concurrency values) needs --output: the folder "
                             "of its runs")
-    scenario = scenario_of(args)
-    results = []
+    root = Path(args.output).absolute() if sweep else None
+    if sweep_mode and root is not None and root.exists():
+        raise SettingsError(f"{root} exists; a sweep never writes over one (choose another --output)")
+    sessions = load_trace(args.trace_file, args.format)  # a malformed trace: DatasetError naming line and field (exit 2)
+    if not sessions:
+        raise SettingsError(f"{args.trace_file}: the trace has no sessions")
+    scenario = ("Server" if rates else "Offline") if sweep_mode else scenario_of(args)
+    mode = "performance" if sweep_mode else (args.mode or "accuracy")
+    axis = rs.RATE_AXIS if rates else rs.CONCURRENCY_AXIS
+    results: list[dict[str, Any]] = []
+    figures: list[dict[str, Any]] = []
+    slo = {k: v for k, v in parameters(args, None).items() if k.startswith("slo_")}
     folder = Path(tempfile.mkdtemp(prefix="mlharness-replay-"))
     try:
         for label, rate, concurrency in points:
             manifest = write_manifest(folder, Path(args.trace_file), args.format, len(sessions), args.endpoint,
                                       args.model, parameters(args, concurrency))
             fixed: dict[str, Any] = {"manifest": manifest, "scenario": scenario, "say": say, "progress": progress,
-                                     "mode": args.mode or "accuracy", "endpoints": []}
-            if sweep:
-                fixed["output"] = Path(args.output) / label
-            if rate is not None:
-                fixed["overrides"] = overrides_of(args, target_qps=rate)
+                                     "mode": mode, "endpoints": []}
+            if root is not None:
+                fixed["output"] = root / label
+            sizing = sweep_sizing(args, rate, concurrency) if sweep_mode else {}
+            if rate is not None or sizing:
+                fixed["overrides"] = overrides_of(args, **sizing, **({} if rate is None else {"target_qps": rate}))
             result = run(run_options(args, **fixed))
             summary = json.loads((result.output / "sessions_summary.json").read_text())
             results.append({"label": label or scenario, "session_rate": rate, "concurrency": concurrency,
                             "output": str(result.output), "summary": summary})
+            if root is None:
+                continue
+            value = float(rate) if rate is not None else int(concurrency or 0)
+            figures.append(rs.point_figures(label, value, axis, result.output, root, result, summary, mode))
+            state = rs.sweep_state(Path(args.trace_file), scenario, axis, mode, slo, figures,
+                                   {"values": rates or conc}, complete=len(figures) == len(points))
+            rs.write_sweep(root, state, results)
+            if on_point:
+                on_point(figures[-1])
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    if sweep:
-        (Path(args.output) / SWEEP_FILE).write_text(json.dumps(
-            {"trace": str(args.trace_file), "scenario": scenario, "points": results}, indent=2) + "\n")
     return results
+
+
+def sweep_sizing(args: argparse.Namespace, rate: float | None, concurrency: int | None) -> dict[str, Any]:
+    """A sweep point's LoadGen sizing, as ``mlharness sweep`` sizes its points: ``--min-duration-ms`` (default
+    1 s); a rate point asks for the queries early stopping needs for a p99 (``--min-query-count`` over it); a
+    concurrency point plays ``--queries`` sessions (default: 4 per session in flight, at least 16) in LoadGen's one
+    Offline query, at an expected rate that fills the duration with them."""
+    from mlharness.measurement.sweep import MIN_POINT_QUERIES
+    from mlharness.measurement.sweep_cli import DEFAULT_POINT_MS
+
+    ms = args.min_duration_ms if args.min_duration_ms is not None else DEFAULT_POINT_MS
+    if ms < 1:
+        raise SettingsError(f"--min-duration-ms {ms}: must be at least 1")
+    if rate is not None:
+        return {"min_duration_ms": ms, "min_query_count": args.min_query_count or MIN_POINT_QUERIES}
+    queries = getattr(args, "queries", None) or max(16, 4 * int(concurrency or 1))
+    return {"min_duration_ms": ms, "min_query_count": queries, "target_qps": queries / (ms / 1000.0)}
 
 
 def _ms(d: dict[str, Any] | None, key: str = "p50") -> str:
@@ -207,4 +256,55 @@ def cmd_replay(args: argparse.Namespace, out: Any) -> int:
                       "n/a" if g["fraction"] is None else f"{g['fraction']:.0%} ({g['good_sessions']} sessions)",
                       escape(r["output"]))
     out.print(table)
+    return 0
+
+
+# flags of `mlharness sweep` that choose its points or runs otherwise than a replay sweep does
+NOT_WITH_REPLAY = ("qps", "plan", "min_qps", "max_qps", "min_concurrency", "max_concurrency", "slo", "manifest",
+                   "framework", "dataset", "dataset_path", "count", "agent", "network", "resume")
+
+
+def cmd_sweep_replay(args: argparse.Namespace, out: Any, say: Callable[[str], None]) -> int:
+    """``mlharness sweep --replay TRACE``: the points of :func:`replay` in sweep mode, a table of each point's
+    session figures, the knee and the highest VALID value."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from mlharness.measurement.replay_sweep import RATE_AXIS
+    from mlharness.measurement.sweep import SWEEP_FILE
+    from mlharness.progress import RunProgress, output_console
+
+    given = [n for n in NOT_WITH_REPLAY if getattr(args, n, None) not in (None, False, [])]
+    if given:
+        raise SettingsError(f"sweep --replay: {', '.join('--' + n.replace('_', '-') for n in given)} do(es) not "
+                            "apply: a replay sweep runs the trace's sessions at the --endpoint, over the "
+                            "--session-rates or --concurrency values given, with the --slo-*-ms service levels")
+    if getattr(args, "repeats", 1) != 1:
+        raise SettingsError("sweep --replay: --repeats is not supported; each value is one run")
+    if not args.endpoint:
+        raise SettingsError("sweep --replay: give --endpoint URL, the OpenAI-compatible server to replay against")
+    err = output_console(stderr=True)
+    points: list[dict[str, Any]] = []
+    replay(args, say=say, progress=RunProgress(err, live=not args.no_progress), sweep_mode=True,
+           on_point=points.append)
+    state = json.loads((Path(args.output) / SWEEP_FILE).read_text())
+    unit = "sessions/s offered" if state["axis"] == RATE_AXIS else "sessions in flight"
+    table = Table("value", "result", "sessions/s", "turns/s", "goodput", "session p50/p90/p99 ms", "TTFT p90 ms",
+                  "TPOT p90 ms", "run", title=f"session replay sweep over {unit}: {escape(str(args.output))}/"
+                  f"{SWEEP_FILE}", title_justify="left")
+    for p in state["points"]:
+        g, frac = p["goodput"], p["goodput_fraction"]
+        lat = p["latency_ms"]
+        table.add_row(f"{p['value']:g}", "VALID" if p["valid"] else f"INVALID ({escape('; '.join(p['invalid_reasons']))})"
+                      + ("" if p["meaningful"] else ", not meaningful: too few sessions"),
+                      "n/a" if p["sessions_per_s"] is None else f"{p['sessions_per_s']:.3g}",
+                      "n/a" if p["turns_per_s"] is None else f"{p['turns_per_s']:.3g}",
+                      "n/a" if frac is None else f"{frac:.0%}, {g or 0:.3g}/s ({p['good_sessions']}/{p['sessions']})",
+                      " / ".join(_ms(lat, k) for k in ("p50", "p90", "p99")), _ms(p["ttft_ms"], "p90"),
+                      _ms(p["tpot_ms"], "p90"), escape(p["dir"]))
+    out.print(table)
+    knee = state["knee"]
+    out.print(f"knee: {knee['value']:g} {unit} ({escape(knee['reason'])})" if knee else "knee: not reached")
+    out.print(f"highest VALID: {state['max_valid']:g} {unit}" if state["max_valid"] is not None
+              else "highest VALID: none of the runs was VALID (and long enough to mean it)")
     return 0

@@ -74,9 +74,10 @@ section.group { margin-top: 1.2em; }
 NUMERIC = {"batch", "value", "p50 (ms)", "p90 (ms)", "p99 (ms)", "other value", "other / this", "other p99 (ms)",
            "p99 other / this", "offered", "repeat", "throughput", "TTFT p99 (ms)", "TPOT p99 (ms)", "tokens/s",
            "tokens/s/user", "goodput (samples/s)", "TTFT p50 (ms)", "TTFT p90 (ms)", "TPOT p50 (ms)", "TPOT p90 (ms)",
-           "TTFT limit (ms)", "TPOT limit (ms)"}
+           "TTFT limit (ms)", "TPOT limit (ms)", "sessions/s", "turns/s", "session p50 (ms)", "session p90 (ms)",
+           "session p99 (ms)", "goodput (sessions/s)"}
 # the sweep table's columns behind each point's "more" toggle: the rest fit a 1280 px window
-SWEEP_MORE = ("repeat", "p50 (ms)", "tokens/s", "tokens/s/user", "run")
+SWEEP_MORE = ("repeat", "p50 (ms)", "tokens/s", "tokens/s/user", "run", "session p50 (ms)")
 LONG = {"compliance", "numbers", "why INVALID", "target", "result", "accuracy"}
 
 
@@ -158,7 +159,7 @@ def _sweep(report: Report) -> list[str]:
                 "throughput against the offered load."),
     ]
     return [f"<h2>Sweep <code>{escape(str(s.path))}</code></h2>", _list(sweep.facts(s), "facts"),
-            _table(sweep.COLUMNS, sweep.rows(s), [not p.get("valid") for p in s.points], SWEEP_MORE), *figures]
+            _table(sweep.columns(s), sweep.rows(s), [not p.get("valid") for p in s.points], SWEEP_MORE), *figures]
 
 
 def _groups(report: Report) -> list[str]:

@@ -40,8 +40,8 @@ def latency_vs_throughput(s: Sweep) -> str | None:
             ax.plot(xs, [_num(y) for y in ys], label=key, alpha=0.8)
     p99 = [_num((p["latency_ms"] or {}).get("p99")) for p in pts]
     _mark_validity(ax, s, xs, p99, pts)
-    ax.set_xlabel("throughput (samples/s)")
-    ax.set_ylabel("latency (ms)")
+    ax.set_xlabel("throughput (sessions/s)" if s.sessions else "throughput (samples/s)")
+    ax.set_ylabel("session latency, end to end (ms)" if s.sessions else "latency (ms)")
     log_axis(ax)
     ax.set_title("Latency percentiles against throughput (markers on p99)")
     ax.grid(True, which="both", alpha=0.3)

@@ -25,10 +25,15 @@ from mlharness.report.treefiles import (
 )
 
 SWEEP_FILE = "sweep.json"
-AXES = {"target_qps": "offered load (target queries/s)", "concurrency": "concurrency (requests in flight)"}
+AXES = {"target_qps": "offered load (target queries/s)", "concurrency": "concurrency (requests in flight)",
+        "session_rate": "offered load (sessions started/s)", "session_concurrency": "concurrency (sessions in flight)"}
+SESSION_AXES = ("session_rate", "session_concurrency")  # a sweep of session replays (measurement/replay_sweep.py)
 LATENCY_KEYS = ("p50", "p90", "p95", "p99", "p99.9")
 COLUMNS = ("point", "offered", "repeat", "result", "throughput", "p50 (ms)", "p99 (ms)", "TTFT p99 (ms)",
            "TPOT p99 (ms)", "tokens/s", "tokens/s/user", "goodput (samples/s)", "why INVALID", "run")
+SESSION_COLUMNS = ("point", "offered", "result", "sessions/s", "turns/s", "session p50 (ms)", "session p90 (ms)",
+                   "session p99 (ms)", "TTFT p90 (ms)", "TPOT p90 (ms)", "goodput (sessions/s)", "good sessions",
+                   "why INVALID", "run")
 
 
 @dataclass
@@ -52,6 +57,11 @@ class Sweep:
     def knee(self) -> dict[str, Any] | None:
         k = self.data.get("knee")
         return k if isinstance(k, dict) and k.get("value") is not None else None
+
+    @property
+    def sessions(self) -> bool:
+        """A sweep of session replays: its throughput counts sessions, its latency a session's end to end."""
+        return self.axis in SESSION_AXES
 
     @property
     def has_tokens(self) -> bool:
@@ -107,7 +117,28 @@ def _result(s: Sweep, p: dict[str, Any]) -> str:
     return f"{text} (knee)" if s.is_knee(p) else text
 
 
+def columns(s: Sweep) -> tuple[str, ...]:
+    return SESSION_COLUMNS if s.sessions else COLUMNS
+
+
+def session_rows(s: Sweep) -> list[list[str]]:
+    out = []
+    for p in s.points:
+        frac, good = p.get("goodput_fraction"), p.get("good_sessions")
+        lat = p.get("latency_ms")
+        out.append([str(p.get("label") or ""), units.number(p.get("value")), _result(s, p),
+                    units.number(p.get("sessions_per_s")), units.number(p.get("turns_per_s")),
+                    _pct(lat, "p50"), _pct(lat, "p90"), _pct(lat, "p99"), _pct(p.get("ttft_ms"), "p90"),
+                    _pct(p.get("tpot_ms"), "p90"), units.number(p.get("goodput")) if isinstance(p.get("goodput"),
+                                                                                               int | float) else "",
+                    f"{good}/{p.get('sessions')} ({100 * frac:.0f}%)" if isinstance(frac, int | float) else "",
+                    "; ".join(str(x) for x in p.get("invalid_reasons") or []), str(p.get("dir") or "")])
+    return out
+
+
 def rows(s: Sweep) -> list[list[str]]:
+    if s.sessions:
+        return session_rows(s)
     out = []
     for p in s.points:
         goodput = p.get("goodput")

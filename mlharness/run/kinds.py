@@ -48,6 +48,9 @@ class DataKind:
     calibrate: Callable[[Parts], dict[str, Any]]
     check_outputs: bool  # run one sample through the pipeline to check the declared outputs before LoadGen
     sut_warmup: bool  # the SUT warms the model up before LoadGen starts (token SUTs warm up at calibration)
+    # instead of the MultiStream scenario (None: open to it): a scenario LoadGen times as one query of several
+    # samples issued together fits no kind whose sample is a whole conversation
+    not_multistream: str | None = None
 
 
 def _tensor_sut(p: Parts) -> Any:
@@ -119,7 +122,11 @@ KINDS: dict[str, DataKind] = {
     "session": DataKind("session", tokens=False, interactive=False, make_sut=_session_sut,
                         server_bound=lambda p: calibrate_sessions.bound(p.run.asked, p.conf.plan, p.conf.settings,
                                                                         p.run.official),
-                        calibrate=_session_calibration, check_outputs=False, sut_warmup=True),
+                        calibrate=_session_calibration, check_outputs=False, sut_warmup=True,
+                        not_multistream="one sample is a whole session of turns, played in order with its think "
+                        "times; run SingleStream (one session at a time), Server (sessions at a rate: "
+                        "--target-qps, or mlharness replay --session-rate) or Offline (every session at once, or at "
+                        "most N in flight: mlharness replay --concurrency N)"),
 }
 
 

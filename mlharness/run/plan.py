@@ -118,6 +118,10 @@ def plan_run(loaded: LoadedManifest, opts: RunOptions) -> RunPlan:
     if opts.scenario == lgs.INTERACTIVE and not kind.tokens:
         raise SettingsError(f"{loaded.path}: the Interactive scenario is for models that stream tokens "
                             "(response.kind: tokens)")
+    if lgs.loadgen_scenario(opts.scenario) == "MultiStream" and kind.not_multistream:
+        raise SettingsError(f"{loaded.path}: --scenario MultiStream: a {kind.name} model (response.kind: {kind.name}) "
+                            "cannot run it (LoadGen issues a MultiStream query as several samples together and times "
+                            f"them as one): {kind.not_multistream}")
     conf_model = lgs.conf_model_for(m.mlperf.model or m.name, opts.scenario)
     if official:
         lgs.check_model_name(conf_model)
