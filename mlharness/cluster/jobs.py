@@ -1,0 +1,76 @@
+"""The shapes every executor shares: what a run job asks of its node, what a node is, how a run ended.
+
+A job is an ``mlharness`` command line (without ``--output``: the executor gives each run its own output folder on
+the node) plus the constraints of the node it must run on. The executor returns the run folder into the driver's
+results tree at ``dest`` (relative to the tree's root) and reports a :class:`RunOutcome` naming the node that ran it.
+Nothing assumes a file system shared between the driver and the nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """What a node must have to run a job. Every field is optional; an empty Constraints matches every node."""
+
+    accelerator: str | None = None  # a resource name the node offers (Ray custom resource / label), e.g. "GPU"
+    accelerators: float = 1.0  # how many of ``accelerator`` the run holds while it runs
+    min_memory_gb: float | None = None  # the node's total memory, as its host facts measure it
+    frameworks: tuple[tuple[str, str], ...] = ()  # (distribution name, PEP 440 specifier), e.g. ("onnxruntime", ">=1.20")
+    labels: tuple[tuple[str, str], ...] = ()  # node labels that must match exactly
+    cpus: float = 1.0  # CPUs the run holds while it runs
+    node: str | None = None  # a node id: set when a campaign asks for "each matching node"
+
+    def describe(self) -> str:
+        parts = []
+        if self.accelerator:
+            parts.append(f"{self.accelerators:g} × {self.accelerator}")
+        if self.min_memory_gb:
+            parts.append(f"≥ {self.min_memory_gb:g} GB memory")
+        parts += [f"{name}{spec}" for name, spec in self.frameworks]
+        parts += [f"label {k}={v}" for k, v in self.labels]
+        if self.node:
+            parts.append(f"node {self.node}")
+        return ", ".join(parts) or "any node"
+
+
+@dataclass(frozen=True)
+class RunJob:
+    key: str  # stable and unique within the work: a resumed campaign skips the keys already done
+    argv: tuple[str, ...]  # the mlharness command line, e.g. ("run", "--manifest", "resnet50-oracle", ...)
+    dest: str  # where the run folder lands, relative to the driver's results root (a '/'-separated path)
+    constraints: Constraints = Constraints()
+    env: tuple[tuple[str, str], ...] = ()  # extra environment of the run's process
+    timeout_s: float | None = None  # wall-clock bound of the run's process; None: no bound
+    meta: dict[str, Any] = field(default_factory=dict, compare=False)  # campaign fields (model, scenario, system)
+
+
+@dataclass
+class NodeInfo:
+    node_id: str
+    address: str  # the node's IP (or "localhost")
+    resources: dict[str, float] = field(default_factory=dict)  # what the node offers (CPU, memory, custom)
+    labels: dict[str, str] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)  # host facts as `mlharness sysinfo` measures them, on it
+    alive: bool = True
+
+    def short(self) -> str:
+        return f"{self.node_id[:12]} ({self.address})"
+
+
+@dataclass
+class RunOutcome:
+    job: RunJob
+    ok: bool
+    rc: int | None  # the run process's exit code (None: it never ran or the node died under it)
+    node: NodeInfo | None  # the node that ran the last attempt
+    folder: Path | None  # the run folder in the driver's tree (a '.failed-*' folder when the run failed)
+    error: str | None = None  # why it failed, naming the node
+    attempts: int = 1
+    started_unix: float | None = None
+    finished_unix: float | None = None
+    skipped: bool = False  # --resume found it done and did not run it again
