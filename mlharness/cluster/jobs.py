@@ -46,6 +46,10 @@ class RunJob:
     constraints: Constraints = Constraints()
     env: tuple[tuple[str, str], ...] = ()  # extra environment of the run's process
     timeout_s: float | None = None  # wall-clock bound of the run's process; None: no bound
+    # files the run needs that its node may lack (a user's manifest, a user.conf, an audit config): (path relative
+    # to the run's working folder on the node, content), written there before the run starts; argv names them by
+    # those relative paths. Built-in manifests are named, not shipped.
+    files: tuple[tuple[str, bytes], ...] = ()
     meta: dict[str, Any] = field(default_factory=dict, compare=False)  # campaign fields (model, scenario, system)
 
 
