@@ -58,6 +58,7 @@ def run(opts: RunOptions) -> RunResult:
     # refused before the model loads or anything is written
     check_destination(dest.final, dest.ident, dest.results_root)
     conf = loadgen_settings(plan)
+    preflight_accuracy(plan)
     predictors = make_instances(plan.loaded, plan.instances, resolve_model_file(plan.loaded), plan.batch,
                                 plan.report.say)
     try:
@@ -173,6 +174,15 @@ def loadgen_test(plan: RunPlan, conf: LoadgenSettings, predictors: list[Predicto
     return Measured(summary=parse_summary(outdir / "mlperf_log_summary.txt", plan.scenario, tokens=kind.tokens),
                     detail=detail_values(outdir / "mlperf_log_detail.txt"), strategy=strategy, sut=sut,
                     calibration=calibration, telemetry=observers.telemetry)
+
+
+def preflight_accuracy(plan: RunPlan) -> None:
+    """A run that will score accuracy checks what its metric needs beyond the log (bfcl_v4: bfcl-eval's
+    environment) before the model loads: found missing after the run, the samples would be played for nothing.
+    Only accuracy mode scores within a run (an audit's sampled responses are scored by ``submission``)."""
+    spec = plan.loaded.model.accuracy
+    if plan.mode == "accuracy" and spec is not None:
+        METRICS.get(spec.metric)().preflight(dict(spec.options))
 
 
 def score_accuracy(plan: RunPlan, outdir: Path) -> AccuracyResult | None:

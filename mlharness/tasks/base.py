@@ -64,6 +64,12 @@ class AccuracyContext:
 class AccuracyMetric(abc.ABC):
     name = "metric"
 
+    def preflight(self, options: dict[str, Any]) -> None:  # noqa: B027 - a no-op unless the metric needs more
+        """Check, before a run that will score with this metric loads its model, what scoring needs beyond the log
+        (an outside environment, say), so a missing piece fails in seconds rather than after every sample is
+        played. Raises an MLHarnessError saying what is missing and how to get it; ``options`` are the
+        manifest's ``accuracy.options``."""
+
     @abc.abstractmethod
     def score(self, accuracy_log: Path, ctx: AccuracyContext) -> AccuracyResult: ...
 

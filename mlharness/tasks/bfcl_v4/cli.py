@@ -19,8 +19,16 @@ def register(synth: Any, prepare: Any, accuracy: Any) -> None:
     a = accuracy.add_parser("bfcl-v4", help="BFCL v4 accuracy of a qwen3.6-27b session accuracy log",
                             description="Score an mlperf_log_accuracy.json of session answers as the MLCommons "
                                         "endpoints reference's BFCLv4Scorer does, with bfcl-eval's AST checker "
-                                        "run by MLHARNESS_BFCL_PYTHON, and print accuracy.txt.")
-    a.add_argument("--log", type=Path, required=True, help="mlperf_log_accuracy.json")
+                                        "run in its own environment (--bfcl-python, else MLHARNESS_BFCL_PYTHON, "
+                                        "else the one --setup makes in mlharness's cache), and print accuracy.txt. "
+                                        "--setup makes that environment (pinned bfcl-eval, from PyPI).")
+    a.add_argument("--log", type=Path, default=None, help="mlperf_log_accuracy.json")
+    a.add_argument("--setup", action="store_true",
+                   help="make bfcl-eval's environment (a virtual environment with the pinned bfcl-eval and what its "
+                        "AST checker imports; downloads, minutes) where runs find it by themselves")
+    a.add_argument("--venv", type=Path, default=None,
+                   help="with --setup: the folder to make it in (default: <mlharness cache>/bfcl-eval-<version>; "
+                        "elsewhere, point MLHARNESS_BFCL_PYTHON at its bin/python)")
     a.add_argument("--dataset-path", type=Path, default=None,
                    help="a folder of BFCL_v4_<subset>.json files (default: bfcl-eval's own data)")
     a.add_argument("--all", action="store_true", help="score against every entry, not the MLPerf selection")
@@ -35,6 +43,19 @@ def cmd_synth(args: argparse.Namespace, console: Any) -> int:
 
 
 def cmd_accuracy(args: argparse.Namespace, console: Any) -> int:
+    if args.setup:
+        from rich.markup import escape
+
+        from mlharness.tasks.bfcl_v4.env import setup
+
+        python = setup(args.venv, say=lambda line: console.print(escape(line), highlight=False))
+        console.print(escape(f"bfcl-eval's environment is ready: {python}"), highlight=False)
+        if args.log is None:
+            return 0
+    if args.log is None:
+        from mlharness.errors import SettingsError
+
+        raise SettingsError("mlharness accuracy bfcl-v4: give --log (an accuracy log to score), --setup, or both")
     from mlharness.tasks.bfcl_v4.metric import score_log
 
     return print_result(score_log(args.log, args.dataset_path, "all" if args.all else "mlperf", args.bfcl_python))

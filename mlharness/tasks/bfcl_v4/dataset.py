@@ -24,6 +24,7 @@ from typing import Any
 
 from mlharness.errors import DatasetError
 from mlharness.sessions.model import Session, Turn
+from mlharness.tasks.bfcl_v4.env import HOW_TO_FIX, PYTHON_ENV, find_python
 from mlharness.tasks.bfcl_v4.oracle import openai_name, oracle_answer
 
 SINGLE_TURN_SUBSETS = ("simple_python", "simple_java", "simple_javascript", "multiple", "parallel",
@@ -40,7 +41,6 @@ MLPERF_CATEGORIES = ("non_live", "live", "hallucination")
 MLPERF_CATEGORY_PCT = {"non_live": 62, "live": 10, "hallucination": 10}
 MLPERF_SUBSET_FLOOR = 25
 TOOL_CHOICE = "auto"  # the reference sends it on every request (some servers stall without it)
-PYTHON_ENV = "MLHARNESS_BFCL_PYTHON"  # the Python of the environment that has bfcl-eval (it holds the real data)
 
 # bfcl_eval.constants.type_mappings.GORILLA_TO_OPENAPI
 GORILLA_TO_OPENAPI = {
@@ -68,19 +68,17 @@ class Entry:
 
 
 def bfcl_python() -> str | None:
-    """The Python named by ``MLHARNESS_BFCL_PYTHON``, or None."""
-    value = os.environ.get(PYTHON_ENV, "").strip()
-    return value or None
+    """bfcl-eval's Python: ``MLHARNESS_BFCL_PYTHON``, else the environment ``--setup`` made in the cache, or None."""
+    return find_python()
 
 
 def bfcl_data_dir(python: str | None = None) -> Path:
     """``bfcl_eval/data`` of the bfcl-eval environment (found without importing bfcl_eval there)."""
     python = python or bfcl_python()
     if python is None:
-        raise DatasetError(f"BFCL v4: no dataset folder was given and {PYTHON_ENV} is not set; either pass a folder "
-                           "of BFCL_v4_<subset>.json files (mlharness dataset synth bfcl-v4 writes one) or set "
-                           f"{PYTHON_ENV} to the Python of an environment with bfcl-eval==2026.3.23 (its wheel "
-                           "ships the data)")
+        raise DatasetError("BFCL v4: no dataset folder was given and no bfcl-eval environment was found (its wheel "
+                           "ships the data); either pass a folder of BFCL_v4_<subset>.json files (mlharness dataset "
+                           f"synth bfcl-v4 writes one), or {HOW_TO_FIX}")
     code = "import importlib.util as u; print(list(u.find_spec('bfcl_eval').submodule_search_locations)[0])"
     try:
         out = subprocess.run([python, "-I", "-c", code], capture_output=True, text=True, timeout=60, check=True)

@@ -40,12 +40,12 @@ from mlharness.tasks.base import (
 )
 from mlharness.tasks.bfcl_v4.dataset import (
     CATEGORY_MAP,
-    PYTHON_ENV,
     SINGLE_TURN_SUBSETS,
     Entry,
     load_entries,
     mlperf_selection,
 )
+from mlharness.tasks.bfcl_v4.env import HOW_TO_FIX, find_python, require_python
 from mlharness.tasks.bfcl_v4.extract import bfcl_calls, extract, has_native_tool_calls, scoring_output
 from mlharness.tasks.generative import guarded
 
@@ -185,9 +185,8 @@ def score_answers(entries: list[Entry], answers: list[dict[str, Any]], python: s
     version = ""
     if items:
         if python is None:
-            raise AccuracyError(f"{who}: scoring needs bfcl-eval's AST checker: set {PYTHON_ENV} (or the metric "
-                                "option bfcl_python) to the Python of an environment with bfcl-eval==2026.3.23 "
-                                "(.ci/run makes one in .ci-bfcl/)")
+            raise AccuracyError(f"{who}: scoring needs bfcl-eval's AST checker, and no environment has it: "
+                                f"{HOW_TO_FIX}")
         results, version = run_checker(items, python, timeout_s, who)
         for i, r in zip(pending, results, strict=True):
             verdicts[i]["score"] = 1.0 if r.get("valid") else 0.0
@@ -212,7 +211,7 @@ def score_log(accuracy_log: Path, dataset: Path | str | None, selection: str = "
     """Score an accuracy log of session answers against a BFCL v4 folder (None: bfcl-eval's own data)."""
     if selection not in ("mlperf", "all"):
         raise AccuracyError(f"{NAME}: option 'selection' must be 'mlperf' or 'all', got {selection!r}")
-    python = python or os.environ.get(PYTHON_ENV) or None
+    python = find_python(python)
     entries = load_entries(dataset)
     chosen = mlperf_selection(entries) if selection == "mlperf" else entries
     by_id = {e.id: e for e in chosen}
@@ -233,10 +232,15 @@ def score_log(accuracy_log: Path, dataset: Path | str | None, selection: str = "
 
 class BFCLv4Metric(AccuracyMetric):
     """BFCL v4 single-turn accuracy of a session accuracy log (qwen3.6-27b). Options: ``selection`` ("mlperf", the
-    reference's 995-entry preset, or "all"), ``bfcl_python`` (else ``MLHARNESS_BFCL_PYTHON``),
+    reference's 995-entry preset, or "all"), ``bfcl_python`` (else ``MLHARNESS_BFCL_PYTHON``, else the cache's
+    environment ``mlharness accuracy bfcl-v4 --setup`` makes),
     ``checker_timeout_s`` (600). The run's dataset folder holds the official files; none: bfcl-eval's data."""
 
     name = NAME
+
+    def preflight(self, options: dict[str, Any]) -> None:
+        """bfcl-eval's environment is there and imports the AST checker at the pinned version (once per process)."""
+        require_python(options.get("bfcl_python"), self.name)
 
     def score(self, accuracy_log: Path, ctx: AccuracyContext) -> AccuracyResult:
         opts = ctx.options
