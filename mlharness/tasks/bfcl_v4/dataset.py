@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
