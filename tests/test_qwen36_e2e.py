@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from mlharness.loadgen.session_report import ms_text
 from mlharness.sessions.records import read_records
 from tests.helpers.cli import cli
 
@@ -27,6 +28,7 @@ def _run(env: dict[str, str], out: Path, manifest: str, mode: str, *extra: str) 
     proc = cli(env, "run", "--manifest", manifest, "--scenario", "SingleStream", "--mode", mode,
                "--output", str(out), *extra, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (out.parent / f"{out.name}.stdout").write_text(proc.stdout)
     return out
 
 
@@ -49,6 +51,13 @@ def test_the_oracle_runs_singlestream_valid_over_the_agentic_sessions(env, tmp_p
     detail = (out / "mlperf_log_detail.txt").read_text()
     assert '"requested_min_query_count", "value": 64' in detail
     assert '"effective_sample_concatenate_permutation", "value": true' in detail
+    # the terminal says what the sessions measured, from sessions_summary.json
+    printed = re.sub(r"[ \t]+", " ", (tmp_path / "perf.stdout").read_text())
+    figures = json.loads((out / "sessions_summary.json").read_text())
+    assert f"sessions {len(records)} ok, 0 failed, {SYNTHETIC_TURNS * len(records)} turns" in printed, printed
+    assert f"session latency p90 {ms_text(figures['session_latency_ms']['p90'])} ms" in printed
+    assert re.search(r"^ ?per turn TTFT p90 [\d,.e-]+ ms", printed, re.M), printed
+    assert "goodput" not in printed  # no service levels were given
 
 
 @needs_bfcl

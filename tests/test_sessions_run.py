@@ -12,7 +12,7 @@ from helpers.session_server import ChatServer, tiny_trace
 
 from mlharness.errors import ManifestError, RunFailed
 from mlharness.loadgen.session_input import as_session, session_settings
-from mlharness.loadgen.session_report import summarize
+from mlharness.loadgen.session_report import ms_text, session_rows, summarize
 from mlharness.run.runner import RunOptions, run
 from mlharness.sessions.records import read_records
 
@@ -86,6 +86,14 @@ def test_offline_recorded_timing_starts_no_session_before_its_start_s(tmp_path):
         assert records[f"s{k}"].started - t0 >= 0.3 * k - 0.01  # issued together, started as recorded
     summary = json.loads((result.output / "sessions_summary.json").read_text())
     assert summary["goodput"]["fraction"] == 1.0 and summary["slo"] == {"slo_session_ms": 60000.0}
+    # what mlharness run prints under its result for this run
+    rows = dict(session_rows(result.output))
+    assert rows["sessions"] == "3 ok, 0 failed, 6 turns"
+    assert rows["session latency"] == f"p90 {ms_text(summary['session_latency_ms']['p90'])} ms"
+    assert rows["per turn"].startswith("TTFT p90 ") and ", TPOT p90 " in rows["per turn"]
+    assert rows["cached prompt share"] == f"client {summary['client_hit_rate']:.1%}"  # the server has no /metrics
+    assert rows["goodput"].startswith("3 of 3 sessions (100%), ") and rows["goodput"].endswith(
+        " sessions/s within slo_session_ms 60000")
 
 
 def test_a_failing_server_ends_the_run_with_an_error_naming_session_and_turn(tmp_path):

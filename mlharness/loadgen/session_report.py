@@ -11,6 +11,8 @@ played and as a rate over the run's wall time.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -98,3 +100,49 @@ def summarize(records: list[SessionRecord], slo: dict[str, float] | None = None,
         "goodput": {"good_sessions": len(good), "fraction": len(good) / len(records) if records else None,
                     "sessions_per_s": rate(len(good))},
     }
+
+
+def ms_text(ms: float) -> str:
+    """Milliseconds as the terminal shows them: one decimal, three significant digits below 1 ms (a local oracle's
+    turns take microseconds, which one decimal would print as 0.0)."""
+    return f"{ms:,.1f}" if ms >= 1 else f"{ms:.3g}"
+
+
+def terminal_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """The lines ``mlharness run`` prints under its result for a session run: what LoadGen's one-sample-per-session
+    figures do not say (the sessions' outcome, the turns' latencies, the prompt share the server's cache served,
+    the goodput against the service levels given), each only where the run measured it."""
+
+    def p90(d: dict[str, Any] | None) -> str | None:
+        return None if not d or d.get("p90") is None else f"p90 {ms_text(d['p90'])} ms"
+
+    rows = [("sessions", f"{summary['sessions_ok']} ok, {summary['sessions_failed']} failed, "
+                         f"{summary['turns']} turns")]
+    if p90(summary.get("session_latency_ms")):
+        rows.append(("session latency", p90(summary["session_latency_ms"])))
+    turn = summary.get("turn") or {}
+    latencies = [f"{name} {text}" for name, text in (("TTFT", p90(turn.get("ttft_ms"))),
+                                                       ("TPOT", p90(turn.get("tpot_ms")))) if text]
+    if latencies:
+        rows.append(("per turn", ", ".join(latencies)))
+    server = summary.get("server_cache")
+    shares = [f"{who} {rate:.1%}" for who, rate in (
+        ("client", summary.get("client_hit_rate")),
+        ("server", server.get("hit_rate") if isinstance(server, dict) else None)) if rate is not None]
+    if shares:
+        rows.append(("cached prompt share", ", ".join(shares)))
+    slo, good = summary.get("slo") or {}, summary.get("goodput") or {}
+    if slo and good.get("fraction") is not None:
+        rate = good.get("sessions_per_s")
+        rows.append(("goodput", f"{good['good_sessions']} of {summary['sessions']} sessions ({good['fraction']:.0%})"
+                                + ("" if rate is None else f", {rate:.3g} sessions/s") + " within "
+                                + ", ".join(f"{k} {v:g}" for k, v in sorted(slo.items()))))
+    return rows
+
+
+def session_rows(outdir: Path) -> list[tuple[str, str]]:
+    """:func:`terminal_rows` of a run folder's ``sessions_summary.json`` (none where it cannot be read)."""
+    try:
+        return terminal_rows(json.loads((Path(outdir) / SUMMARY_FILE).read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
