@@ -1,9 +1,12 @@
 """``mlharness replay``: a trace's sessions through the real CLI and LoadGen against a local chat server, a sweep
-over session rates, a malformed trace refused, and the report's per-turn curves of the runs."""
+over session rates, a malformed trace refused, the report's per-turn curves of the runs, and the ShareGPT and
+Mooncake fixture traces replayed whole (every turn with its history; Mooncake's shared hash-id blocks reach the
+server as shared prompt prefixes)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from helpers.session_server import ChatServer
@@ -11,6 +14,7 @@ from helpers.session_server import ChatServer
 from mlharness.cli import main
 from mlharness.sessions.records import read_records
 from mlharness.sessions.synth import synthetic_agentic_trace
+from mlharness.sessions.traces import load_trace
 
 pytest.importorskip("mlperf_loadgen")
 
@@ -62,3 +66,68 @@ def test_a_malformed_trace_exits_2_naming_its_line(tmp_path, capsys):
     assert rc == 2
     assert "trace.jsonl:2: invalid JSON" in capsys.readouterr().err  # the trace reader's message: file and line
     assert not (tmp_path / "out").exists()
+
+
+FIXTURES = Path(__file__).parent / "fixtures" / "traces"
+
+
+def _replayed(tmp_path, name: str) -> tuple[dict, dict[str, list[dict]]]:
+    """``mlharness replay`` of a fixture trace: (its sessions by id, the request bodies each session sent, in
+    order, the warm-up play of the first one left out)."""
+    sessions = {s.id: s for s in load_trace(FIXTURES / name)}
+    out = tmp_path / name.split(".")[0]
+    with ChatServer() as server:
+        rc = main(["replay", str(FIXTURES / name), "--endpoint", server.url, "--model", "chat-model",
+                   "--think-scale", "0", "--affinity-header", "X-Session-ID", "--output", str(out), "--no-progress"])
+        sent: dict[str, list[dict]] = {}
+        for r in server.requests:
+            sent.setdefault(r["headers"]["X-Session-ID"], []).append(r["body"])
+    assert rc == 0
+    records = read_records(out / "sessions.jsonl")
+    assert sorted(r.session for r in records) == sorted(sessions)  # every session played once
+    assert all(r.ok and len(r.turns) == len(sessions[r.session].turns) for r in records)  # every turn
+    assert set(sent) == set(sessions)
+    return sessions, {sid: bodies[-len(sessions[sid].turns):] for sid, bodies in sent.items()}
+
+
+def _check_histories(sessions: dict, sent: dict[str, list[dict]]) -> None:
+    """Each turn's request holds the whole history: the one before it, the answer (or, diverged, the recorded
+    answer), then the turn's own messages from the trace."""
+    for sid, bodies in sent.items():
+        session = sessions[sid]
+        first = [m["content"] for m in bodies[0]["messages"]]
+        assert first == ([session.system] if session.system else []) + [
+            m.get("content") or "" for m in session.turns[0].messages], sid
+        for turn, before, body in zip(session.turns[1:], bodies, bodies[1:], strict=False):
+            history, messages = before["messages"], body["messages"]
+            assert messages[:len(history)] == history, sid
+            assert len(messages) == len(history) + 1 + len(turn.messages) and messages[len(history)]["role"] == \
+                "assistant", sid
+            assert [m["content"] for m in messages[-len(turn.messages):]] == [m["content"] for m in turn.messages]
+
+
+def test_sharegpt_conversations_replay_every_turn_with_its_whole_history(tmp_path):
+    sessions, sent = _replayed(tmp_path, "sharegpt.json")
+    assert {sid: len(s.turns) for sid, s in sessions.items()} == {"QWJhYvA_0": 3, "QWJhYvA_0#1": 1, "weather_2": 2}
+    _check_histories(sessions, sent)
+    assert sent["weather_2"][0]["tools"][0]["function"]["name"] == "get_weather"  # the conversation's tools
+
+
+def _words(body: dict) -> list[str]:
+    return body["messages"][0]["content"].split()
+
+
+@pytest.mark.parametrize("name", ["mooncake.jsonl", "mooncake_sessions.jsonl"])
+def test_mooncake_rows_replay_with_shared_hash_blocks_as_shared_prompt_prefixes(tmp_path, name):
+    sessions, sent = _replayed(tmp_path, name)
+    _check_histories(sessions, sent)
+    block = 512  # words of a Mooncake block (one token each)
+    if name == "mooncake.jsonl":  # rows 0 and 1 share hash ids [0, 1]; row 2 starts with another block
+        a, b, c = (_words(sent[f"row-{k}"][0]) for k in range(3))
+        assert a[:2 * block] == b[:2 * block] and a[2 * block:3 * block] != b[2 * block:3 * block]
+        assert a[:block] != c[:block]
+        assert [sent[f"row-{k}"][0]["max_tokens"] for k in range(4)] == [52, 26, 1, 64]  # output_length caps
+    else:  # the two sessions' first turns share hash ids [1, 2], then differ
+        a, b = _words(sent["g0000-s0"][0]), _words(sent["g0001-s0"][0])
+        assert a[:2 * block] == b[:2 * block] and a[2 * block:3 * block] != b[2 * block:3 * block]
+        assert {sid: len(bodies) for sid, bodies in sent.items()} == {"g0000-s0": 3, "g0001-s0": 2}
