@@ -5,6 +5,7 @@ whether the run is submittable, with every reason it is not."""
 from __future__ import annotations
 
 import importlib.metadata
+import os
 from dataclasses import asdict
 from typing import Any
 
@@ -82,6 +83,18 @@ def run_metadata(run: RunPlan, conf: LoadgenSettings, predictors: list[Predictor
         "latency_bound": plan.latency_bound,  # Server: the bound, where it comes from, the single-sample p99
         "calibration": measured.calibration,
         "loadgen_errors": detail["errors"],
-        "host": host_facts(),
+        "host": host_facts(),  # the harness's host; a remote model's hosts are in "agents"
+        "agents": predictors[0].remote_agents(),  # each agent's address, host facts, framework, versions
+        "executor": executor_entry(),
         "telemetry": measured.telemetry,
     }
+
+
+def executor_entry() -> dict[str, str | None] | None:
+    """The node that ran this run, as the executor that started it says (``mlharness/cluster/``: it sets these
+    variables in the run's environment); None for a run started by hand. ``host`` above is then that node's."""
+    backend = os.environ.get("MLHARNESS_EXECUTOR")
+    if not backend:
+        return None
+    return {"backend": backend, "node_id": os.environ.get("MLHARNESS_NODE_ID"),
+            "node_address": os.environ.get("MLHARNESS_NODE_ADDRESS")}
