@@ -142,6 +142,14 @@ def cmd_report(args: argparse.Namespace, console: Any) -> int:
                       escape(cells["value"]), styled, escape(acc), cells["p99 (ms)"])
     if report.runs:
         console.print(table)
+    from mlharness.report.campaign import side_by_side
+
+    systems = side_by_side(report.root, report.runs)  # a campaign's results: one row per system and node
+    if systems and systems[1]:
+        by_system = Table(*systems[0], title="systems side by side", title_justify="left")
+        for cells in systems[1]:
+            by_system.add_row(*(escape(c) for c in cells))
+        console.print(by_system)
     for v in report.verdicts:
         style = "green" if v.passed else "red"
         console.print(f"{escape(v.rel)}: [{style}]{escape(v.summary())}[/]", highlight=False)

@@ -11,6 +11,7 @@ from typing import Any
 
 from mlharness.errors import MLHarnessError
 from mlharness.report import accuracy, units
+from mlharness.report.agents import agent_lines
 from mlharness.report.collect import TOKEN_FIELDS, Run, attach_verdicts, find_runs, pair_runs
 from mlharness.report.treefiles import (
     ANY,
@@ -260,6 +261,8 @@ def host_lines(report: Report) -> list[str]:
                     f"{units.gib_from_bytes(h.get('memory_bytes'))} memory, {h.get('os', '?')}, "
                     f"Python {h.get('python', '?')}")
             seen.setdefault(text, []).append(r.rel)
+        for text in agent_lines(r.meta):  # a remote run's model ran on its agents' hosts
+            seen.setdefault(text, []).append(r.rel)
         t = r.telemetry
         if t is not None:
             gpus = t.get("gpus") or []
@@ -353,6 +356,7 @@ def md_table(columns: tuple[str, ...] | list[str], rows: list[list[str]]) -> lis
 
 def markdown(report: Report, top_layers: int = 10) -> str:
     from mlharness.report import sweep
+    from mlharness.report.campaign import side_by_side
     from mlharness.telemetry.breakdown import markdown as layers_md
 
     out = [f"# mlharness report: {report.root}", "",
@@ -367,6 +371,9 @@ def markdown(report: Report, top_layers: int = 10) -> str:
         out += [f"{_md_cell(who)}:", ""] + [f"- {_md_cell(x)}" for x in xs] + [""]
     if report.runs:
         out += md_table(COLUMNS, [row(r) for r in report.runs])
+    systems = side_by_side(report.root, report.runs)
+    if systems and systems[1]:
+        out += ["", "## Systems side by side", ""] + md_table(*systems)
     tokens = token_rows(report)
     if tokens:
         out += ["", "## Token latencies", ""] + md_table(TOKEN_COLUMNS, tokens)

@@ -1,0 +1,197 @@
+"""A campaign: models × datasets × scenarios × modes × systems expanded into run jobs, run on an executor, each
+run folder landing at ``<results>/<system>/<model>/<scenario>/<mode>`` and recorded in ``<results>/campaign.json``.
+
+A system ``on: each`` becomes one node-pinned system per matching node (``<system>@<node>``), so the same
+evaluation on every machine gives one result per machine, side by side in ``mlharness report``. The record is
+rewritten as each run ends, so a campaign stopped (a signal, a node lost, the driver killed) keeps what finished;
+``--resume`` skips every job whose run folder is complete and runs the rest, never touching a finished folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from mlharness.cluster.campaign_file import CampaignSpec, SystemSpec
+from mlharness.cluster.executor import Executor
+from mlharness.cluster.jobs import Constraints, NodeInfo, RunJob, RunOutcome
+from mlharness.cluster.shipping import is_builtin, manifest_files
+from mlharness.errors import ManifestError, SettingsError
+
+RECORD = "campaign.json"
+# what a finished run folder holds, whatever its mode (the metadata is written last, once LoadGen's logs are in)
+COMPLETE_FILES = ("mlharness_run.json", "mlperf_log_summary.txt", "mlperf_log_detail.txt")
+
+
+@dataclass
+class Plan:
+    jobs: list[RunJob]
+    systems: dict[str, list[NodeInfo]] = field(default_factory=dict)  # system name -> the nodes it matches
+
+
+def constraints_of(system: SystemSpec) -> Constraints:
+    return Constraints(accelerator=system.accelerator, accelerators=system.accelerators,
+                       min_memory_gb=system.min_memory_gb, frameworks=tuple(sorted(system.frameworks.items())),
+                       labels=tuple(sorted(system.labels.items())), cpus=system.cpus)
+
+
+def node_tag(node: NodeInfo) -> str:
+    """A node's part of a folder name: its id's first 12 characters (Ray's ids are 56 hex digits)."""
+    return "".join(c for c in node.node_id[:12] if c.isalnum() or c in "-_.") or "node"
+
+
+def _models(spec: CampaignSpec, base: Path) -> list[tuple[str, str, tuple[tuple[str, bytes], ...]]]:
+    """(label, reference the run names, files shipped) per model; a manifest file is shipped, a name is not."""
+    out = []
+    for i, ref in enumerate(spec.models):
+        path = (base / ref).expanduser()
+        if path.is_file():
+            rel, files = manifest_files(path, f"manifests/{i}")
+            out.append((path.stem, rel, files))
+        elif is_builtin(ref):
+            out.append((ref, ref, ()))
+        else:
+            raise ManifestError(base / "<campaign>", f"models[{i}]", f"{ref!r} is neither a built-in manifest "
+                                f"(`mlharness manifest list`) nor a file (relative to {base})")
+    labels = [label for label, _, _ in out]
+    twice = sorted({x for x in labels if labels.count(x) > 1})
+    if twice:
+        raise ManifestError(base / "<campaign>", "models", f"two models would share the results folder "
+                            f"{', '.join(twice)}: give their manifest files different names")
+    return out
+
+
+def expand(spec: CampaignSpec, executor: Executor, base: Path, source: Path | None = None) -> Plan:
+    """Every run job of the campaign, in a stable order with stable keys (``dest``). A system no live node
+    matches is an error naming it (exit status 2): nothing starts."""
+    models = _models(spec, base)
+    datasets = [str((base / d).expanduser()) for d in spec.datasets] or [None]
+    plan = Plan(jobs=[])
+    for system in spec.systems:
+        c = constraints_of(system)
+        nodes = executor.matching(c)
+        if not nodes:
+            raise SettingsError(f"{source or 'campaign'}: system '{system.name}' ({c.describe()}): no live node of "
+                                f"the {executor.name} cluster matches; `mlharness cluster nodes` lists them")
+        plan.systems[system.name] = nodes
+        pinned = [(f"{system.name}@{node_tag(n)}", replace(c, node=n.node_id), n)
+                  for n in nodes] if system.on == "each" else [(system.name, c, None)]
+        for sys_label, constraints, node in pinned:
+            for label, ref, files in models:
+                for dataset in datasets:
+                    model_part = label if len(datasets) == 1 else f"{label}~{Path(str(dataset)).name}"
+                    for scenario in spec.scenarios:
+                        for mode in spec.modes:
+                            dest = f"{sys_label}/{model_part}/{scenario}/{mode}"
+                            argv = ["run", "--manifest", ref, "--scenario", scenario, "--mode", mode,
+                                    "--system", system.name, "--no-progress", *spec.options.flags()]
+                            if dataset:
+                                argv += ["--dataset-path", dataset]
+                            meta = {"system": system.name, "on": system.on, "model": label, "scenario": scenario,
+                                    "mode": mode, "node": node.node_id if node else None}
+                            plan.jobs.append(RunJob(key=dest, argv=tuple(argv), dest=dest, constraints=constraints,
+                                                    timeout_s=spec.timeout_s, files=files, meta=meta))
+    return plan
+
+
+def complete(folder: Path) -> bool:
+    """A finished run folder: its LoadGen logs and its metadata (written last) are there."""
+    return folder.is_dir() and all((folder / name).is_file() for name in COMPLETE_FILES)
+
+
+def _node_record(node: NodeInfo | None) -> dict[str, Any] | None:
+    if node is None:
+        return None
+    return {"node_id": node.node_id, "address": node.address, "resources": node.resources, "labels": node.labels,
+            "facts": node.facts}
+
+
+class Record:
+    """``campaign.json``: one entry per job, rewritten (atomically) as each run ends."""
+
+    def __init__(self, root: Path, spec_path: Path, executor: str, jobs: list[RunJob]):
+        self.path = root / RECORD
+        self.lock = threading.Lock()
+        old = read_record(root) or {}
+        earlier = {e["key"]: e for e in old.get("jobs", [])}
+        self.data: dict[str, Any] = {"campaign": str(spec_path), "executor": executor,
+                                     "created": old.get("created", time.time()), "jobs": []}
+        for job in jobs:
+            entry = {"key": job.key, "dest": job.dest, **job.meta, "outcome": "pending", "node": None}
+            prior = earlier.get(job.key)
+            if prior and prior.get("outcome") in ("ok", "skipped"):
+                entry.update(node=prior.get("node"), started=prior.get("started"), finished=prior.get("finished"))
+            self.data["jobs"].append(entry)
+        self.index = {e["key"]: e for e in self.data["jobs"]}
+
+    def update(self, outcome: RunOutcome, root: Path) -> None:
+        with self.lock:
+            entry = self.index[outcome.job.key]
+            folder = outcome.folder
+            entry.update(outcome="skipped" if outcome.skipped else "ok" if outcome.ok else "failed", rc=outcome.rc,
+                         error=outcome.error, attempts=outcome.attempts,
+                         folder=os.path.relpath(folder, root) if folder else None)
+            if not outcome.skipped:
+                entry.update(node=_node_record(outcome.node), started=outcome.started_unix,
+                             finished=outcome.finished_unix)
+            self.write()
+
+    def write(self) -> None:
+        self.data["updated"] = time.time()
+        tmp = self.path.with_name(f".{RECORD}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self.data, indent=2, default=str) + "\n")
+        os.replace(tmp, self.path)
+
+
+def read_record(root: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((root / RECORD).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def run_campaign(plan: Plan, executor: Executor, root: Path, spec_path: Path, resume: bool,
+                 on_done: Callable[[RunOutcome], None] | None = None) -> list[RunOutcome]:
+    """Run the plan's jobs (skipping complete ones with ``resume``); every outcome in the plan's order."""
+    root.mkdir(parents=True, exist_ok=True)
+    done = [job for job in plan.jobs if (root / job.dest).exists()]
+    if not resume and (done or (root / RECORD).exists()):
+        what = f"runs of this campaign ({done[0].dest}, ...)" if done else f"a {RECORD}"
+        raise SettingsError(f"{root} already holds {what}: pass --resume to run only what is missing or failed, "
+                            f"or give another --results folder")
+    record = Record(root, spec_path, executor.name, plan.jobs)
+    outcomes: dict[str, RunOutcome] = {}
+    for job in plan.jobs:
+        folder = root / job.dest
+        if complete(folder):
+            skipped = RunOutcome(job=job, ok=True, rc=0, node=None, folder=folder, skipped=True, attempts=0)
+            outcomes[job.key] = skipped
+            record.update(skipped, root)
+        elif folder.exists():  # a folder that is not a finished run (never happens through the executor)
+            raise SettingsError(f"{folder} exists but holds no finished run (no {' / '.join(COMPLETE_FILES)}): "
+                                f"move it away, then resume")
+    record.write()
+    todo = [job for job in plan.jobs if job.key not in outcomes]
+
+    def done_one(outcome: RunOutcome) -> None:
+        record.update(outcome, root)
+        if on_done:
+            on_done(outcome)
+
+    try:
+        for outcome in executor.run_all(todo, root, done_one) if todo else []:
+            outcomes[outcome.job.key] = outcome
+            record.update(outcome, root)  # the same entry again: a backend that calls no on_done is recorded too
+    except BaseException:
+        executor.cancel()
+        raise
+    finally:
+        record.write()
+    return [outcomes[job.key] for job in plan.jobs if job.key in outcomes]

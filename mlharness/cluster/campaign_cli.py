@@ -1,0 +1,116 @@
+"""``mlharness campaign run|plan FILE``: a campaign file's runs on this machine or a Ray cluster.
+
+Kept light: the executor (and Ray) is imported inside the handlers, so ``mlharness --help`` stays fast."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+CLUSTER_HELP = ("where the runs go: 'local' (this machine, one run at a time; the default), 'auto' (the Ray "
+                "cluster this host belongs to, or a local one) or 'ray://HOST:PORT' (needs mlharness[cluster])")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    group = sub.add_parser("campaign", help="models × scenarios × modes × systems from a YAML file, run on this "
+                                            "machine or spread over a Ray cluster")
+    actions = group.add_subparsers(dest="action", required=True)
+    r = actions.add_parser("run", help="run every job of a campaign file; results in one tree with campaign.json")
+    r.add_argument("file", type=Path, help="the campaign file (docs/cluster.md, 'Campaigns')")
+    r.add_argument("--cluster", default=None, metavar="local|auto|ray://HOST:PORT", help=CLUSTER_HELP)
+    r.add_argument("--results", type=Path, default=Path("results"), help="results root (default: results)")
+    r.add_argument("--resume", action="store_true", help="skip every job whose run folder is complete; run the "
+                                                         "failed and missing ones")
+    r.set_defaults(func=cmd_run)
+    p = actions.add_parser("plan", help="print a campaign's jobs and the nodes each system matches, run nothing")
+    p.add_argument("file", type=Path)
+    p.add_argument("--cluster", default=None, metavar="local|auto|ray://HOST:PORT", help=CLUSTER_HELP)
+    p.set_defaults(func=cmd_plan)
+
+
+def _plan(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    from mlharness.cluster.campaign import expand
+    from mlharness.cluster.campaign_file import load_campaign
+    from mlharness.cluster.executor import make_executor
+
+    spec = load_campaign(args.file)  # a malformed file is refused before any cluster is touched
+    executor = make_executor(args.cluster)
+    try:
+        return spec, executor, expand(spec, executor, args.file.resolve().parent, args.file)
+    except BaseException:
+        executor.close()
+        raise
+
+
+def cmd_plan(args: argparse.Namespace, console: Any) -> int:
+    from rich.markup import escape
+    from rich.table import Table
+
+    spec, executor, plan = _plan(args)
+    try:
+        for name, nodes in plan.systems.items():
+            console.print(f"system {escape(name)}: {len(nodes)} matching node(s): "
+                          f"{escape(', '.join(n.short() for n in nodes))}", highlight=False, soft_wrap=True)
+        table = Table("job", "command", "constraints", title=f"{len(plan.jobs)} run(s)", title_justify="left")
+        for job in plan.jobs:
+            table.add_row(escape(job.key), escape(" ".join(job.argv)), escape(job.constraints.describe()))
+        console.print(table)
+    finally:
+        executor.close()
+    return 0
+
+
+def result_text(folder: Path | None) -> str:
+    """The finished run's headline (VALID/INVALID and metric, or its accuracy line)."""
+    from mlharness.errors import MLHarnessError
+    from mlharness.report.campaign import figure
+    from mlharness.report.collect import read_run
+
+    if folder is None or not (folder / "mlperf_log_summary.txt").is_file():
+        return "-"
+    try:
+        return figure(read_run(folder / "mlperf_log_summary.txt", folder))
+    except MLHarnessError:
+        return "-"
+
+
+def cmd_run(args: argparse.Namespace, console: Any) -> int:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from mlharness.cluster.campaign import run_campaign
+    from mlharness.errors import RunFailed
+
+    spec, executor, plan = _plan(args)
+    root = args.results.resolve()
+    console.print(f"campaign {escape(str(args.file))}: {len(plan.jobs)} run(s) on the {executor.name} executor "
+                  f"({len(executor.nodes())} node(s)); results in {escape(str(root))}", highlight=False,
+                  soft_wrap=True)
+
+    def done(outcome: Any) -> None:
+        where = outcome.node.short() if outcome.node else "?"
+        mark = "[green]✓[/]" if outcome.ok else "[red]✗[/]"
+        console.print(f"{mark} {escape(outcome.job.key)} on {escape(where)}"
+                      + ("" if outcome.ok else f": {escape(str(outcome.error))}"), highlight=False, soft_wrap=True)
+
+    try:
+        outcomes = run_campaign(plan, executor, root, args.file.resolve(), args.resume, done)
+    finally:
+        executor.close()
+    table = Table("job", "node", "outcome", "result", title=f"campaign {escape(str(args.file))}",
+                  title_justify="left")
+    for o in outcomes:
+        state = "[dim]skipped (complete)[/]" if o.skipped else "[green]ok[/]" if o.ok else "[red]failed[/]"
+        node = o.node.short() if o.node else "-"
+        table.add_row(escape(o.job.key), escape(node), state, escape(result_text(o.folder) if o.ok else
+                                                                     str(o.error)))
+    console.print(table)
+    failed = [o for o in outcomes if not o.ok]
+    ran = sum(1 for o in outcomes if not o.skipped)
+    console.print(f"{ran} run(s), {len(outcomes) - ran} skipped, {len(failed)} failed; record in "
+                  f"{escape(str(root / 'campaign.json'))}", highlight=False, soft_wrap=True)
+    if failed:
+        raise RunFailed(f"{len(failed)} run(s) of the campaign failed: " + "; ".join(
+            f"{o.job.key} ({o.error})" for o in failed) + "; `mlharness campaign run --resume` runs them again")
+    return 0

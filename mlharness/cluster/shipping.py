@@ -1,0 +1,98 @@
+"""What a run job carries to a node that shares no file system with the driver: the user's manifest (with the
+hook files and small assets beside it), a user.conf, an audit config. Built-in manifests are named, not shipped:
+every node has the same mlharness. Datasets are never shipped (too large): a ``--dataset-path`` must exist on
+the node at the same path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mlharness.cluster.jobs import Constraints, RunJob
+from mlharness.errors import SettingsError
+
+SIBLING_SUFFIXES = (".py", ".yaml", ".yml", ".json", ".txt", ".conf", ".config")
+MAX_SIBLING_BYTES = 1 << 20  # a sibling larger than this (a model file, a dataset) is not shipped
+MAX_SHIPPED_BYTES = 32 << 20
+# `mlharness run` flags naming a file the node may lack, and the folder (in the run's working folder) it goes to
+FILE_FLAGS = {"--manifest": "manifest", "--dataset": "dataset", "--user-conf": "conf", "--audit-config": "audit"}
+
+
+def is_builtin(ref: str) -> bool:
+    """A manifest reference naming a built-in manifest (``resnet50-oracle``, ``demo@onnxruntime``), no file."""
+    from mlharness.manifest.loader import find_builtin, split_reference
+
+    if Path(ref).is_file():
+        return False
+    name, _ = split_reference(ref)
+    return find_builtin(str(name)) is not None
+
+
+def builtin_name(path: Path) -> str | None:
+    """The name of a built-in manifest given by its file in this installation (the nodes' may lie elsewhere)."""
+    from mlharness.manifest.loader import find_builtin, manifest_dirs
+
+    path = path.resolve()
+    for root in manifest_dirs():
+        found = find_builtin(path.stem)
+        if path.is_relative_to(root.resolve()) and found is not None and found.resolve() == path:
+            return path.stem
+    return None
+
+
+def manifest_files(path: Path, folder: str) -> tuple[str, tuple[tuple[str, bytes], ...]]:
+    """A manifest file and the small files beside it (hooks, labels, dataset manifests), shipped under
+    ``folder``; returns the relative path the run names and the files."""
+    path = path.resolve()
+    files = [(f"{folder}/{path.name}", path.read_bytes())]
+    total = len(files[0][1])
+    for sibling in sorted(path.parent.iterdir()):
+        if sibling == path or not sibling.is_file() or sibling.suffix not in SIBLING_SUFFIXES:
+            continue
+        size = sibling.stat().st_size
+        if size > MAX_SIBLING_BYTES:
+            continue
+        total += size
+        if total > MAX_SHIPPED_BYTES:
+            raise SettingsError(f"the files beside {path} exceed {MAX_SHIPPED_BYTES >> 20} MB: keep the manifest "
+                                f"in a folder of its own to run it on a cluster")
+        files.append((f"{folder}/{sibling.name}", sibling.read_bytes()))
+    return f"{folder}/{path.name}", tuple(files)
+
+
+def job_from_argv(argv: list[str], key: str, dest: str, constraints: Constraints = Constraints(),
+                  timeout_s: float | None = None, meta: dict | None = None) -> RunJob:
+    """A local child's command line (``<python> -m mlharness.cli run ... --output DIR ...``) as a run job: the
+    program and ``--output`` dropped (the executor gives the run its folder), every file a flag names shipped
+    and named by its path in the run's working folder."""
+    args = list(argv)
+    if len(args) >= 3 and args[1:3] == ["-m", "mlharness.cli"]:
+        args = args[3:]
+    out: list[str] = []
+    files: list[tuple[str, bytes]] = []
+    i = 0
+    while i < len(args):
+        flag = args[i]
+        value = args[i + 1] if i + 1 < len(args) else None
+        if flag == "--output":
+            i += 2
+            continue
+        if flag == "--manifest" and value is not None and Path(value).is_file() and builtin_name(Path(value)):
+            out += [flag, str(builtin_name(Path(value)))]
+            i += 2
+            continue
+        if flag in FILE_FLAGS and value is not None and Path(value).is_file():
+            folder = f"{FILE_FLAGS[flag]}{len(files)}"
+            if flag in ("--manifest", "--dataset"):
+                rel, shipped = manifest_files(Path(value), folder)
+            else:
+                rel, shipped = f"{folder}/{Path(value).name}", ((f"{folder}/{Path(value).name}",
+                                                                  Path(value).read_bytes()),)
+            files += shipped
+            out += [flag, rel]
+            i += 2
+            continue
+        out.append(flag)
+        i += 1
+    return RunJob(key=key, argv=tuple(out), dest=dest, constraints=constraints, timeout_s=timeout_s,
+                  files=tuple(files), meta=dict(meta or {}))
