@@ -146,7 +146,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         for label, text in latency_rows(result.output) + token_rows(result.output,
                                                                     throughput=s.metric_unit != "tokens/s"):
             table.add_row(label, text)
-        table.add_row("result", "[green]VALID[/]" if s.valid else "[red]INVALID[/]")
+        from mlharness.calibration.explain import explain_run
+
+        # mlharness's verdict under the round's rules: LoadGen's, or VALID where the round waives early stopping
+        exp = explain_run(result.output, s.scenario, md["conf_model"])
+        table.add_row("result", "[red]INVALID[/]" if not exp.valid else "[green]VALID[/]" if not exp.waived else
+                      "[green]VALID[/] (early stopping waived; LoadGen's line: INVALID)")
     else:
         table.add_row("result", "n/a in accuracy mode (LoadGen judges validity in performance mode)")
     if result.accuracy is not None:
@@ -161,9 +166,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         table.add_row("submittable", "no: " + "; ".join(md["not_submittable_reasons"]))
     out.print(table)
     if md["mode"] == "performance":
-        from mlharness.calibration.explain import explain_run
-
-        for line in explain_run(result.output, s.scenario, md["conf_model"]).lines():
+        for line in exp.lines():
             out.print(escape(line), highlight=False)
     return 0
 

@@ -34,6 +34,12 @@ class Round:
     # TEST05's alternate seeds when the official constants list them for the round ("test05_seeds"); None:
     # LoadGen's embedded test05_* seeds apply (v6.0 and v6.1 list none).
     test05_seeds: dict[str, int] | None = None
+    # Benchmarks whose results mlharness packages in the MLCommons endpoints client's layout for this round
+    # (mlharness.submission.endpoints), which the round's checker reads as endpoints results: it skips LoadGen's
+    # early stopping for them (performance_check.py latency_check: ``uses_early_stopping and not
+    # self.is_endpoints``), with the minimum query count and performance sample count. mlharness's verdict on such a
+    # run waives early stopping too (and nothing else): see :func:`early_stopping_waived`.
+    endpoints_results: frozenset[str] = frozenset()
 
 
 # The suites, from the checker's MODEL_CONFIG[<round>]["models"]. v6.1 dropped retinanet, pointpainting,
@@ -57,7 +63,8 @@ ROUNDS: dict[str, Round] = {
         Round("v6.0", {"qsl_rng_seed": 2465351861681999779, "sample_index_rng_seed": 14276810075590677512,
                        "schedule_rng_seed": 3936089224930324775}, _V60_SUITE),
         Round("v6.1", {"qsl_rng_seed": 2085463073848966840, "sample_index_rng_seed": 2747215439041700203,
-                       "schedule_rng_seed": 16159082839903944936}, _V61_SUITE),
+                       "schedule_rng_seed": 16159082839903944936}, _V61_SUITE,
+              endpoints_results=frozenset({"qwen3.6-27b"})),
     )
 }
 # Every benchmark ID some known round has: a name outside it is no MLPerf benchmark (an open-division model).
@@ -92,6 +99,12 @@ def check_in_suite(round_name: str | None, benchmark: str | None, where: str = "
     raise SettingsError(f"{where + ': ' if where else ''}{benchmark} is not a benchmark of MLPerf Inference "
                         f"round {r.name} (its official checker, --version {r.name}, cannot read its results); "
                         f"{which} it: pass --round {have[-1]}")
+
+
+def early_stopping_waived(round_name: str | None, benchmark: str | None) -> bool:
+    """Whether the round's checker waives LoadGen's early stopping for ``benchmark``'s results (an endpoints result
+    of the round: the reference replays each recorded session once, far fewer queries than early stopping needs)."""
+    return benchmark is not None and benchmark in get_round(round_name).endpoints_results
 
 
 def round_of_seeds(seeds: dict[str, object]) -> str | None:

@@ -169,7 +169,8 @@ def _run_submission(req: SubmissionRequest, console: Any, loaded: Any) -> Outcom
         _run_scenario(tree, req, ids, argvs, files, loaded, scen_conf, console, outcome, progress, conf_model)
         row = {"benchmark": benchmark, "scenario": scenario,
                "accuracy": result_line(tree.scenario_dir(*ids), "accuracy", scenario),
-               "performance": result_line(tree.scenario_dir(*ids), "performance", scenario)}
+               "performance": result_line(tree.scenario_dir(*ids), "performance", scenario,
+                                          tree.record_dir(*ids, "performance"))}
         _report_verdicts(tree, ids, scenario_verdicts(tree, ids, tests, req.dtype), row, console, outcome)
         outcome.rows.append(row)
     tree.sweep_leftovers()
@@ -230,8 +231,8 @@ def _run_scenario(tree: Tree, req: SubmissionRequest, ids: tuple[str, str, str],
         else:
             with console.status(f"{label} ..."):
                 seconds = run_step(tree, ids, step, argv, signature)
-            console.print(f"[green]✓[/] {label} ({seconds:.1f} s): {result_line(scen_dir, step, ids[2])}",
-                          highlight=False, soft_wrap=True)
+            line = result_line(scen_dir, step, ids[2], tree.record_dir(*ids, step))
+            console.print(f"[green]✓[/] {label} ({seconds:.1f} s): {line}", highlight=False, soft_wrap=True)
             outcome.ran += 1
         if step == "performance":
             used = _sized_performance(tree, ids, argv, loaded, conf_model, console, outcome, files)
@@ -254,8 +255,8 @@ def _sized_performance(tree: Tree, ids: tuple[str, str, str], argv: list[str], l
         seconds = run_step(tree, ids, "performance", retry, _signature(retry, loaded, conf))
         outcome.ran += 1
         tries += 1
-        console.print(f"[green]✓[/] {ids[1]} {ids[2]} performance ({seconds:.1f} s): "
-                      f"{result_line(tree.scenario_dir(*ids), 'performance', ids[2])}", highlight=False)
+        line = result_line(tree.scenario_dir(*ids), "performance", ids[2], tree.record_dir(*ids, "performance"))
+        console.print(f"[green]✓[/] {ids[1]} {ids[2]} performance ({seconds:.1f} s): {line}", highlight=False)
         exp = sizing.verdict(tree, ids, conf_model)
     if not exp.valid:
         raise sizing.PerformanceInvalid(sizing.invalid_message(ids, exp, tries))

@@ -41,7 +41,10 @@ def performance_dir(tree: Tree, ids: tuple[str, str, str]) -> Path:
 
 def verdict(tree: Tree, ids: tuple[str, str, str], conf_model: str) -> Explanation:
     # Interactive ran as a LoadGen Server test under '<model>-interactive': its fixes are that model's Server lines
-    return explain_run(performance_dir(tree, ids), lgs.loadgen_scenario(ids[2]), lgs.conf_model_for(conf_model, ids[2]))
+    # a run LoadGen calls INVALID for early stopping alone is VALID where the round waives it (explain.waive): the
+    # record's mlharness_run.json names the round
+    return explain_run(performance_dir(tree, ids), lgs.loadgen_scenario(ids[2]), lgs.conf_model_for(conf_model, ids[2]),
+                       record=tree.record_dir(*ids, "performance"))
 
 
 def used_conf(tree: Tree, ids: tuple[str, str, str]) -> Path | None:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mlharness.calibration.explain import explain_run
 from mlharness.errors import MLHarnessError
 from mlharness.loadgen.interrupt import GUARD
 from mlharness.loadgen.logs import parse_summary
@@ -192,7 +193,9 @@ def _link_or_copy(src: Path, dest: Path) -> None:
         shutil.copy2(src, dest)
 
 
-def result_line(scen_dir: Path, step: str, scenario: str) -> str:
+def result_line(scen_dir: Path, step: str, scenario: str, record: Path | None = None) -> str:
+    """The step's figure and mlharness's verdict; ``record``: the step's record folder (its mlharness_run.json
+    names the round and model the verdict depends on)."""
     if step == "accuracy":
         path = scen_dir / "accuracy" / "accuracy.txt"
         # the first line with a figure (the ROUGE dict follows a "Results" header)
@@ -205,4 +208,7 @@ def result_line(scen_dir: Path, step: str, scenario: str) -> str:
     except MLHarnessError:
         return "-"
     value = "n/a" if summary.metric_value is None else f"{summary.metric_value:,.1f} {summary.metric_unit}"
-    return f"{'VALID' if summary.valid else 'INVALID'}, {value}"
+    # mlharness's verdict under the round's rules (LoadGen's, or VALID where the round waives its early stopping)
+    verdict = explain_run(folder, scenario, record=record)
+    waived = " (early stopping waived for this benchmark's results; LoadGen's line: INVALID)" if verdict.waived else ""
+    return f"{'VALID' if verdict.valid else 'INVALID'}{waived}, {value}"
