@@ -38,21 +38,24 @@ def _log(out: Path) -> list[dict]:
 
 
 def test_the_oracle_runs_singlestream_valid_over_the_agentic_sessions(env, tmp_path):
-    out = _run(env, tmp_path / "perf", "qwen3.6-27b-oracle", "performance", "--min-duration-ms", "300")
+    """The round's settings play each agentic session once, as the reference does; LoadGen's own line reads INVALID
+    for early stopping alone (64 sessions), which the round waives for this benchmark, and mlharness says so."""
+    out = _run(env, tmp_path / "perf", "qwen3.6-27b-oracle", "performance", "--min-duration-ms", "0")
     summary = (out / "mlperf_log_summary.txt").read_text()
-    assert re.search(r"^Result is : VALID", summary, re.M), summary
+    assert re.search(r"^Result is : INVALID\n.*: Yes\n.*: Yes\n  Early stopping satisfied: NO$", summary, re.M), summary
     records = read_records(out / "sessions.jsonl")
-    # the round's settings: at least 64 sessions (early stopping), each a whole agentic session answered as recorded
-    assert len(records) >= 64 and all(r.ok for r in records)
-    assert {r.session for r in records} == {f"synth-0-{k:03d}" for k in range(4)}
-    assert all(len(r.turns) == SYNTHETIC_TURNS and not any(t.error or t.diverged for t in r.turns)
+    # one permutation of the loaded sessions, each a whole agentic session answered as recorded
+    assert sorted(r.session for r in records) == [f"synth-0-{k:03d}" for k in range(4)]
+    assert all(r.ok and len(r.turns) == SYNTHETIC_TURNS and not any(t.error or t.diverged for t in r.turns)
                for r in records)
     assert all(r.turns[0].tool_calls >= 1 for r in records)  # the recorded first answers call the bash tool
     detail = (out / "mlperf_log_detail.txt").read_text()
-    assert '"requested_min_query_count", "value": 64' in detail
+    assert '"requested_min_query_count", "value": 1' in detail
     assert '"effective_sample_concatenate_permutation", "value": true' in detail
-    # the terminal says what the sessions measured, from sessions_summary.json
+    # the terminal says what the sessions measured, from sessions_summary.json, and the verdict under the round
     printed = re.sub(r"[ \t]+", " ", (tmp_path / "perf.stdout").read_text())
+    assert "VALID (early stopping waived; LoadGen's line: INVALID)" in printed, printed
+    assert "early stopping waived for qwen3.6-27b results" in " ".join(printed.split()), printed
     figures = json.loads((out / "sessions_summary.json").read_text())
     assert f"sessions {len(records)} ok, 0 failed, {SYNTHETIC_TURNS * len(records)} turns" in printed, printed
     assert f"session latency p90 {ms_text(figures['session_latency_ms']['p90'])} ms" in printed
