@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from mlharness.agent.spans import StageCollector
 from mlharness.agent.tensors import DYNAMIC, datatype_of, per_sample_bytes, spec_shape
 from mlharness.errors import AgentError
 
@@ -89,14 +90,17 @@ class ModelBackend:
                                             threads=threads)
             self.store = SampleStore(self.total, len(m.inputs))
             self.loader = SampleLoader(self.hookset, ctx, self.store, resolve_load_workers(None, loaded))
+            # the stage spans of each batch, returned to traced requests (mlharness.agent.spans)
+            self.stages: StageCollector | None = StageCollector()
             self.pipeline = Pipeline(self.predictor, self.hookset, ctx, self.store,
-                                     numpy_dtype(m.response.element_type))
+                                     numpy_dtype(m.response.element_type), tracer=self.stages)
             if "before_postprocess" in self.hookset:
                 self.hookset.call("before_postprocess", ctx)
             self.inputs = [TensorMeta(SAMPLE_INDEX, "INT64", [])]
             self.outputs = [TensorMeta(RESPONSE, "BYTES", [])]
         else:
             self.hookset = None
+            self.stages = None
             self.predictor = make_predictor(loaded, resolve_model_file(loaded), self.max_batchsize, device=device,
                                             threads=threads)
             self.inputs = [self._meta(s, f"input_{k}") for k, s in enumerate(self._specs_in)]

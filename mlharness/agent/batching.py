@@ -29,7 +29,7 @@ RunFn = Callable[[list[np.ndarray]], list[Sequence[Any]]]
 
 
 class _Item:
-    __slots__ = ("inputs", "n", "t0", "done", "result", "error")
+    __slots__ = ("inputs", "n", "t0", "done", "result", "error", "ran")
 
     def __init__(self, inputs: list[np.ndarray], n: int):
         self.inputs = inputs
@@ -38,6 +38,7 @@ class _Item:
         self.done = threading.Event()
         self.result: list[Sequence[Any]] | None = None
         self.error: BaseException | None = None
+        self.ran: tuple[int, int, int, list[Any]] | None = None  # the batch's run: start, end (ns), samples, stages
 
 
 def _concat(parts: list[Sequence[Any]]) -> Sequence[Any]:
@@ -52,10 +53,12 @@ def _concat(parts: list[Sequence[Any]]) -> Sequence[Any]:
 
 
 class Batcher:
-    def __init__(self, run: RunFn, max_batchsize: int = 1, max_wait_s: float = 0.0, workers: int = 1):
+    def __init__(self, run: RunFn, max_batchsize: int = 1, max_wait_s: float = 0.0, workers: int = 1,
+                 stages: Callable[[], list[Any]] | None = None):
         if max_batchsize < 1:
             raise AgentError(f"max batch size must be >= 1, got {max_batchsize}")
         self._run = run
+        self._stages = stages  # called on the running thread after each batch: its stage spans (a trace)
         self.max_batchsize = max_batchsize
         self.max_wait_s = max(0.0, max_wait_s)
         self._cond = threading.Condition()
@@ -72,8 +75,9 @@ class Batcher:
             t.start()
 
     # -- callers -----------------------------------------------------------------------------------------------
-    def submit(self, inputs: list[np.ndarray]) -> list[Sequence[Any]]:
-        """Run one request (any number of samples); blocks until its outputs are ready."""
+    def submit(self, inputs: list[np.ndarray], timings: list[Any] | None = None) -> list[Sequence[Any]]:
+        """Run one request (any number of samples); blocks until its outputs are ready. ``timings`` gets, per
+        batch that ran the request's samples, (start ns, end ns, samples in the batch, stage spans)."""
         n = len(inputs[0]) if inputs else 0
         if n == 0:
             raise AgentError("a request needs at least one sample", "INVALID_ARGUMENT")
@@ -91,7 +95,11 @@ class Batcher:
                 self._cond.notify_all()
         if inline:
             try:
+                t0 = time.perf_counter_ns()
                 outputs = self._run(inputs)
+                ran = (t0, time.perf_counter_ns(), n, self._stages() if self._stages else [])
+                if timings is not None:
+                    timings.append(ran)
                 self._count(n)
                 return outputs
             finally:
@@ -102,6 +110,8 @@ class Batcher:
             item.done.wait()
             if item.error is not None:
                 raise item.error
+            if timings is not None and item.ran is not None:
+                timings.append(item.ran)
         if len(items) == 1:
             return items[0].result  # type: ignore[return-value]
         return [_concat([it.result[k] for it in items]) for k in range(len(items[0].result))]  # type: ignore[index]
@@ -156,13 +166,16 @@ class Batcher:
                 inputs = batch[0].inputs
             else:
                 inputs = [np.concatenate([it.inputs[k] for it in batch]) for k in range(len(batch[0].inputs))]
+            t0 = time.perf_counter_ns()
             outputs = self._run(inputs)
             total = sum(it.n for it in batch)
+            ran = (t0, time.perf_counter_ns(), total, self._stages() if self._stages else [])
             for k, out in enumerate(outputs):
                 if len(out) != total:
                     raise AgentError(f"output {k} has {len(out)} rows for a batch of {total} samples", "INTERNAL")
             start = 0
             for it in batch:
+                it.ran = ran
                 it.result = [out[start:start + it.n] for out in outputs] if len(batch) > 1 else outputs
                 start += it.n
             self._count(total)

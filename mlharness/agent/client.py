@@ -13,6 +13,7 @@ import functools
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,13 @@ from typing import Any
 
 import grpc
 
+from mlharness.agent.facts import (
+    EXTENSION_FACTS,
+    FACTS_PARAMETER,
+    MAX_FACTS_BYTES,
+    describe_agent,
+    parse_facts,
+)
 from mlharness.agent.protos import grpc_predict_v2_pb2 as pb
 from mlharness.agent.protos import grpc_predict_v2_pb2_grpc as pb_grpc
 from mlharness.errors import AgentError
@@ -66,9 +74,11 @@ def _read(path: str | None, what: str) -> bytes | None:
         raise AgentError(f"cannot read the {what} {path}: {e}") from e
 
 
-def make_channel(address: str, opts: ConnectOptions) -> grpc.Channel:
-    # the agent bounds message sizes; the client accepts whatever the agent accepted to send
-    options: list[tuple[str, Any]] = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+def make_channel(address: str, opts: ConnectOptions, max_receive: int = -1) -> grpc.Channel:
+    # the agent bounds message sizes; the client accepts whatever the agent accepted to send (except where the
+    # caller bounds an answer it does not trust to be small: the agent's facts)
+    options: list[tuple[str, Any]] = [("grpc.max_send_message_length", -1),
+                                      ("grpc.max_receive_message_length", max_receive)]
     if opts.tls_ca or opts.tls_cert:
         creds = grpc.ssl_channel_credentials(
             root_certificates=_read(opts.tls_ca, "TLS CA bundle"),
@@ -126,6 +136,36 @@ class Agent:
         self.served = 0
         self.server: pb.ServerMetadataResponse | None = None
         self.model: pb.ModelMetadataResponse | None = None
+        self.facts: dict[str, Any] | None = None  # what the agent says about itself (mlharness.agent.facts)
+        self.facts_error: str | None = None
+
+    def fetch_facts(self, opts: ConnectOptions, model_name: str) -> None:
+        """Ask an mlharness agent what it is, over a channel that refuses a large answer; never raises."""
+        if self.server is None or EXTENSION_FACTS not in self.server.extensions:
+            self.facts_error = f"the server does not announce '{EXTENSION_FACTS}' (not an mlharness agent)"
+            log.info("agent %s: %s; the run records no facts of its host", self.address, self.facts_error)
+            return
+        channel = make_channel(self.address, opts, max_receive=MAX_FACTS_BYTES + 4096)
+        try:
+            request = pb.ModelInferRequest(model_name=model_name)
+            request.parameters[FACTS_PARAMETER].bool_param = True
+            response = pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(
+                request, timeout=opts.connect_timeout_s, metadata=opts.metadata)
+            if FACTS_PARAMETER not in response.parameters:
+                raise ValueError(f"the answer has no '{FACTS_PARAMETER}' parameter")
+            self.facts = parse_facts(response.parameters[FACTS_PARAMETER].string_param)
+        except grpc.RpcError as e:
+            self.facts_error = f"{e.code().name}: {e.details()}"
+        except ValueError as e:
+            self.facts_error = str(e)
+        finally:
+            channel.close()
+        if self.facts_error:
+            log.warning("agent %s: its facts are left out of the run's metadata: %s", self.address,
+                        self.facts_error)
+
+    def described(self) -> dict[str, Any]:
+        return describe_agent(self.address, self.facts, self.facts_error)
 
 
 class AgentPool:
@@ -136,6 +176,8 @@ class AgentPool:
         self.agents = [Agent(a, opts) for a in addresses]
         self._lock = threading.Lock()
         self._turn = 0
+        # called with (agent, response, sent ns, received ns) after each answered request (a traced run)
+        self.on_reply: Callable[[Agent, pb.ModelInferResponse, int, int], None] | None = None
 
     # -- set-up ------------------------------------------------------------------------------------------------
     def connect(self, model_name: str, model_version: str = "") -> list[pb.ModelMetadataResponse]:
@@ -162,6 +204,7 @@ class AgentPool:
                 agent.model = agent.stub.ModelMetadata(request, timeout=timeout, metadata=md)
             except grpc.RpcError as e:
                 raise rpc_error(e, agent.address, what, self.opts) from e
+            agent.fetch_facts(self.opts, model_name)
         return [a.model for a in self.agents]  # type: ignore[misc]
 
     def close(self) -> None:
@@ -215,6 +258,7 @@ class AgentPool:
             agent = self._pick(exclude)
             if agent is None:
                 raise self._none_left(last)
+            sent = time.perf_counter_ns()
             try:
                 response = agent.stub.ModelInfer(request, timeout=timeout, metadata=self.opts.metadata)
             except grpc.RpcError as e:
@@ -224,6 +268,8 @@ class AgentPool:
                 exclude = agent
                 continue
             self._done(agent, None)
+            if self.on_reply is not None:
+                self.on_reply(agent, response, sent, time.perf_counter_ns())
             return response
         raise last  # type: ignore[misc]
 
@@ -240,6 +286,7 @@ class AgentPool:
         if agent is None:
             done(None, self._none_left(last))
             return
+        sent = time.perf_counter_ns()
         future = agent.stub.ModelInfer.future(request, timeout=timeout, metadata=self.opts.metadata)
 
         def finished(f: grpc.Future) -> None:
@@ -257,6 +304,8 @@ class AgentPool:
                 done(None, AgentError(f"agent {agent.address}: ModelInfer failed: {e}"))
                 return
             self._done(agent, None)
+            if self.on_reply is not None:
+                self.on_reply(agent, response, sent, time.perf_counter_ns())
             done(response, None)
 
         future.add_done_callback(finished)

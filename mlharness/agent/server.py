@@ -16,6 +16,7 @@ import hmac
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,9 +29,11 @@ import numpy as np
 from mlharness import __version__
 from mlharness.agent.backend import QSL_PARAMETER, SAMPLE_INDEX, ModelBackend, TensorMeta
 from mlharness.agent.batching import Batcher
+from mlharness.agent.facts import EXTENSION_FACTS, FACTS_PARAMETER, agent_facts, facts_text
 from mlharness.agent.guard import RateLimit, Undecodable, add_servicer, tame_grpc_loggers
 from mlharness.agent.protos import grpc_predict_v2_pb2 as pb
 from mlharness.agent.protos import grpc_predict_v2_pb2_grpc as pb_grpc
+from mlharness.agent.spans import EXTENSION_TRACE, TRACE_PARAMETER, request_spans
 from mlharness.agent.tensors import dims_match, from_contents, from_raw, to_raw
 from mlharness.errors import AgentError, DatasetError, MLHarnessError
 
@@ -136,6 +139,8 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
         self.backend = backend
         self.batcher = batcher
         self.draining = False
+        # what the agent says about itself (mlharness.agent.facts): measured once, here, on the agent's host
+        self.facts_text = facts_text(agent_facts(backend.framework, backend.framework_version, backend.platform))
         self._output_names = [t.name for t in backend.outputs]
         self._output_index: dict[str, int] = {}  # output name -> its first position
         for k, t in enumerate(backend.outputs):
@@ -166,7 +171,8 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
     @_guarded
     def ServerMetadata(self, request: pb.ServerMetadataRequest,
                        context: grpc.ServicerContext) -> pb.ServerMetadataResponse:
-        extensions = [EXTENSION_QSL] if self.backend.hooks_mode == "agent" else []
+        extensions = [EXTENSION_FACTS, EXTENSION_TRACE] + ([EXTENSION_QSL] if self.backend.hooks_mode == "agent"
+                                                           else [])
         return pb.ServerMetadataResponse(name=SERVER_NAME, version=__version__, extensions=extensions)
 
     @_guarded
@@ -184,7 +190,13 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @_guarded
     def ModelInfer(self, request: pb.ModelInferRequest, context: grpc.ServicerContext) -> pb.ModelInferResponse:
+        arrived = time.perf_counter_ns()
         self._check_model(request.model_name, request.model_version)
+        if FACTS_PARAMETER in request.parameters:
+            response = pb.ModelInferResponse(model_name=self.backend.name, model_version=self.backend.version,
+                                             id=request.id)
+            response.parameters[FACTS_PARAMETER].string_param = self.facts_text
+            return response
         inputs = self._inputs(request)
         if QSL_PARAMETER in request.parameters:
             self.backend.qsl(request.parameters[QSL_PARAMETER].string_param, inputs[0])
@@ -193,8 +205,12 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
         if self.backend.hooks_mode == "agent":
             inputs = [self.backend.check_indices(inputs[0])]
         log.debug("ModelInfer: %d samples", len(inputs[0]))
-        outputs = self.batcher.submit(inputs)
-        return self._response(request, outputs)
+        if TRACE_PARAMETER not in request.parameters:
+            return self._response(request, self.batcher.submit(inputs))
+        timings: list[Any] = []
+        response = self._response(request, self.batcher.submit(inputs, timings))
+        response.parameters[TRACE_PARAMETER].string_param = request_spans(arrived, time.perf_counter_ns(), timings)
+        return response
 
     def _inputs(self, request: pb.ModelInferRequest) -> list[np.ndarray]:
         expected = self.backend.inputs
@@ -273,7 +289,7 @@ class AgentServer:
             config.manifest, config.framework, config.hooks, config.dataset_path, config.count, config.device,
             config.threads, config.max_batchsize, config.scenario, config.model_name)
         self.batcher = Batcher(self.backend.run, self.backend.max_batchsize, config.max_wait_ms / 1000.0,
-                               config.workers)
+                               config.workers, stages=self.backend.stages.take if self.backend.stages else None)
         self.servicer = Servicer(self.backend, self.batcher)
         self.port = 0
         self._server: grpc.Server | None = None

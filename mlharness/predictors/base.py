@@ -37,6 +37,7 @@ class Predictor(abc.ABC):
     model output (batch first), in the manifest's declared order."""
 
     name = "predictor"
+    remote_spans = False  # True: profile_start/stop at every trace level (see profile_start)
 
     def __init__(self, config: PredictorConfig):
         self.config = config
@@ -55,7 +56,8 @@ class Predictor(abc.ABC):
             self.predict(inputs)
 
     def profile_start(self, tracer: Any) -> None:  # noqa: B027 - optional
-        """Called before the LoadGen test when the trace level is at least ``framework``."""
+        """Called before the LoadGen test when the trace level is at least ``framework`` (at every level for a
+        predictor whose ``remote_spans`` is true: the spans of the agents it sends to are the model's own)."""
 
     def profile_stop(self, tracer: Any) -> None:  # noqa: B027 - optional
         """Called after the LoadGen test: appends the framework profiler's events, converted onto the tracer's
@@ -63,6 +65,11 @@ class Predictor(abc.ABC):
 
     def framework_version(self) -> str:
         return "n/a"
+
+    def remote_agents(self) -> list[dict[str, Any]] | None:
+        """The agents that computed for this predictor, each with what it said about itself (its address, host
+        facts, framework and versions: mlharness.agent.facts); None where the model runs in this process."""
+        return None
 
     def computes_off_host(self) -> bool:
         """True when predict leaves this machine's CPU cores free (a GPU, a remote agent): only then does work

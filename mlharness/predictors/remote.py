@@ -12,6 +12,10 @@ run at once (the pool is thread-safe), spread over the agents by least outstandi
 every agent (ServerReady, ModelReady) and compares the served model's metadata with the manifest's inputs and
 outputs, so a wrong address, model name, shape or dtype fails before LoadGen starts.
 
+Each agent's facts (host, framework, versions) are asked for at ``load`` and recorded in the run's metadata
+(:meth:`RemotePredictor.remote_agents`); with ``--trace`` at any level, the agents' spans join the run's trace
+(:mod:`mlharness.agent.spans`).
+
 Mode ``sample_index`` (set by ``--network lon``) talks to agents started with ``--hooks agent``: requests carry
 sample indices and responses the bytes LoadGen logs; :meth:`RemotePredictor.submit` is its non-blocking path.
 """
@@ -27,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.agent.backend import RESPONSE, SAMPLE_INDEX
+from mlharness.agent.spans import TRACE_PARAMETER
 from mlharness.agent.tensors import from_contents, from_raw, to_raw
 from mlharness.errors import AgentError, PredictorError, SettingsError
 from mlharness.predictors.base import Predictor
@@ -64,6 +69,8 @@ def remote_manifest(loaded: Any, agents: list[str], network: str | None,
 
 class RemotePredictor(Predictor):
     name = "remote"
+    remote_spans = True  # profile_start/stop at every trace level: the agents' spans are the model's own
+    _merger: Any = None
 
     def load(self) -> None:
         from mlharness.agent.client import AgentPool, ConnectOptions
@@ -150,6 +157,8 @@ class RemotePredictor(Predictor):
         from mlharness.agent.protos import grpc_predict_v2_pb2 as pb
 
         request = pb.ModelInferRequest(model_name=self.model_name, model_version=self.model_version)
+        if self._merger is not None:
+            request.parameters[TRACE_PARAMETER].bool_param = True
         for name, arr in zip(names, inputs, strict=True):
             datatype, shape, raw = to_raw(arr)
             request.inputs.add(name=name, datatype=datatype, shape=shape)
@@ -228,6 +237,44 @@ class RemotePredictor(Predictor):
 
     def framework_version(self) -> str:
         return importlib.metadata.version("grpcio")
+
+    def remote_agents(self) -> list[dict[str, Any]] | None:
+        pool = getattr(self, "pool", None)
+        return [a.described() for a in pool.agents] if pool is not None else None
+
+    # -- the agents' spans in the run's trace ------------------------------------------------------------------
+    def profile_start(self, tracer: Any) -> None:
+        from mlharness.agent.spans import EXTENSION_TRACE, SpanMerger
+
+        silent = [a.address for a in self.pool.agents if a.server is None
+                  or EXTENSION_TRACE not in a.server.extensions]
+        if silent:
+            log.warning("the trace has no spans from %s: only mlharness agents (which announce '%s') time their "
+                        "requests; the trace shows this side's spans around each request", ", ".join(silent),
+                        EXTENSION_TRACE)
+        self._merger = SpanMerger([a.address for a in self.pool.agents])
+        self.pool.on_reply = self._on_reply
+
+    def _on_reply(self, agent: Any, response: Any, sent_ns: int, received_ns: int) -> None:
+        # on a gRPC thread, before the request's callback: must never raise
+        try:
+            if TRACE_PARAMETER in response.parameters and self._merger is not None:
+                self._merger.add(agent.address, sent_ns, received_ns,
+                                 response.parameters[TRACE_PARAMETER].string_param)
+        except Exception as e:  # noqa: BLE001 - diagnostics never fail a request
+            log.debug("agent %s: its spans are left out: %s", agent.address, e)
+
+    def profile_stop(self, tracer: Any) -> None:
+        merger, self._merger = self._merger, None
+        self.pool.on_reply = None
+        if merger is None:
+            return
+        names = {}
+        for a in self.pool.agents:
+            host = (a.facts or {}).get("host") or {}
+            pid = (a.facts or {}).get("pid")
+            names[a.address] = f"agent {a.address}" + (f" ({host.get('hostname')}, pid {pid})" if pid else "")
+        tracer.extra_events.extend(merger.events(tracer, names))
 
     def computes_off_host(self) -> bool:
         return True  # the agents compute; this process only waits on the network

@@ -40,6 +40,7 @@ _GPU_STATS = {"mean": NUMBER, "max": NUMBER}
 RUN_SHAPE = {
     "benchmark": STRING, "conf_model": STRING, "scenario": STRING, "mode": STRING, "accuracy": {}, "batching": {},
     "not_submittable_reasons": [ANY], "host": {},
+    "agents": [{"address": STRING, "facts_error": STRING, "host": {}, "framework": {}, "system": {}}],
     "telemetry": {"samples": NUMBER, "interval_ms": NUMBER, "duration_s": NUMBER, "host": _STATS,
                   "gpus": [{k: _GPU_STATS for k in ("utilization_percent", "memory_used_mib", "power_w",
                                                      "sm_clock_mhz", "temperature_c")}]},
@@ -292,9 +293,10 @@ def read_run(summary_path: Path, root: Path) -> Run:
     return run
 
 
-def find_runs(root: Path) -> tuple[list[Run], list[Path]]:
+def find_runs(root: Path, only: list[Path] | None = None) -> tuple[list[Run], list[Path]]:
     """Every run under ``root`` (or ``root`` itself), sorted by path; second: failed or partial run folders,
-    left out of the report."""
+    left out of the report. ``only``: the run folders to read (a query's, from the evaluation database), the
+    others under ``root`` left out."""
     root = Path(root)
     try:
         mode = os.stat(root).st_mode
@@ -307,7 +309,10 @@ def find_runs(root: Path) -> tuple[list[Run], list[Path]]:
                              "not a directory")
     runs: list[Run] = []
     skipped: list[Path] = []
+    chosen = None if only is None else {Path(p).resolve() for p in only}
     for summary in sorted(root.rglob(SUMMARY)):  # whatever carries the name: read_run names what it is
+        if chosen is not None and summary.parent.resolve() not in chosen:
+            continue
         rel_parts = summary.parent.relative_to(root).parts
         if any(p.startswith(".") or ".failed-" in p for p in rel_parts):
             skipped.append(summary.parent)

@@ -52,20 +52,21 @@ class Report:
     sweep: Any = None  # a sweep.json at the root (report.sweep.Sweep)
 
 
-def build(root: Path, compare: Path | None = None) -> Report:
+def build(root: Path, compare: Path | None = None, only: list[Path] | None = None) -> Report:
     from mlharness.report.plots import stage_totals
     from mlharness.report.plots_time import completions_over_time
     from mlharness.report.sweep import find_sweep
 
-    sweep = find_sweep(Path(root))
+    sweep = find_sweep(Path(root)) if only is None else None  # only: a query's runs (report --query)
     if sweep is not None and Path(root).is_file():
         root = Path(root).parent
-    runs, skipped = find_runs(root)
+    runs, skipped = find_runs(root, only)
     if not runs and sweep is None:
         raise MLHarnessError(f"no runs under {root}: a run is a folder holding mlperf_log_summary.txt (or a "
                              "sweep.json written by `mlharness sweep`)")
     verdicts = find_verdicts(Path(root))
     attach_verdicts(runs, verdicts)
+    verdicts = verdicts if only is None else [v for v in verdicts if any(v in r.verdicts for r in runs)]
     report = Report(Path(root), runs, skipped, verdicts=verdicts, sweep=sweep)
     for r in runs:
         if r.trace is None:

@@ -30,8 +30,10 @@ class RunObservers:
         self._started: list[Any] = []
 
     def start(self) -> None:
-        if self.profiling:
-            for p in self.predictors:
+        for p in self.predictors:
+            # remote predictors bring their agents' spans at every level: without them a remote model is one
+            # opaque span per request
+            if self.profiling or (self.tracer is not None and getattr(p, "remote_spans", False)):
                 p.profile_start(self.tracer)
                 self._started.append(p)
         self.sampler.start()
