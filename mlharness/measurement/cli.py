@@ -103,8 +103,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     tn.set_defaults(func=cmd_tune)
     cmp = sub.add_parser("compare", help="two result trees or run folders side by side: deltas, ratios, "
                          "which is faster and whether it exceeds the run-to-run spread")
-    cmp.add_argument("a", type=Path, help="results directory, submission tree or run folder (A)")
-    cmp.add_argument("b", type=Path, help="results directory, submission tree or run folder (B)")
+    cmp.add_argument("a", type=Path, nargs="?", default=None, help="results directory, submission tree or run "
+                     "folder (A); with --query, the results root the queries select from (default ./results)")
+    cmp.add_argument("b", type=Path, nargs="?", default=None, help="results directory, submission tree or run "
+                     "folder (B); with --query, B's results root when it is another")
+    cmp.add_argument("--query", action="append", default=None, metavar="QUERY", help="twice: A's and B's runs "
+                     "as queries of the evaluation database, e.g. --query \"system=a scenario=Server\" "
+                     "--query \"system=b scenario=Server\" (fields: those of `mlharness results list`)")
+    cmp.add_argument("--db", default=None, metavar="URL", help="with --query: a database URL instead of the "
+                     "root's mlharness_results.sqlite")
     cmp.add_argument("--html", type=Path, default=None, metavar="OUT", help="also write the comparison as one "
                      "self-contained HTML page")
     cmp.add_argument("--force", action="store_true", help="replace an existing --html file")
@@ -233,7 +240,7 @@ def cmd_compare(args: argparse.Namespace, out: Any) -> int:
 
     if args.html is not None:
         check_output(args.html, args.force)
-    result = compare(args.a, args.b)
+    result = compare(*_compared(args))
     if args.html is not None:
         from mlharness.report.compare_html import render
 
@@ -245,6 +252,23 @@ def cmd_compare(args: argparse.Namespace, out: Any) -> int:
     if args.html is not None:
         (err if args.json else out).print(f"wrote {escape(str(args.html))}", highlight=False)
     return 0
+
+
+def _compared(args: argparse.Namespace) -> tuple[Any, ...]:
+    """compare's A and B: two folders, or two queries' run folders (``--query`` twice) with their labels."""
+    from mlharness.errors import MLHarnessError
+
+    if not args.query:
+        if args.a is None or args.b is None:
+            raise MLHarnessError("compare needs two results directories (A B), or --query twice")
+        return args.a, args.b
+    if len(args.query) != 2:
+        raise MLHarnessError(f"compare takes --query twice (A's runs, then B's); got it {len(args.query)} time(s)")
+    from mlharness.results_db.store import query_folders
+
+    root_a, only_a = query_folders(args.a, args.db, args.query[0])
+    root_b, only_b = query_folders(args.b or args.a, args.db, args.query[1])
+    return root_a, root_b, only_a, only_b, f"{root_a} [{args.query[0]}]", f"{root_b} [{args.query[1]}]"
 
 
 def cmd_bench_client(args: argparse.Namespace, out: Any) -> int:

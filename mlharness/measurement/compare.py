@@ -339,22 +339,26 @@ def fmt(v: float) -> str:
     return f"{v:,.2f}" if abs(v) >= 100 else f"{v:.4g}"
 
 
-def _runs(path: Path) -> list[Run]:
+def _runs(path: Path, only: list[Path] | None = None) -> list[Run]:
     path = Path(path)
     if not path.exists():
         raise MLHarnessError(f"{path} does not exist: give a results directory, a submission tree or a run "
                              f"folder (one holding {SUMMARY})")
     if path.is_file() and path.name == SUMMARY:  # the summary itself stands for its run folder
         path = path.parent
-    runs, skipped = find_runs(path)
+    runs, skipped = find_runs(path, only)
     if not runs:
         extra = f" ({len(skipped)} failed or partial run folders left out)" if skipped else ""
         raise MLHarnessError(f"no runs in {path}{extra}: a run is a folder holding {SUMMARY}")
     return runs
 
 
-def compare(a: Path, b: Path) -> Comparison:
-    ga, gb = group_runs(_runs(a)), group_runs(_runs(b))
+def compare(a: Path, b: Path, only_a: list[Path] | None = None, only_b: list[Path] | None = None,
+            label_a: str | None = None, label_b: str | None = None) -> Comparison:
+    """``only_a`` / ``only_b``: a query's run folders under ``a`` / ``b`` (``compare --query``), shown as
+    ``label_a`` / ``label_b``."""
+    ga, gb = group_runs(_runs(a, only_a)), group_runs(_runs(b, only_b))
+    a, b = Path(label_a or a), Path(label_b or b)
     pairs, only_a, only_b = pair_groups(ga, gb)
     if not pairs:
         def held(groups: list[Group]) -> str:

@@ -28,6 +28,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="replace existing --html/--md files")
     p.add_argument("--compare", type=Path, default=None, metavar="OTHER_DIR", help="put a second results "
                    "directory side by side, with ratios")
+    p.add_argument("--query", default=None, metavar="QUERY", help="report only the runs of RESULTS_DIR this "
+                   "query selects from the evaluation database, e.g. \"benchmark=resnet50 scenario=Offline valid\" "
+                   "(fields: those of `mlharness results list`; see docs/cluster.md)")
+    p.add_argument("--db", default=None, metavar="URL", help="with --query: a database URL instead of "
+                   "RESULTS_DIR's mlharness_results.sqlite")
     p.add_argument("--layers", action="store_true", help="PATH is a trace file (or a run folder holding "
                    "mlharness_trace.json): print its per-layer breakdown")
     p.add_argument("--top", type=int, default=20, help="rows per per-layer table (default 20)")
@@ -110,7 +115,12 @@ def cmd_report(args: argparse.Namespace, console: Any) -> int:
     for path in (args.md, args.html):
         if path is not None:
             check_output(path, args.force)
-    report = render.build(args.path, args.compare)
+    only = None
+    if args.query is not None:
+        from mlharness.results_db.store import query_folders
+
+        args.path, only = query_folders(args.path, args.db, args.query)
+    report = render.build(args.path, args.compare, only=only)
     if args.md is not None:
         _write(args.md, render.markdown(report))
     if args.html is not None:

@@ -1,0 +1,97 @@
+"""Opening the evaluation database: the embedded SQLite file of a results root, or any SQLAlchemy URL (a
+PostgreSQL server for a team), brought to the newest schema by Alembic on open.
+
+Alembic is configured in code (the migrations folder ships inside the package), so nothing but the URL is needed
+at run time. Opening runs ``upgrade head`` every time: on a current database that is one query of the version
+table; on an older one it applies the missing revisions, which ``mlharness results upgrade`` also does on demand.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from mlharness.errors import MLHarnessError
+
+DB_FILE = "mlharness_results.sqlite"
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+
+class DatabaseError(MLHarnessError):
+    """The database cannot be opened, reached or migrated: names the URL (password hidden) and why."""
+
+
+def sqlite_url(root: Path) -> str:
+    return f"sqlite:///{Path(root).resolve() / DB_FILE}"
+
+
+def shown_url(url: str) -> str:
+    """The URL with any password hidden, for messages."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # an unparsable URL is shown as given: it holds no parsed password to hide
+        return url
+
+
+def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+    cur = dbapi_connection.cursor()
+    cur.execute("PRAGMA foreign_keys=ON")  # a run's metrics go with it (ON DELETE CASCADE)
+    cur.execute("PRAGMA busy_timeout=30000")  # two indexers of one root wait for each other, bounded
+    cur.close()
+
+
+def engine_for(url: str) -> Any:
+    """A SQLAlchemy engine for ``url``, refused with the reason (an unknown scheme, a missing driver) before any
+    connection is attempted."""
+    from sqlalchemy import create_engine, event
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        engine = create_engine(url, future=True)
+    except NoSuchModuleError as e:
+        raise DatabaseError(f"--db {shown_url(url)}: no SQLAlchemy dialect for it ({e}); use "
+                            "sqlite:///PATH or postgresql+psycopg://USER@HOST:PORT/DB") from e
+    except ArgumentError as e:
+        raise DatabaseError(f"--db {shown_url(url)} is not a database URL: {e}; use sqlite:///PATH or "
+                            "postgresql+psycopg://USER@HOST:PORT/DB") from e
+    except ModuleNotFoundError as e:
+        hint = " (pip install 'mlharness[postgres]')" if url.startswith("postgresql") else ""
+        raise DatabaseError(f"--db {shown_url(url)}: its driver {e.name} is not installed{hint}") from e
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _on_sqlite_connect)
+    return engine
+
+
+def alembic_config(connection: Any) -> Any:
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+def upgrade(engine: Any) -> str | None:
+    """Apply every migration the database lacks; returns the revision it is at."""
+    from alembic import command
+    from alembic.runtime.migration import MigrationContext
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        with engine.begin() as conn:
+            command.upgrade(alembic_config(conn), "head")
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+    except SQLAlchemyError as e:
+        raise DatabaseError(f"the evaluation database {engine.url.render_as_string(hide_password=True)} "
+                            f"cannot be opened or migrated: {str(e.orig if hasattr(e, 'orig') else e)[:400]}"
+                            ) from e
+
+
+def open_db(url: str) -> Any:
+    """An engine on ``url`` at the newest schema."""
+    engine = engine_for(url)
+    upgrade(engine)
+    return engine
