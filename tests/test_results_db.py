@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from datetime import datetime
 from pathlib import Path
 
@@ -239,3 +240,85 @@ def test_the_migrations_build_the_schema_the_models_declare(tmp_path):
         assert MigrationContext.configure(conn).get_current_revision() == "0001"
     engine.dispose()
     assert diff == []
+
+
+PG_BIN = next((d for d in (Path("/usr/lib/postgresql/15/bin"), *sorted(Path("/usr/lib/postgresql").glob("*/bin")))
+               if (d / "initdb").is_file()), None) if Path("/usr/lib/postgresql").is_dir() else None
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def postgres(tmp_path):
+    """A PostgreSQL server of Debian's binaries, initialised in tmp_path, on 127.0.0.1 (a free port; its socket in
+    tmp_path), run as the postgres user when the tests run as root (the server refuses root), stopped at the end."""
+    import pwd
+
+    if PG_BIN is None:
+        pytest.skip("PostgreSQL's server binaries are not installed (Debian: apt-get install postgresql)")
+    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'mlharness[postgres]')")
+    prefix: list[str] = []
+    restore: list[tuple[Path, int]] = []
+    base = tmp_path / "pg"
+    base.mkdir()
+    if os.getuid() == 0:
+        try:
+            user = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and there is no 'postgres' user to run the server as")
+        runuser = shutil.which("runuser")
+        if runuser is None:
+            pytest.skip("running as root without runuser to start the server as 'postgres'")
+        prefix = [runuser, "-u", "postgres", "--"]
+        os.chown(base, user.pw_uid, user.pw_gid)
+        # the server's user must reach its folder: traversal (not listing) through tmp_path's parents, restored
+        for d in (tmp_path, *tmp_path.parents):
+            if d == Path(tempfile.gettempdir()):
+                break
+            mode = d.stat().st_mode & 0o7777
+            if not mode & 0o001:
+                restore.append((d, mode))
+                d.chmod(mode | 0o001)
+    data, port = base / "data", _free_port()
+
+    def pg(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run([*prefix, *args], capture_output=True, text=True, timeout=timeout, cwd=base)
+
+    try:
+        proc = pg(str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-locale",
+                  "-E", "UTF8", "--no-sync")
+        if proc.returncode != 0:
+            pytest.skip(f"initdb failed: {proc.stderr[-400:]}")
+        proc = pg(str(PG_BIN / "pg_ctl"), "-D", str(data), "-l", str(base / "server.log"), "-w", "-t", "20",
+                  "-o", f"-h 127.0.0.1 -p {port} -k {base} -F", "start", timeout=40)
+        if proc.returncode != 0:
+            log = (base / "server.log").read_text()[-400:] if (base / "server.log").exists() else ""
+            pytest.skip(f"the PostgreSQL server did not start: {proc.stderr[-300:]} {log}")
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        if data.exists():
+            pg(str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "-t", "15", "stop", timeout=30)
+        for d, mode in restore:
+            d.chmod(mode)
+
+
+def test_the_same_answers_from_postgresql(root, postgres, capsys):
+    rc, out, err = mlharness(capsys, "results", "index", str(root), "--db", postgres)
+    assert rc == 0 and "8 added" in out, out + err
+    keep = lambda rows: [{k: v for k, v in r.items() if k not in ("id", "indexed_at")} for r in rows]  # noqa: E731
+    for args in (("list",), ("list", "--valid", "--scenario", "Server"), ("best", "--scenario", "Server"),
+                 ("history", "p99", "--system", "sysA"), ("list", "--since", "2000-01-01", "--node", "node-7")):
+        embedded = results(capsys, args[0], *(("p99", str(root)) if args[0] == "history" else (str(root),)),
+                           *args[1 + (args[0] == "history"):])
+        served = results(capsys, *args, "--db", postgres)  # no root: the whole database
+        assert keep(served) == keep(embedded) and embedded, args
+    rc, out, _ = mlharness(capsys, "results", "upgrade", "--db", postgres)
+    assert rc == 0 and "revision 0001" in out and "postgres@127.0.0.1" in out
+    rc, _, err = mlharness(capsys, "results", "list", "--db", postgres.replace("postgres@", "nobody@"))
+    assert rc == 2 and "nobody" in err
