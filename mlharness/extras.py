@@ -39,6 +39,7 @@ MODULES: dict[str, tuple[str, tuple[str, ...]]] = {
     "matplotlib": ("matplotlib", ("report",)),
     "psutil": ("psutil", ("report",)),
     "pynvml": ("nvidia-ml-py", ("gpu",)),
+    "psycopg": ("psycopg", ("postgres",)),
 }
 
 # distribution name -> import name, for ``importlib.metadata.PackageNotFoundError`` (it names the distribution)
@@ -50,6 +51,7 @@ PURPOSE = {
     "torch": "PyTorch models", "tensorflow": "TensorFlow models", "llm": "LLMs", "nlp": "BERT",
     "speech": "speech models", "t2i": "image generation", "medical": "3D U-Net", "vision": "detection",
     "remote": "remote agents and Triton", "report": "report plots", "gpu": "GPU telemetry",
+    "postgres": "the evaluation database on PostgreSQL",
 }
 
 # a manifest's framework -> the extras its predictor needs (none: the core install has it)
