@@ -135,3 +135,162 @@ def test_local_cancel_stops_the_run_within_seconds(tmp_path):
     assert not long.ok and "stopped" in long.error and long.folder.name.startswith("long.failed-")
     assert not nxt.ok and nxt.attempts == 0 and "cancelled" in nxt.error
     assert not (tmp_path / "sys/next").exists()
+
+
+# -- ray ---------------------------------------------------------------------------------------------------------
+# Ray binds its nodes to the address it reads as this host's (by default the one routing to the internet); with
+# this set before Ray is imported, every node and worker of the test cluster uses 127.0.0.1 instead
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+ray = pytest.importorskip("ray", reason="the cluster extra is not installed: pip install 'mlharness[cluster]'")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Three nodes on this host: A (the head) offers accel_a, B accel_b and spare, C spare."""
+    from ray.cluster_utils import Cluster
+
+    common = {"include_dashboard": False}
+    c = Cluster(initialize_head=True, head_node_args={**common, "num_cpus": 1, "resources": {"accel_a": 1},
+                                                      "labels": {"zone": "a"}})
+    nodes = {"A": c.head_node,
+             "B": c.add_node(**common, num_cpus=2, resources={"accel_b": 1, "spare": 1}, labels={"zone": "b"}),
+             "C": c.add_node(**common, num_cpus=1, resources={"spare": 1})}
+    c.wait_for_nodes(timeout=60)
+    ray.init(address=c.address, include_dashboard=False)
+    try:
+        yield c, nodes
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+@pytest.fixture(scope="module")
+def rex(cluster):
+    from mlharness.cluster.ray_executor import RayExecutor
+
+    ex = RayExecutor(cluster[0].address)
+    yield ex
+    ex.close()
+
+
+def node_ids(rex) -> dict[str, str]:
+    """'A'/'B'/'C' -> node id, by the resources each node offers."""
+    out = {}
+    for n in rex.nodes():
+        key = "A" if "accel_a" in n.resources else "B" if "accel_b" in n.resources else "C"
+        out[key] = n.node_id
+    return out
+
+
+def test_ray_nodes_have_facts_and_jobs_land_where_their_constraints_allow(rex, tmp_path):
+    ids = node_ids(rex)
+    nodes = rex.nodes()
+    assert len(nodes) == 3 and all(n.alive and n.address == "127.0.0.1" for n in nodes)
+    assert all(n.facts["cpu_count"] and n.facts["frameworks"].get("onnxruntime") for n in nodes)
+    assert {n.node_id for n in rex.matching(Constraints(labels=(("zone", "b"),)))} == {ids["B"]}
+    assert {n.node_id for n in rex.matching(Constraints(accelerator="spare"))} == {ids["B"], ids["C"]}
+    want = {"on-a": (Constraints(accelerator="accel_a"), {"A"}),
+            "on-b": (Constraints(labels=(("zone", "b"),)), {"B"}),
+            "spare": (Constraints(accelerator="spare", frameworks=(("onnxruntime", ">=1.0"),)), {"B", "C"}),
+            "pinned-c": (Constraints(node=ids["C"]), {"C"})}
+    jobs = [RunJob(key=k, argv=FAST, dest=f"sys/{k}/Offline/accuracy", constraints=c) for k, (c, _) in want.items()]
+    jobs.append(RunJob(key="huge", argv=FAST, dest="sys/huge", constraints=Constraints(min_memory_gb=1e6)))
+    outcomes = rex.run_all(jobs, tmp_path)
+    for o in outcomes[:4]:
+        assert o.ok and o.folder == tmp_path / o.job.dest, o.error
+        allowed = {ids[k] for k in want[o.job.key][1]}
+        assert o.node.node_id in allowed
+        md = metadata(o.folder)
+        assert md["executor"] == {"backend": "ray", "node_id": o.node.node_id, "node_address": "127.0.0.1"}
+        assert md["host"]["cpu_model"] == o.node.facts["cpu_model"]
+    huge = outcomes[4]
+    assert not huge.ok and "no node meets" in huge.error and "GB memory" in huge.error
+    assert not (tmp_path / "sys/huge").exists()
+
+
+def test_ray_failed_run_comes_back_as_failed_folder_with_logs(rex, tmp_path):
+    [o] = rex.run_all([FAILING], tmp_path)
+    assert not o.ok and "boom on purpose" in o.error and o.node.node_id[:12] in o.error
+    assert o.folder.name.startswith("accuracy.failed-") and not (tmp_path / FAILING.dest).exists()
+    assert "boom on purpose" in (o.folder / "console.log").read_text()
+    assert (o.folder / "mlperf_log_detail.txt").is_file()
+
+
+def test_cluster_nodes_command_lists_every_node_with_facts(cluster, shared_cache):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "MLHARNESS_CACHE": str(shared_cache)}
+    cmd = [sys.executable, "-m", "mlharness.cli", "cluster", "nodes", "--cluster", cluster[0].address]
+    r = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=90, env=env)
+    assert r.returncode == 0, r.stderr
+    nodes = json.loads(r.stdout)
+    assert len(nodes) == 3
+    assert sorted(n["resources"].get("accel_a", 0) + n["resources"].get("accel_b", 0) for n in nodes) == [0, 1, 1]
+    assert all(n["facts"]["cpu_count"] and n["facts"]["memory_gb"] for n in nodes)
+    assert {n["labels"].get("zone") for n in nodes} == {"a", "b", None}
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=90, env=env)
+    assert r.returncode == 0 and "accel_b" in r.stdout and "onnxruntime" in r.stdout, r.stdout + r.stderr
+
+
+def test_ray_cancel_stops_every_run_within_seconds(cluster, tmp_path):
+    from mlharness.cluster.ray_executor import RayExecutor
+
+    rex = RayExecutor(cluster[0].address)  # a cancelled executor starts nothing more: one of its own
+    jobs = [RunJob(key=f"long{i}", argv=slow_argv(60), dest=f"sys/long{i}") for i in range(2)]
+    result = {}
+    t = threading.Thread(target=lambda: result.update(out=rex.run_all(jobs, tmp_path)), daemon=True)
+    t.start()
+    deadline = time.monotonic() + 60
+    while len(children_of_mlharness("mlharness-job-")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(children_of_mlharness("mlharness-job-")) >= 2, "the runs never started"
+    cancelled = time.monotonic()
+    rex.cancel()
+    t.join(20)
+    assert not t.is_alive()
+    while children_of_mlharness("mlharness-job-") and time.monotonic() - cancelled < 10:
+        time.sleep(0.2)
+    assert not children_of_mlharness("mlharness-job-"), "a run outlived its cancelled task"
+    assert time.monotonic() - cancelled < 10
+    assert all(not o.ok and "cancelled" in o.error for o in result["out"])
+    assert not list(tmp_path.glob("sys/long*"))
+
+
+def test_ray_node_death_reruns_elsewhere_or_fails_naming_the_node(cluster, tmp_path):
+    """Node B dies under two runs: the one only B can run (accel_b) fails naming B; the 'spare' run B was
+    running (B and C both offer spare; the other spare run holds C) runs again on C. Finished runs are untouched.
+    Runs last: the cluster loses node B."""
+    from mlharness.cluster.ray_executor import RayExecutor
+
+    c, nodes = cluster
+    rex = RayExecutor(c.address)
+    ids = node_ids(rex)
+    [first] = rex.run_all([RunJob(key="done", argv=FAST, dest="sys/done", constraints=Constraints(accelerator="accel_a"))],
+                          tmp_path)
+    assert first.ok, first.error
+    before = {p: p.stat().st_mtime_ns for p in first.folder.iterdir()}
+    jobs = [RunJob(key="only-b", argv=slow_argv(60), dest="sys/only-b", constraints=Constraints(accelerator="accel_b")),
+            RunJob(key="spare1", argv=slow_argv(4), dest="sys/spare1", constraints=Constraints(accelerator="spare")),
+            RunJob(key="spare2", argv=slow_argv(4), dest="sys/spare2", constraints=Constraints(accelerator="spare"))]
+    result = {}
+    t = threading.Thread(target=lambda: result.update(out=rex.run_all(jobs, tmp_path)), daemon=True)
+    t.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(children_of_mlharness("mlharness-job-")) < 3:
+        time.sleep(0.2)
+    assert len(children_of_mlharness("mlharness-job-")) >= 3, "the runs never started"
+    c.remove_node(nodes["B"])
+    t.join(90)
+    assert not t.is_alive()
+    only_b, spare1, spare2 = result["out"]
+    assert not only_b.ok and ids["B"][:12] in only_b.error and "no node meets" in only_b.error
+    assert not (tmp_path / "sys/only-b").exists()
+    assert spare1.ok and spare2.ok, (spare1.error, spare2.error)
+    assert sorted([spare1.attempts, spare2.attempts]) == [1, 2]
+    assert {spare1.node.node_id, spare2.node.node_id} == {ids["C"]}
+    assert {p: p.stat().st_mtime_ns for p in first.folder.iterdir()} == before
+    deadline = time.monotonic() + 10
+    while children_of_mlharness("mlharness-job-") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not children_of_mlharness("mlharness-job-"), "a run outlived its dead node"
