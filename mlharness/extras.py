@@ -40,6 +40,7 @@ MODULES: dict[str, tuple[str, tuple[str, ...]]] = {
     "psutil": ("psutil", ("report",)),
     "pynvml": ("nvidia-ml-py", ("gpu",)),
     "psycopg": ("psycopg", ("postgres",)),
+    "ray": ("ray", ("cluster",)),
 }
 
 # distribution name -> import name, for ``importlib.metadata.PackageNotFoundError`` (it names the distribution)
@@ -51,6 +52,7 @@ PURPOSE = {
     "torch": "PyTorch models", "tensorflow": "TensorFlow models", "llm": "LLMs", "nlp": "BERT",
     "speech": "speech models", "t2i": "image generation", "medical": "3D U-Net", "vision": "detection",
     "remote": "remote agents and Triton", "report": "report plots", "gpu": "GPU telemetry",
+    "cluster": "work spread over a Ray cluster",
     "postgres": "the evaluation database on PostgreSQL",
 }
 
