@@ -294,3 +294,43 @@ def test_ray_node_death_reruns_elsewhere_or_fails_naming_the_node(cluster, tmp_p
     while children_of_mlharness("mlharness-job-") and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not children_of_mlharness("mlharness-job-"), "a run outlived its dead node"
+
+
+def test_sigint_cancels_the_executor_and_raises_after_run_all(tmp_path):
+    import signal
+
+    from mlharness.cluster.signals import Cancelled, cancel_on_signals
+
+    ex = LocalExecutor()
+    jobs = [RunJob(key="long", argv=slow_argv(60), dest="sys/long")]
+
+    def interrupt_once_started() -> None:
+        deadline = time.monotonic() + 30
+        while not children_of_mlharness(str(tmp_path)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    before = signal.getsignal(signal.SIGINT)
+    threading.Thread(target=interrupt_once_started, daemon=True).start()
+    started = time.monotonic()
+    with pytest.raises(Cancelled) as info, cancel_on_signals(ex):
+        outcomes = ex.run_all(jobs, tmp_path)
+    assert info.value.exit_code == 130 and time.monotonic() - started < 30
+    assert not outcomes[0].ok and "stopped" in outcomes[0].error
+    assert not children_of_mlharness(str(tmp_path))
+    assert signal.getsignal(signal.SIGINT) is before  # the handlers are handed back
+
+
+def test_without_ray_cluster_says_how_to_install_it(tmp_path, shared_cache):
+    import subprocess
+    import sys
+
+    fake = tmp_path / "noray" / "ray"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError(\"No module named 'ray'\", name='ray')\n")
+    env = {**os.environ, "MLHARNESS_CACHE": str(shared_cache),
+           "PYTHONPATH": os.pathsep.join([str(fake.parent), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-m", "mlharness.cli", "cluster", "nodes", "--cluster", "auto"],
+                       capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    assert r.returncode == 2 and "pip install 'mlharness[cluster]'" in r.stderr, r.stderr
