@@ -334,3 +334,20 @@ def test_without_ray_cluster_says_how_to_install_it(tmp_path, shared_cache):
     r = subprocess.run([sys.executable, "-m", "mlharness.cli", "cluster", "nodes", "--cluster", "auto"],
                        capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
     assert r.returncode == 2 and "pip install 'mlharness[cluster]'" in r.stderr, r.stderr
+
+
+def test_a_folder_past_the_shipping_bound_comes_back_as_its_logs(tmp_path):
+    from mlharness.cluster.tarball import NOT_SHIPPED, pack_bounded, unpack
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "mlperf_log_summary.txt").write_text("Result is : VALID\n")
+    (run / "big.bin").write_bytes(os.urandom(3 << 20))
+    data, why = pack_bounded(run, "node-x", limit=1 << 20)
+    assert why and "node-x" in why and str(run) in why
+    back = tmp_path / "back"
+    back.mkdir()
+    unpack(data, back)
+    assert sorted(p.name for p in back.iterdir()) == [NOT_SHIPPED, "mlperf_log_summary.txt"]
+    assert "big.bin" in (back / NOT_SHIPPED).read_text()
+    assert pack_bounded(run, "node-x", limit=10 << 20)[1] is None
