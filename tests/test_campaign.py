@@ -74,7 +74,7 @@ def test_a_malformed_campaign_exits_2_naming_line_and_field(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
-def test_each_matching_node_gives_one_result_side_by_side_and_resume_redoes_nothing(ray_cluster, tmp_path):
+def test_each_matching_node_gives_one_result_side_by_side_and_resume_redoes_nothing(ray_cluster, tmp_path):  # noqa: F811
     env = ray_cluster.env(dict(os.environ))
     path = write_campaign(tmp_path, "  - {name: all, on: each}\n  - {name: b, accelerator: acc_b}\n")
     root = tmp_path / "results"

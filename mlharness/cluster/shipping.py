@@ -60,7 +60,7 @@ def manifest_files(path: Path, folder: str) -> tuple[str, tuple[tuple[str, bytes
     return f"{folder}/{path.name}", tuple(files)
 
 
-def job_from_argv(argv: list[str], key: str, dest: str, constraints: Constraints = Constraints(),
+def job_from_argv(argv: list[str], key: str, dest: str, constraints: Constraints | None = None,
                   timeout_s: float | None = None, meta: dict | None = None) -> RunJob:
     """A local child's command line (``<python> -m mlharness.cli run ... --output DIR ...``) as a run job: the
     program and ``--output`` dropped (the executor gives the run its folder), every file a flag names shipped
@@ -94,5 +94,5 @@ def job_from_argv(argv: list[str], key: str, dest: str, constraints: Constraints
             continue
         out.append(flag)
         i += 1
-    return RunJob(key=key, argv=tuple(out), dest=dest, constraints=constraints, timeout_s=timeout_s,
+    return RunJob(key=key, argv=tuple(out), dest=dest, constraints=constraints or Constraints(), timeout_s=timeout_s,
                   files=tuple(files), meta=dict(meta or {}))

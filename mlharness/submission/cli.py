@@ -63,6 +63,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "benchmark's required ones (TEST05 for older rounds)")
     r.add_argument("--compliance-dtype", default=None, choices=DTYPES, help="TEST01 compares the first "
                    "element of each response in this dtype (default: the manifest's response.element_type)")
+    r.add_argument("--cluster", default=None, metavar="local|auto|ray://HOST:PORT", help="run the LoadGen tests "
+                   "on an executor's nodes, independent ones at once: 'auto' (the Ray cluster of this host) or "
+                   "'ray://HOST:PORT' (needs mlharness[cluster]); the tree stays here (docs/cluster.md)")
+    r.add_argument("--constraints", default=None, metavar="KEY=VALUE,...", help="with --cluster: what a node needs "
+                   "to run this benchmark (accelerator=GPU, accelerators=2, min_memory_gb=32, cpus=1, label.NAME=V, "
+                   "framework.NAME=SPEC)")
     r.set_defaults(func=cmd_run)
 
     p = actions.add_parser("package", help="a submission package: <division>/<submitter>/{src,systems,results} "
@@ -170,7 +176,22 @@ def cmd_run(args: argparse.Namespace, console: Any) -> int:
         execution=execution, extra_tests=args.extra_tests, system_overrides=args.system_overrides,
         dtype=args.compliance_dtype, command=_reproduce(args), round=args.round,
     )
-    outcome = run_submission(req, console)
+    if args.constraints and not args.cluster:
+        from mlharness.errors import SettingsError
+
+        raise SettingsError("--constraints picks nodes of a cluster: give --cluster too")
+    if args.cluster:
+        from mlharness.cluster.executor import make_executor
+        from mlharness.submission.dispatch import RemoteSteps, parse_constraints
+        from mlharness.submission.layout import Tree
+
+        constraints = parse_constraints(args.constraints)
+        req.dispatch = RemoteSteps(make_executor(args.cluster), Tree(args.results), constraints)
+    try:
+        outcome = run_submission(req, console)
+    finally:
+        if req.dispatch is not None:
+            req.dispatch.close()
     _print_rows(console, outcome.rows)
     console.print(f"{outcome.ran} LoadGen test(s) run, {outcome.skipped} skipped; results in "
                   f"{args.results.resolve()}", highlight=False, soft_wrap=True)

@@ -68,6 +68,7 @@ class SubmissionRequest:
     extra_tests: list[str] = field(default_factory=list)
     system_overrides: Path | None = None
     dtype: str | None = None  # TEST01 response comparison (None: the manifest's response.element_type)
+    dispatch: Any = None  # a dispatch.RemoteSteps: the runs go to an executor's nodes (--cluster); None: here
     command: str = ""  # the command line that reproduces this submission run
     round: str = DEFAULT_ROUND  # the MLPerf round every run is made for (its seeds)
 
@@ -151,6 +152,7 @@ def _run_submission(req: SubmissionRequest, console: Any, loaded: Any) -> Outcom
     steps = ["accuracy", "performance", *tests]
     outcome = Outcome()
     progress = {"n": 0, "total": len(steps) * len(req.scenarios)}
+    plans = []
     for scenario in req.scenarios:
         ids = (req.system, benchmark, scenario)
         # Interactive runs under the '<model>-interactive' settings: its own default user.conf
@@ -160,6 +162,11 @@ def _run_submission(req: SubmissionRequest, console: Any, loaded: Any) -> Outcom
         for step, argv in argvs.items():
             if _audit_dataset(loaded, step):  # later flags win: the audit's own dataset manifest
                 argv += ["--dataset", str(_audit_dataset(loaded, step))]
+        plans.append((scenario, ids, scen_conf, argvs))
+    if req.dispatch is not None:  # every scenario's accuracy and performance runs are independent: all at once
+        for _, ids, scen_conf, argvs in plans:
+            _prefetch(tree, req, ids, {s: argvs[s] for s in ("accuracy", "performance")}, loaded, scen_conf)
+    for scenario, ids, scen_conf, argvs in plans:
         files = {
             "user.conf": lgs.effective_user_conf(scen_conf, conf_model, scenario, dev),
             "measurements.json": json.dumps(content, indent=2) + "\n",
@@ -230,18 +237,23 @@ def _run_scenario(tree: Tree, req: SubmissionRequest, ids: tuple[str, str, str],
             outcome.skipped += 1
         else:
             with console.status(f"{label} ..."):
-                seconds = run_step(tree, ids, step, argv, signature)
+                seconds = run_step(tree, ids, step, argv, signature, _remote(req, ids, step))
             line = result_line(scen_dir, step, ids[2], tree.record_dir(*ids, step))
             console.print(f"[green]✓[/] {label} ({seconds:.1f} s): {line}", highlight=False, soft_wrap=True)
             outcome.ran += 1
         if step == "performance":
-            used = _sized_performance(tree, ids, argv, loaded, conf_model, console, outcome, files)
+            used = _sized_performance(tree, ids, argv, loaded, conf_model, console, outcome, files, req)
+            if req.dispatch is not None:  # the audits need the performance run's user.conf: now all at once
+                _prefetch(tree, req, ids, {s: sizing.set_user_conf(a, used) if used is not None else a
+                                           for s, a in argvs.items() if s not in ("accuracy", "performance")},
+                          loaded, user_conf)
         for name, text in files.items():
             (scen_dir / name).write_text(text)
 
 
 def _sized_performance(tree: Tree, ids: tuple[str, str, str], argv: list[str], loaded: Any, conf_model: str,
-                       console: Any, outcome: Outcome, files: dict[str, str]) -> Path | None:
+                       console: Any, outcome: Outcome, files: dict[str, str],
+                       req: SubmissionRequest | None = None) -> Path | None:
     """After the performance run: a calibrated run that is INVALID is repeated with the explained fix (a few
     times); one that stays INVALID stops the command. Returns the user.conf the VALID run used, if calibrated."""
     exp = sizing.verdict(tree, ids, conf_model)
@@ -252,7 +264,8 @@ def _sized_performance(tree: Tree, ids: tuple[str, str, str], argv: list[str], l
         console.print(f"[yellow]{'/'.join(ids[1:])} performance INVALID[/] ({', '.join(exp.failed)} not met): "
                       f"again with {', '.join(f.flag for f in exp.fixes)}", highlight=False, soft_wrap=True)
         retry = sizing.set_user_conf(argv, conf)
-        seconds = run_step(tree, ids, "performance", retry, _signature(retry, loaded, conf))
+        seconds = run_step(tree, ids, "performance", retry, _signature(retry, loaded, conf),
+                           _remote(req, ids, "performance") if req else None)
         outcome.ran += 1
         tries += 1
         line = result_line(tree.scenario_dir(*ids), "performance", ids[2], tree.record_dir(*ids, "performance"))
@@ -264,6 +277,20 @@ def _sized_performance(tree: Tree, ids: tuple[str, str, str], argv: list[str], l
         return None
     files["user.conf"] = conf.read_text()
     return sizing.keep(tree, ids, conf)
+
+
+def _remote(req: SubmissionRequest, ids: tuple[str, str, str], step: str) -> Any:
+    """The step's child on the executor (``--cluster``), or None: a local process."""
+    return req.dispatch.child(ids, step) if req.dispatch is not None else None
+
+
+def _prefetch(tree: Tree, req: SubmissionRequest, ids: tuple[str, str, str], argvs: dict[str, list[str]],
+              loaded: Any, user_conf: Path | None) -> None:
+    """Start these steps' runs on the executor now (not those ``--resume`` will skip); each step takes its
+    result when the command reaches it."""
+    for step, argv in argvs.items():
+        if not (req.resume and complete(tree, ids, step, _signature(argv, loaded, user_conf))):
+            req.dispatch.submit(ids, step, argv)
 
 
 def _update_state(tree: Tree, req: SubmissionRequest, loaded: Any, benchmark: str, conf_model: str) -> dict:

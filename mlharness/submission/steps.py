@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,8 +97,11 @@ def failed_before(tree: Tree, ids: tuple[str, str, str], step: str) -> bool:
     return isinstance(checks, dict) and not all(checks.values())
 
 
-def run_step(tree: Tree, ids: tuple[str, str, str], step: str, argv: list[str], signature: str) -> float:
-    """Run one LoadGen test as a child process and put its files in place; returns its duration in seconds."""
+def run_step(tree: Tree, ids: tuple[str, str, str], step: str, argv: list[str], signature: str,
+             child: Callable[[list[str], Any], int] | None = None) -> float:
+    """Run one LoadGen test as a child process and put its files in place; returns its duration in seconds.
+    ``child``: runs the command line elsewhere instead (``submission run --cluster``: a node of the executor,
+    :mod:`mlharness.submission.dispatch`), writing the run folder at its ``--output`` and returning its status."""
     work = tree.work_dir(*ids)
     out = work / step
     if work.exists():  # what an interrupted earlier attempt left behind
@@ -111,7 +115,7 @@ def run_step(tree: Tree, ids: tuple[str, str, str], step: str, argv: list[str], 
     with open(log_path, "w") as logf:
         logf.write(f"$ {shlex.join(argv)}\n\n")
         logf.flush()
-        rc = _child(argv, logf)
+        rc = (child or _child)(argv, logf)
     seconds = time.monotonic() - started
     if rc != 0:
         _fail(tree, ids, step, rc, log_path)
