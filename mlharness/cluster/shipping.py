@@ -1,6 +1,7 @@
 """What a run job carries to a node that shares no file system with the driver: the user's manifest (with the
 hook files and small assets beside it), a user.conf, an audit config. Built-in manifests are named, not shipped:
-every node has the same mlharness. Datasets are never shipped (too large): a ``--dataset-path`` must exist on
+every node has the same mlharness (so are the default user.conf files: a run treats a shipped copy as stated,
+and would not size itself). Datasets are never shipped (too large): a ``--dataset-path`` must exist on
 the node at the same path.
 """
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from mlharness.cluster.jobs import Constraints, RunJob
 from mlharness.errors import SettingsError
+from mlharness.paths import USER_CONF_DIR
 
 SIBLING_SUFFIXES = (".py", ".yaml", ".yml", ".json", ".txt", ".conf", ".config")
 MAX_SIBLING_BYTES = 1 << 20  # a sibling larger than this (a model file, a dataset) is not shipped
@@ -81,6 +83,9 @@ def job_from_argv(argv: list[str], key: str, dest: str, constraints: Constraints
             out += [flag, str(builtin_name(Path(value)))]
             i += 2
             continue
+        if flag == "--user-conf" and value is not None and Path(value).resolve().parent == USER_CONF_DIR.resolve():
+            i += 2  # a built-in default: the node's own is the same file, and a run treats it as no user.conf
+            continue  # (calibration then sizes the run, as it does here; a shipped copy would count as stated)
         if flag in FILE_FLAGS and value is not None and Path(value).is_file():
             folder = f"{FILE_FLAGS[flag]}{len(files)}"
             if flag in ("--manifest", "--dataset"):
