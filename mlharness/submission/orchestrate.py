@@ -22,7 +22,7 @@ from typing import Any
 from rich.markup import escape
 
 from mlharness import __version__
-from mlharness.errors import SettingsError
+from mlharness.errors import MLHarnessError, SettingsError
 from mlharness.loadgen import settings as lgs
 from mlharness.manifest.loader import load_manifest
 from mlharness.paths import AUDIT_DIR
@@ -101,6 +101,7 @@ def run_submission(req: SubmissionRequest, console: Any) -> Outcome:
         lgs.check_scenario(scenario, interactive=True)
     loaded = load_manifest(req.manifest, req.dataset, req.framework)
     check_in_suite(req.round, mlperf_benchmark(loaded.model), str(loaded.path))
+    preflight_metric(loaded, req)
     tree = Tree(req.results)  # made only once the request's own values are known good
     try:
         tree.archive.mkdir(parents=True, exist_ok=True)
@@ -108,6 +109,24 @@ def run_submission(req: SubmissionRequest, console: Any) -> Outcome:
         raise SettingsError(f"cannot create the results tree {tree.root}: {e.strerror}") from e
     with exclusive(tree.archive / "lock", f"results tree {tree.root}"):
         return _run_submission(req, console, loaded)
+
+
+def preflight_metric(loaded: Any, req: SubmissionRequest) -> None:
+    """What the accuracy metric needs beyond the log (bfcl_v4: bfcl-eval's environment), checked before any step
+    starts: found missing at the accuracy step or when an audit's responses are scored (TEST01, TEST07), it would
+    end the command after hours of performance runs. On a cluster a node's accuracy run checks its own node; only
+    the audits' scoring is done here."""
+    spec = loaded.model.accuracy
+    tests = [*compliance_tests_for_model(loaded.model.mlperf.model), *req.extra_tests]
+    if spec is None or (req.dispatch is not None and not {"TEST01", "TEST07"} & set(tests)):
+        return
+    from mlharness.tasks import METRICS
+
+    try:
+        METRICS.get(spec.metric)().preflight(dict(spec.options))
+    except MLHarnessError as e:
+        raise SettingsError(f"{loaded.path}: accuracy metric {spec.metric} cannot score on this machine, so no "
+                            f"step was started: {e}") from e
 
 
 def mlperf_benchmark(m: Any) -> str | None:
