@@ -44,6 +44,8 @@ def point_figures(label: str, value: float, axis: str, folder: Path, root: Path,
     lg = summary_figures(result.summary) if result.summary is not None else None
     valid = bool(perf and result.summary is not None and result.summary.valid)
     reasons = [] if valid else (lg["invalid_reasons"] if perf and lg else [ACCURACY_MODE])
+    # VALID under the round's rules where LoadGen's line reads INVALID (qwen3.6-27b's early stopping): why
+    waived = ((getattr(result, "metadata", None) or {}).get("result") or {}).get("waived") if valid else None
     minimum = MIN_POINT_QUERIES if perf and axis == RATE_AXIS else None
     g = summary["goodput"]
     # as mlharness sweep states it: LoadGen's throughput where it measured the run (the player's sessions over the
@@ -55,6 +57,7 @@ def point_figures(label: str, value: float, axis: str, folder: Path, root: Path,
     turns_rate = None if throughput is None or per_session is None else throughput * per_session
     return {
         "label": label, "value": value, "repeat": 1, "dir": os.path.relpath(folder, root), "valid": valid,
+        "waived": waived,
         "invalid_reasons": reasons, "constraints_met": bool(lg["constraints_met"]) if perf and lg else valid,
         "throughput": throughput, "sessions_per_s": throughput, "turns_per_s": turns_rate,
         "player_sessions_per_s": summary["sessions_per_s"],

@@ -145,8 +145,8 @@ def cmd_report(args: argparse.Namespace, console: Any) -> int:
     for r in report.runs:
         cells = dict(zip(render.COLUMNS, render.row(r), strict=True))
         result = cells["result"]
-        styled = f"[green]{escape(result)}[/]" if result == "VALID" else f"[red]{escape(result)}[/]" if result \
-            else ""
+        ok = r.result == "VALID" and all(v.passed is True for v in r.verdicts)  # VALID, or waived: the round's
+        styled = f"[green]{escape(result)}[/]" if ok else f"[red]{escape(result)}[/]" if result else ""
         acc = " ".join(x for x in (cells["accuracy"], cells["target"]) if x)
         table.add_row(escape(r.rel), escape(cells["scenario"]), escape(cells["mode"]), cells["batch"],
                       escape(cells["value"]), styled, escape(acc), cells["p99 (ms)"])

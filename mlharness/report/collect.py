@@ -16,6 +16,7 @@ from mlharness.fileguard import describe_kind
 from mlharness.loadgen.logs import METRIC_LINES, TOKEN_METRIC_LINES
 from mlharness.report.treefiles import ANY, NUMBER, STRING, Each, present, read_json, read_text, shown
 from mlharness.report.verdicts import Verdict, test_of
+from mlharness.rounds import ROUNDS
 
 SUMMARY = "mlperf_log_summary.txt"
 PERCENTILES = ("50.00", "90.00", "95.00", "97.00", "99.00", "99.90")
@@ -83,6 +84,8 @@ class Run:
     series: dict[str, Any] | None = None
     trace: Path | None = None
     verdicts: list[Verdict] = field(default_factory=list)  # of the compliance folder the run lies in
+    # why ``result`` (the verdict under the round's rules) is VALID where LoadGen's line reads INVALID
+    waived: str | None = None
 
     @property
     def test(self) -> str | None:
@@ -287,10 +290,35 @@ def read_run(summary_path: Path, root: Path) -> Run:
                 run.accuracy_value = float(m.group(1))
                 break
     run.target = target_for(meta, run.rel)
+    round_verdict(run)
     run.series = _json(d / "mlharness_telemetry.json", "the telemetry series", SERIES_SHAPE)
     trace = d / "mlharness_trace.json"
     run.trace = trace if present(trace, "the run's trace") else None
     return run
+
+
+def round_verdict(run: Run) -> None:
+    """Take the verdict under the round's rules over LoadGen's line, as the run's metadata records it
+    (``result.valid``, ``result.loadgen_valid`` and ``result.waived``: :mod:`mlharness.run.metadata`). A run recorded
+    before that is judged the same way here: INVALID for early stopping alone, of a benchmark whose early stopping
+    its round waives. Call again once ``meta`` is known (a submission tree's record)."""
+    from mlharness.calibration.explain import Explanation, waive
+
+    meta = run.meta or {}
+    result = meta.get("result") if isinstance(meta.get("result"), dict) else {}
+    if run.mode != "performance" or run.result != "INVALID" or run.waived:
+        return
+    if "loadgen_valid" in result:
+        if result.get("valid") is True and isinstance(result.get("waived"), str):
+            run.result, run.waived = "VALID", result["waived"][:500]
+        return
+    failed = [k for k, v in run.satisfied if v.strip().lower() != "yes"]
+    round_name = meta.get("round")
+    if failed == ["Early stopping satisfied"] and isinstance(meta.get("conf_model"), str) and \
+            isinstance(round_name, str) and round_name in ROUNDS:
+        exp = waive(Explanation(False, ["early stopping"]), round_name, meta["conf_model"])
+        if exp.valid:
+            run.result, run.waived = "VALID", exp.waived
 
 
 def find_runs(root: Path, only: list[Path] | None = None) -> tuple[list[Run], list[Path]]:

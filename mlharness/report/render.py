@@ -158,11 +158,11 @@ def compliance_cell(r: Run) -> str:
 
 
 def result_cell(r: Run) -> str:
-    """LoadGen's verdict, and the compliance verdict of a compliance run (a VALID run can fail its test)."""
+    """The verdict under the round's rules (said where it waives LoadGen's), and a compliance run's (a VALID run
+    can fail its test)."""
     failed = [f"{v.test} {v.check} {v.label}" for v in r.verdicts if v.passed is not True]
-    if r.result and failed:
-        return f"{r.result} run, " + ", ".join(failed)
-    return r.result or ""
+    result = f"{r.result} (early stopping waived)" if r.waived else r.result
+    return f"{result} run, " + ", ".join(failed) if result and failed else result or ""
 
 
 def value_cell(r: Run) -> str:
@@ -186,7 +186,7 @@ def cell(r: Run, column: str) -> str:
 def notes(r: Run) -> list[str]:
     """Why a run is INVALID, failed its compliance test or is not submittable, in LoadGen's and mlharness's
     words."""
-    out = []
+    out = [f"waived: {r.waived}"] if r.waived else []
     if r.result == "INVALID":
         out.append("INVALID: " + (", ".join(f"{f}: {v}" for f, v in r.satisfied if v.lower() != "yes")
                                   or "see the summary"))

@@ -113,7 +113,7 @@ def _pct(d: dict[str, Any] | None, key: str) -> str:
 
 
 def _result(s: Sweep, p: dict[str, Any]) -> str:
-    text = "VALID" if p.get("valid") else "INVALID"
+    text = ("VALID (early stopping waived)" if p.get("waived") else "VALID") if p.get("valid") else "INVALID"
     return f"{text} (knee)" if s.is_knee(p) else text
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 FILTER_FLAGS = ("benchmark", "scenario", "mode", "system", "framework", "round", "model", "manifest", "node",
-                "host", "kind", "test")
+                "host", "kind", "test", "label")
 COLUMNS = ("started (UTC)", "system", "benchmark", "scenario", "mode", "result", "metric", "accuracy", "node",
            "folder")
 
@@ -52,10 +52,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "the lowest latency or the highest throughput")
     _common(b)
     b.set_defaults(func=cmd_best)
-    h = acts.add_parser("history", help="one figure of every matching run, in the order they ran")
+    h = acts.add_parser("history", help="one figure of every matching run, in the order they ran, or of each "
+                        "mlharness commit that made them (--by commit)")
     h.add_argument("metric", help="'metric' (the scenario's figure), a short name (p50, p99, p99.9, ttft_p99, "
                    "tpot_p99, tokens_per_s, samples_per_s, accuracy, sessions.sessions_per_s) or a line of "
                    "LoadGen's summary, e.g. '99.00 percentile latency (ns)'")
+    h.add_argument("--by", choices=("run", "commit"), default="run", help="commit: one row per mlharness commit "
+                   "(the median of its runs), in the order each was first measured (default: run)")
+    h.add_argument("--last", type=int, default=None, metavar="N", help="only the last N rows (runs or commits)")
     _common(h)
     h.set_defaults(func=cmd_history)
     ix = acts.add_parser("index", help="index ROOT now (what every query does first)")
@@ -96,6 +100,8 @@ def run_dict(run: Any, extra: dict[str, Any] | None = None) -> dict[str, Any]:
 def _row(run: Any) -> list[str]:
     started = run.started_at.strftime("%Y-%m-%d %H:%M:%S") if run.started_at else ""
     result = {"VALID": "[green]VALID[/]", "INVALID": "[red]INVALID[/]"}.get(run.validity, run.validity)
+    if run.waived:  # the round's rules waive what LoadGen's line failed it for
+        result += " (early stopping waived)"
     return [started, _escape(run.system), _escape(run.benchmark), _escape(run.scenario),
             _escape(run.mode) + (f" {_escape(run.compliance_test)}" if run.compliance_test else ""), result,
             _escape(_value(run.metric_value, run.metric_unit)), _escape(run.accuracy_text or (
@@ -170,11 +176,18 @@ def cmd_history(args: argparse.Namespace, console: Any) -> int:
         points = history(store.engine, store.scoped(f), args.metric)
     finally:
         store.close()
+    name = ALIASES.get(args.metric, args.metric)
+    unit = "ns" if name.endswith("(ns)") else None
+    if args.last is not None and args.last < 1:
+        from mlharness.errors import MLHarnessError
+
+        raise MLHarnessError(f"results history --last {args.last}: give a number of rows of at least 1")
+    if args.by == "commit":
+        return _history_by_commit(points, args, console, f.describe(), unit)
+    points = points[-args.last:] if args.last else points
     if args.json:
         print(json.dumps([run_dict(r, {"value": v}) for r, v in points], indent=2))
         return 0
-    name = ALIASES.get(args.metric, args.metric)
-    unit = "ns" if name.endswith("(ns)") else None
     table = Table("started (UTC)", "value", "system", "mlharness", "commit", "node", "folder",
                   title=_escape(f"{args.metric}: {f.describe()}"), title_justify="left")
     for r, v in points:
@@ -184,6 +197,37 @@ def cmd_history(args: argparse.Namespace, console: Any) -> int:
                       _escape(r.node_id[:12] if r.node_id else r.host), _escape(r.folder))
     console.print(table)
     return 0
+
+
+def _history_by_commit(points: list[Any], args: argparse.Namespace, console: Any, what: str,
+                       unit: str | None) -> int:
+    from rich.table import Table
+
+    from mlharness.results_db.query import by_commit
+
+    groups = by_commit(points)
+    groups = groups[-args.last:] if args.last else groups
+    if args.json:
+        print(json.dumps([{"commit": g.commit, "dirty": g.dirty, "runs": len(g.runs), "median": g.median,
+                           "values": g.values, "first_started_at": _iso(g.runs[0].started_at),
+                           "last_started_at": _iso(g.runs[-1].started_at),
+                           "folders": [r.folder for r in g.runs]} for g in groups], indent=2))
+        return 0
+    table = Table("commit", "runs", "median", "min", "max", "first run (UTC)", "mlharness",
+                  title=_escape(f"{args.metric} by commit: {what}"), title_justify="left")
+    for g in groups:
+        shown_unit = unit or (g.runs[0].metric_unit if args.metric == "metric" else None)
+        commit = (g.commit or "(no commit recorded)")[:12] + (" (changed)" if g.dirty else "")
+        first = g.runs[0].started_at
+        table.add_row(_escape(commit), str(len(g.runs)), _escape(_value(g.median, shown_unit)),
+                      _escape(_value(min(g.values), shown_unit)), _escape(_value(max(g.values), shown_unit)),
+                      first.strftime("%Y-%m-%d %H:%M:%S") if first else "", _escape(g.runs[0].mlharness_version))
+    console.print(table)
+    return 0
+
+
+def _iso(when: Any) -> str | None:
+    return when.isoformat() if when is not None else None
 
 
 def cmd_index(args: argparse.Namespace, console: Any) -> int:

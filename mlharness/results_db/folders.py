@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from mlharness.report.collect import RUN_SHAPE, SUMMARY, Run, read_run
+from mlharness.report.collect import RUN_SHAPE, SUMMARY, Run, read_run, round_verdict
 from mlharness.report.sweep import SWEEP_FILE
 from mlharness.report.treefiles import present, read_json, read_text
 
@@ -165,6 +165,7 @@ def read_found(root: Path, f: Found) -> Indexed:
     run = read_run(f.summary, root)
     if run.meta is None and f.record is not None and present(f.record / "mlharness_run.json", "the run's metadata"):
         run.meta = read_json(f.record / "mlharness_run.json", "the run's metadata", shape=RUN_SHAPE)
+        round_verdict(run)  # its record holds the round's verdict
     meta = run.meta or {}
     executor = meta.get("executor") if isinstance(meta.get("executor"), dict) else {}
     host = meta.get("host") if isinstance(meta.get("host"), dict) else {}
@@ -191,7 +192,9 @@ def read_found(root: Path, f: Found) -> Indexed:
         "round": _str(meta.get("round"), 16), "loadgen_version": _str(meta.get("loadgen_version"), 32),
         "mlharness_version": _str(meta.get("mlharness_version"), 32),
         "git_commit": _str(meta.get("git_commit") or meta.get("mlharness_commit"), 64),
-        "validity": validity,
+        "git_dirty": meta.get("git_dirty") if isinstance(meta.get("git_dirty"), bool) else None,
+        "label": _str(meta.get("label"), 256),
+        "validity": validity, "waived": _str(run.waived, 1000) if validity == "VALID" else None,
         "submittable": meta.get("submittable") if isinstance(meta.get("submittable"), bool) else None,
         "metric_name": _str(run.metric_name, 128), "metric_value": run.metric_value,
         "metric_unit": _str(run.metric_unit, 32), "accuracy_name": _str(run.accuracy_name, 128),

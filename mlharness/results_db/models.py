@@ -51,8 +51,11 @@ class Run(Base):
     round: Mapped[str | None] = mapped_column(String(16))
     loadgen_version: Mapped[str | None] = mapped_column(String(32))
     mlharness_version: Mapped[str | None] = mapped_column(String(32))
-    git_commit: Mapped[str | None] = mapped_column(String(64))
-    validity: Mapped[str] = mapped_column(String(8))  # one of VALIDITIES
+    git_commit: Mapped[str | None] = mapped_column(String(64))  # the mlharness checkout's HEAD that ran it
+    git_dirty: Mapped[bool | None] = mapped_column()  # that checkout's package differed from its HEAD
+    label: Mapped[str | None] = mapped_column(String(256))  # the user's label (MLHARNESS_RUN_LABEL)
+    validity: Mapped[str] = mapped_column(String(8))  # one of VALIDITIES: the verdict under the round's rules
+    waived: Mapped[str | None] = mapped_column(Text)  # why VALID where LoadGen's line reads INVALID (the round)
     submittable: Mapped[bool | None] = mapped_column()
     metric_name: Mapped[str | None] = mapped_column(String(128))
     metric_value: Mapped[float | None] = mapped_column(Float)

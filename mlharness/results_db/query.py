@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import shlex
+import statistics
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,7 +23,7 @@ from mlharness.results_db.models import Metric, Run
 # query word -> the column it filters (every one an equality test against one of the listed values)
 COLUMNS = {"benchmark": "benchmark", "scenario": "scenario", "mode": "mode", "system": "system",
            "framework": "framework", "round": "round", "model": "mlperf_model", "manifest": "manifest",
-           "node": "node_id", "host": "host", "kind": "kind", "test": "compliance_test"}
+           "node": "node_id", "host": "host", "kind": "kind", "test": "compliance_test", "label": "label"}
 WORDS = ("valid", "invalid")
 DATES = ("since", "until")
 # short names of LoadGen's summary lines for `results history`
@@ -59,6 +60,7 @@ class Filter:
     host: tuple[str, ...] = ()
     kind: tuple[str, ...] = ()
     test: tuple[str, ...] = ()
+    label: tuple[str, ...] = ()
     valid: bool | None = None  # True: VALID only; False: INVALID only
     since: datetime | None = None
     until: datetime | None = None
@@ -230,6 +232,35 @@ def history(engine: Any, f: Filter, name: str) -> list[tuple[Run, float]]:
     stmt = stmt.order_by(Run.started_at, Run.finished_at, Run.folder)
     with Session(engine) as session:
         return [(run, float(value)) for run, value in session.execute(stmt)]
+
+
+@dataclass
+class CommitPoint:
+    """The runs of one mlharness commit in a figure's history (``results history --by commit``)."""
+
+    commit: str | None  # None: runs that recorded no commit (not run from a checkout)
+    values: list[float]
+    runs: list[Run]
+
+    @property
+    def dirty(self) -> bool:
+        """Some run of the commit ran with the package's files changed from it: not quite that commit's code."""
+        return any(r.git_dirty for r in self.runs)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+
+def by_commit(points: list[tuple[Run, float]]) -> list[CommitPoint]:
+    """A history's points grouped by the commit that made them, each commit where its first run falls in time
+    (a commit measured again later stays where it was first measured)."""
+    groups: dict[str | None, CommitPoint] = {}
+    for run, value in points:
+        g = groups.setdefault(run.git_commit, CommitPoint(run.git_commit, [], []))
+        g.values.append(value)
+        g.runs.append(run)
+    return list(groups.values())
 
 
 def folders(engine: Any, f: Filter) -> list[Path]:

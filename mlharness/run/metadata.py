@@ -4,14 +4,19 @@ whether the run is submittable, with every reason it is not."""
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
+import subprocess
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from mlharness import __version__
 from mlharness.calibration.explain import error_texts as explain_errors
+from mlharness.calibration.explain import explain, waive
 from mlharness.loadgen import settings as lgs
+from mlharness.loadgen.logs import Summary
 from mlharness.predictors.base import Predictor
 from mlharness.run.factory import model_file_facts
 from mlharness.run.options import Measured
@@ -20,6 +25,10 @@ from mlharness.tasks.base import AccuracyResult
 from mlharness.telemetry.sysinfo import host_facts
 
 SEED_KEYS = ("qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed")
+LABEL_ENV = "MLHARNESS_RUN_LABEL"  # the user's label of a run (a change under test, a ticket), recorded as given
+LABEL_MAX = 256
+GIT_TIMEOUT_S = 5.0
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
 def not_submittable(run: RunPlan, conf: LoadgenSettings, detail: dict[str, Any]) -> list[str]:
@@ -37,13 +46,30 @@ def not_submittable(run: RunPlan, conf: LoadgenSettings, detail: dict[str, Any])
     return reasons
 
 
+def round_verdict(run: RunPlan, conf: LoadgenSettings, summary: Summary, outdir: Path) -> tuple[bool, str | None]:
+    """mlharness's verdict on the run under its round's rules, and why it differs from LoadGen's line (None where it
+    does not): a performance run LoadGen calls INVALID for early stopping alone is VALID for a benchmark whose
+    results the round's checker reads as endpoints results (:func:`mlharness.calibration.explain.waive`)."""
+    if run.mode != "performance" or summary.valid:
+        return summary.valid, None
+    path = outdir / "mlperf_log_summary.txt"
+    text = path.read_text(errors="replace") if path.is_file() else ""
+    scenario = "Server" if summary.scenario == "Interactive" else summary.scenario
+    exp = waive(explain(text, [], scenario, conf.plan.model), conf.plan.round, conf.plan.model)
+    return exp.valid, exp.waived
+
+
 def run_metadata(run: RunPlan, conf: LoadgenSettings, predictors: list[Predictor],
-                 measured: Measured, accuracy: AccuracyResult | None) -> dict[str, Any]:
+                 measured: Measured, accuracy: AccuracyResult | None, outdir: Path) -> dict[str, Any]:
     loaded, plan, sut, strategy = run.loaded, conf.plan, measured.sut, measured.strategy
     detail, summary = measured.detail, measured.summary
     reasons = not_submittable(run, conf, detail)
+    valid, waived = round_verdict(run, conf, summary, outdir)
     return {
         "mlharness_version": __version__,
+        # which code produced the result: the checkout's commit when mlharness runs from one, else None
+        **source_commit(),
+        "label": (os.environ.get(LABEL_ENV) or "")[:LABEL_MAX] or None,
         "manifest": {"name": loaded.model.name, "version": loaded.model.version, "path": str(loaded.path),
                      "sha256": loaded.source.sha256},
         "dataset_manifest": (
@@ -75,7 +101,10 @@ def run_metadata(run: RunPlan, conf: LoadgenSettings, predictors: list[Predictor
                      "pinned_cores": [sorted(c) for c in sut.affinity] if getattr(sut, "affinity", None) else None},
         "samples": {"total": run.total, "performance_sample_count": conf.performance_count, "issued": sut.issued,
                     "completed": sut.completed, "batches": sut.batches},
-        "result": {**asdict(summary), "fields": None},
+        # "valid": the verdict under the round's rules, which every reader takes (report, compare, results,
+        # sweeps); "loadgen_valid": LoadGen's own line; "waived": why the two differ (None where they agree)
+        "result": {**asdict(summary), "fields": None, "valid": valid, "loadgen_valid": summary.valid,
+                   "waived": waived},
         "accuracy": ({"name": accuracy.name, "value": accuracy.value, "text": accuracy.text,
                       "official": accuracy.official,
                       # generated code's sandbox, for metrics that run it (deepseek-r1, gpt-oss-120b)
@@ -98,3 +127,26 @@ def executor_entry() -> dict[str, str | None] | None:
         return None
     return {"backend": backend, "node_id": os.environ.get("MLHARNESS_NODE_ID"),
             "node_address": os.environ.get("MLHARNESS_NODE_ADDRESS")}
+
+
+@functools.lru_cache(maxsize=4)
+def source_commit(package: Path = PACKAGE_DIR) -> dict[str, Any]:
+    """``git_commit`` (HEAD of the git checkout ``package`` is the ``mlharness/`` folder of) and ``git_dirty`` (a
+    tracked file of that folder differs from it); both None when mlharness is not run from a checkout (installed
+    from a wheel, even into a virtual environment inside some other repository) or git is absent or slow."""
+    def git(*args: str) -> str | None:
+        try:
+            proc = subprocess.run(["git", "-C", str(package), *args], capture_output=True, text=True,
+                                  timeout=GIT_TIMEOUT_S, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    none: dict[str, Any] = {"git_commit": None, "git_dirty": None}
+    top = git("rev-parse", "--show-toplevel")
+    if not top or Path(top).resolve() != Path(package).resolve().parent:
+        return none
+    commit, status = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no", "--", ".")
+    if not commit or status is None:
+        return none
+    return {"git_commit": commit, "git_dirty": bool(status)}

@@ -63,7 +63,7 @@ class RunOptions:
 @dataclass
 class RunResult:
     output: Path
-    summary: Summary
+    summary: Summary  # LoadGen's, its ``valid`` the verdict under the round's rules (metadata["result"])
     accuracy: AccuracyResult | None
     metadata: dict[str, Any]
 

@@ -83,9 +83,11 @@ def _run_locked(plan: RunPlan, conf: LoadgenSettings, predictors: list[Predictor
     with staged.guarded():  # a failure keeps the partial output as *.failed-<time>
         measured = loadgen_test(plan, conf, predictors, staged.path)
         accuracy = score_accuracy(plan, staged.path)
-        metadata = run_metadata(plan, conf, predictors, measured, accuracy)
+        metadata = run_metadata(plan, conf, predictors, measured, accuracy, staged.path)
         write_result(staged.path / METADATA_FILE, json.dumps(metadata, indent=2, default=str) + "\n")
-    return RunResult(staged.commit(), measured.summary, accuracy, metadata)
+    # the callers (sweeps, tune, bench) judge by the round's verdict; LoadGen's is metadata["result"]["loadgen_valid"]
+    summary = replace(measured.summary, valid=metadata["result"]["valid"])
+    return RunResult(staged.commit(), summary, accuracy, metadata)
 
 
 def close_all(predictors: list[Predictor]) -> None:
