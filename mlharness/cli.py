@@ -34,6 +34,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     from mlharness.run.run_args import add_run_options
 
     add_run_options(p)  # the options every command that runs LoadGen shares (mlharness.run.run_args)
+    p.add_argument("--loadgen-trace", action="store_true", help="also write LoadGen's per-sample trace "
+                   "(mlperf_log_trace.json) at any --trace level: what a sweep point's goodput is computed from")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,7 +130,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         hard_exit(3)  # the real os._exit: hooks run with a refusing one
 
     opts = run_options(
-        args, on_stuck_failure=stuck,
+        args, on_stuck_failure=stuck, loadgen_trace=getattr(args, "loadgen_trace", False),
         progress=RunProgress(err, live=not args.no_progress),  # --no-progress: the estimate line only
         say=lambda text: err.print(f"[dim]{escape(text)}[/]", highlight=False),
     )

@@ -29,10 +29,14 @@ RECORD = "campaign.json"
 COMPLETE_FILES = ("mlharness_run.json", "mlperf_log_summary.txt", "mlperf_log_detail.txt")
 
 
+NODE_GONE = "node gone, not rerun"  # a --resume'd job pinned (on: each) to a node that no longer runs anything
+
+
 @dataclass
 class Plan:
     jobs: list[RunJob]
     systems: dict[str, list[NodeInfo]] = field(default_factory=dict)  # system name -> the nodes it matches
+    gone: dict[str, tuple[NodeInfo, str]] = field(default_factory=dict)  # job key -> its pinned node, why it is gone
 
 
 def constraints_of(system: SystemSpec) -> Constraints:
@@ -67,21 +71,41 @@ def _models(spec: CampaignSpec, base: Path) -> list[tuple[str, str, tuple[tuple[
     return out
 
 
-def expand(spec: CampaignSpec, executor: Executor, base: Path, source: Path | None = None) -> Plan:
+def _gone_nodes(system: SystemSpec, live: list[NodeInfo], executor: Executor,
+                earlier: dict[str, Any] | None) -> dict[str, tuple[NodeInfo, str]]:
+    """The nodes an earlier run of the campaign pinned ``system``'s jobs to (``on: each``) that it no longer
+    matches: node id -> (the node as last known, why its jobs cannot run again)."""
+    pinned = {e.get("pinned") or (e.get("node") or {}).get("node_id") for e in (earlier or {}).get("jobs", [])
+              if isinstance(e, dict) and e.get("system") == system.name and e.get("on") == "each"}
+    pinned -= {None, *(n.node_id for n in live)}
+    known = {n.node_id: n for n in executor.nodes()}
+    out = {}
+    for node_id in sorted(str(n) for n in pinned):
+        node = known.get(node_id) or NodeInfo(node_id=node_id, address="?", alive=False)
+        why = "the node is gone" if not node.alive else "the node no longer meets the system's constraints"
+        out[node_id] = (node, f"{NODE_GONE}: {why} ({node.short()}); its runs that finished are kept")
+    return out
+
+
+def expand(spec: CampaignSpec, executor: Executor, base: Path, source: Path | None = None,
+           earlier: dict[str, Any] | None = None) -> Plan:
     """Every run job of the campaign, in a stable order with stable keys (``dest``). A system no live node
-    matches is an error naming it (exit status 2): nothing starts."""
+    matches is an error naming it (exit status 2): nothing starts. ``earlier``: the ``campaign.json`` a resumed
+    campaign continues; its jobs pinned to a node that is gone stay in the plan, marked in ``Plan.gone``."""
     models = _models(spec, base)
     datasets = [str((base / d).expanduser()) for d in spec.datasets] or [None]
     plan = Plan(jobs=[])
     for system in spec.systems:
         c = constraints_of(system)
         nodes = executor.matching(c)
-        if not nodes:
+        gone = _gone_nodes(system, nodes, executor, earlier) if system.on == "each" else {}
+        if not nodes and not gone:
             raise SettingsError(f"{source or 'campaign'}: system '{system.name}' ({c.describe()}): no live node of "
                                 f"the {executor.name} cluster matches; `mlharness cluster nodes` lists them")
         plan.systems[system.name] = nodes
+        every = nodes + [node for node, _ in gone.values()]
         pinned = [(f"{system.name}@{node_tag(n)}", replace(c, node=n.node_id), n)
-                  for n in nodes] if system.on == "each" else [(system.name, c, None)]
+                  for n in every] if system.on == "each" else [(system.name, c, None)]
         for sys_label, constraints, node in pinned:
             for label, ref, files in models:
                 for dataset in datasets:
@@ -97,6 +121,8 @@ def expand(spec: CampaignSpec, executor: Executor, base: Path, source: Path | No
                                     "mode": mode, "node": node.node_id if node else None}
                             plan.jobs.append(RunJob(key=dest, argv=tuple(argv), dest=dest, constraints=constraints,
                                                     timeout_s=spec.timeout_s, files=files, meta=meta))
+                            if node is not None and node.node_id in gone:
+                                plan.gone[dest] = gone[node.node_id]
     return plan
 
 
@@ -123,21 +149,24 @@ class Record:
         self.data: dict[str, Any] = {"campaign": str(spec_path), "executor": executor,
                                      "created": old.get("created", time.time()), "jobs": []}
         for job in jobs:
-            entry = {"key": job.key, "dest": job.dest, **job.meta, "outcome": "pending", "node": None}
+            entry = {"key": job.key, "dest": job.dest, **job.meta, "outcome": "pending", "node": None,
+                     "pinned": job.constraints.node}
             prior = earlier.get(job.key)
             if prior and prior.get("outcome") in ("ok", "skipped"):
                 entry.update(node=prior.get("node"), started=prior.get("started"), finished=prior.get("finished"))
             self.data["jobs"].append(entry)
         self.index = {e["key"]: e for e in self.data["jobs"]}
 
-    def update(self, outcome: RunOutcome, root: Path) -> None:
+    def update(self, outcome: RunOutcome, root: Path, label: str | None = None) -> None:
         with self.lock:
             entry = self.index[outcome.job.key]
             folder = outcome.folder
-            entry.update(outcome="skipped" if outcome.skipped else "ok" if outcome.ok else "failed", rc=outcome.rc,
+            entry.update(outcome=label or outcome_label(outcome), rc=outcome.rc,
                          error=outcome.error, attempts=outcome.attempts,
                          folder=os.path.relpath(folder, root) if folder else None)
-            if not outcome.skipped:
+            if label == NODE_GONE:
+                entry["node"] = entry.get("node") or _node_record(outcome.node)
+            elif not outcome.skipped:
                 entry.update(node=_node_record(outcome.node), started=outcome.started_unix,
                              finished=outcome.finished_unix)
             self.write()
@@ -147,6 +176,12 @@ class Record:
         tmp = self.path.with_name(f".{RECORD}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(self.data, indent=2, default=str) + "\n")
         os.replace(tmp, self.path)
+
+
+def outcome_label(outcome: RunOutcome) -> str:
+    """How ``campaign.json`` names an outcome (a job pinned to a node that is gone: :data:`NODE_GONE`)."""
+    return ("skipped" if outcome.skipped else "ok" if outcome.ok else "cancelled" if outcome.cancelled
+            else "failed")
 
 
 def read_record(root: Path) -> dict[str, Any] | None:
@@ -174,6 +209,11 @@ def run_campaign(plan: Plan, executor: Executor, root: Path, spec_path: Path, re
             skipped = RunOutcome(job=job, ok=True, rc=0, node=None, folder=folder, skipped=True, attempts=0)
             outcomes[job.key] = skipped
             record.update(skipped, root)
+        elif job.key in plan.gone:  # pinned to a node that is gone: reported, never placed elsewhere
+            node, why = plan.gone[job.key]
+            lost = RunOutcome(job=job, ok=False, rc=None, node=node, folder=None, error=why, attempts=0)
+            outcomes[job.key] = lost
+            record.update(lost, root, NODE_GONE)
         elif folder.exists():  # a folder that is not a finished run (never happens through the executor)
             raise SettingsError(f"{folder} exists but holds no finished run (no {' / '.join(COMPLETE_FILES)}): "
                                 f"move it away, then resume")

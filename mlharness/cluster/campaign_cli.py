@@ -30,14 +30,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _plan(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    from mlharness.cluster.campaign import expand
+    from mlharness.cluster.campaign import expand, read_record
     from mlharness.cluster.campaign_file import load_campaign
     from mlharness.cluster.executor import make_executor
 
     spec = load_campaign(args.file)  # a malformed file is refused before any cluster is touched
     executor = make_executor(args.cluster)
+    # a resumed campaign keeps the jobs it pinned to nodes that are gone since (reported, not rerun)
+    earlier = read_record(args.results.resolve()) if getattr(args, "resume", False) else None
     try:
-        return spec, executor, expand(spec, executor, args.file.resolve().parent, args.file)
+        return spec, executor, expand(spec, executor, args.file.resolve().parent, args.file, earlier)
     except BaseException:
         executor.close()
         raise
@@ -79,7 +81,8 @@ def cmd_run(args: argparse.Namespace, console: Any) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from mlharness.cluster.campaign import run_campaign
+    from mlharness.cluster.campaign import NODE_GONE, run_campaign
+    from mlharness.cluster.signals import Cancelled, cancel_on_signals
     from mlharness.errors import RunFailed
 
     spec, executor, plan = _plan(args)
@@ -94,22 +97,33 @@ def cmd_run(args: argparse.Namespace, console: Any) -> int:
         console.print(f"{mark} {escape(outcome.job.key)} on {escape(where)}"
                       + ("" if outcome.ok else f": {escape(str(outcome.error))}"), highlight=False, soft_wrap=True)
 
-    try:
-        outcomes = run_campaign(plan, executor, root, args.file.resolve(), args.resume, done)
+    outcomes: list[Any] = []
+    stopped: Cancelled | None = None
+    try:  # SIGINT/SIGTERM stop every run in flight; what finished is recorded, the stopped ones as cancelled
+        with cancel_on_signals(executor):
+            outcomes = run_campaign(plan, executor, root, args.file.resolve(), args.resume, done)
+    except Cancelled as e:
+        stopped = e
     finally:
         executor.close()
     table = Table("job", "node", "outcome", "result", title=f"campaign {escape(str(args.file))}",
                   title_justify="left")
     for o in outcomes:
-        state = "[dim]skipped (complete)[/]" if o.skipped else "[green]ok[/]" if o.ok else "[red]failed[/]"
+        gone = o.job.key in plan.gone and not o.ok
+        state = ("[dim]skipped (complete)[/]" if o.skipped else "[green]ok[/]" if o.ok else
+                 f"[yellow]{NODE_GONE}[/]" if gone else "[yellow]cancelled[/]" if o.cancelled else "[red]failed[/]")
         node = o.node.short() if o.node else "-"
         table.add_row(escape(o.job.key), escape(node), state, escape(result_text(o.folder) if o.ok else
                                                                      str(o.error)))
     console.print(table)
-    failed = [o for o in outcomes if not o.ok]
-    ran = sum(1 for o in outcomes if not o.skipped)
-    console.print(f"{ran} run(s), {len(outcomes) - ran} skipped, {len(failed)} failed; record in "
-                  f"{escape(str(root / 'campaign.json'))}", highlight=False, soft_wrap=True)
+    lost = [o for o in outcomes if not o.ok and o.job.key in plan.gone]
+    failed = [o for o in outcomes if not o.ok and o.job.key not in plan.gone]
+    ran = sum(1 for o in outcomes if not o.skipped and o not in lost)
+    console.print(f"{ran} run(s), {len(outcomes) - ran - len(lost)} skipped, {len(failed)} failed"
+                  + (f", {len(lost)} not rerun (their node is gone)" if lost else "")
+                  + f"; record in {escape(str(root / 'campaign.json'))}", highlight=False, soft_wrap=True)
+    if stopped is not None:
+        raise stopped
     if failed:
         raise RunFailed(f"{len(failed)} run(s) of the campaign failed: " + "; ".join(
             f"{o.job.key} ({o.error})" for o in failed) + "; `mlharness campaign run --resume` runs them again")

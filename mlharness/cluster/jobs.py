@@ -78,3 +78,34 @@ class RunOutcome:
     started_unix: float | None = None
     finished_unix: float | None = None
     skipped: bool = False  # --resume found it done and did not run it again
+    cancelled: bool = False  # the driver stopped it (cancel(): SIGINT/SIGTERM), or it never started for that
+
+
+def parse_constraints(text: str | None) -> Constraints:
+    """``--constraints accelerator=GPU,accelerators=2,min_memory_gb=32,cpus=1,label.zone=a,framework.onnxruntime=>=1.20``
+    (a framework's specifier may not hold a comma: give it once per bound). Every command that places runs on a
+    cluster (``submission run``, ``sweep``) reads the flag with this."""
+    from mlharness.errors import SettingsError
+
+    if not text:
+        return Constraints()
+    fields: dict[str, Any] = {"frameworks": [], "labels": []}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or not value:
+            raise SettingsError(f"--constraints: {part!r} is not KEY=VALUE")
+        if key.startswith("label."):
+            fields["labels"].append((key[6:], value))
+        elif key.startswith("framework."):
+            fields["frameworks"].append((key[10:], value))
+        elif key in ("accelerator", "node"):
+            fields[key] = value
+        elif key in ("accelerators", "min_memory_gb", "cpus"):
+            try:
+                fields[key] = float(value)
+            except ValueError:
+                raise SettingsError(f"--constraints: {key} takes a number, not {value!r}") from None
+        else:
+            raise SettingsError(f"--constraints: unknown key {key!r}; expected accelerator, accelerators, "
+                                f"min_memory_gb, cpus, node, label.NAME, framework.NAME")
+    return Constraints(**{**fields, "frameworks": tuple(fields["frameworks"]), "labels": tuple(fields["labels"])})

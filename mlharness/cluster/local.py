@@ -104,7 +104,7 @@ class LocalExecutor:
         node = self.nodes()[0]
         if self._cancelled.is_set():
             return RunOutcome(job, ok=False, rc=None, node=None, folder=None, error="cancelled before it started",
-                              attempts=0)
+                              attempts=0, cancelled=True)
         if mismatch(node, job.constraints) is not None:
             return RunOutcome(job, ok=False, rc=None, node=None, folder=None,
                               error=no_node_error([node], job.constraints), attempts=0)
@@ -121,7 +121,8 @@ class LocalExecutor:
             self._current = None
             shutil.rmtree(work, ignore_errors=True)
         return RunOutcome(job, ok=error is None, rc=result.rc, node=node, folder=folder, error=error,
-                          started_unix=started, finished_unix=time.time())
+                          started_unix=started, finished_unix=time.time(),
+                          cancelled=error is not None and result.stopped and self._cancelled.is_set())
 
     def cancel(self) -> None:
         """Stop the run in progress (SIGINT, then SIGKILL: :mod:`mlharness.cluster.child`) and start no other."""

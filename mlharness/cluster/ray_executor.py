@@ -140,7 +140,7 @@ class RayExecutor:
             candidates = matching(nodes, job.constraints)
             if self._cancelled.is_set():
                 finish(i, RunOutcome(job, False, None, None, None, error or "cancelled before it started",
-                                     attempts=attempt - 1))
+                                     attempts=attempt - 1, cancelled=True))
             elif not candidates:
                 reason = no_node_error(nodes, job.constraints)
                 finish(i, RunOutcome(job, False, None, None, None, f"{error}; {reason}" if error else reason,
@@ -186,7 +186,8 @@ class RayExecutor:
         """The outcome of a task that raised (cancelled: failed), or the error to rerun it with (a node died)."""
         exc = self.ray.exceptions
         if isinstance(e, exc.TaskCancelledError) or self._cancelled.is_set():
-            return RunOutcome(job, False, None, None, None, "cancelled: the driver stopped it", attempts=attempt)
+            return RunOutcome(job, False, None, None, None, "cancelled: the driver stopped it", attempts=attempt,
+                              cancelled=True)
         alive = {n.node_id for n in self.nodes() if n.alive}
         dead = [n for n in candidates if n.node_id not in alive]
         where = ", ".join(f"node {n.short()}" for n in dead) or "its node"

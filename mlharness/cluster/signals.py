@@ -15,6 +15,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -33,26 +34,47 @@ class Cancelled(KeyboardInterrupt):
                 "that had finished are in place")
 
 
+@dataclass
+class Stop:
+    """What :func:`cancel_on_signals` yields: the first signal received within the block, if any."""
+
+    signum: int | None = None
+
+    def __bool__(self) -> bool:
+        return self.signum is not None
+
+
 @contextmanager
-def cancel_on_signals(executor: Any) -> Iterator[None]:
+def cancel_on_signals(executor: Any) -> Iterator[Stop]:
     """Within the block, SIGINT/SIGTERM cancel ``executor`` (a no-op off the main thread, where Python cannot
-    install handlers); :class:`Cancelled` is raised once the block has returned."""
+    install handlers); :class:`Cancelled` is raised once the block has ended, also when the block raised because
+    its runs were stopped (a submission step whose run was cancelled fails): the command ends 130/143 either way.
+
+    A wake-up fd installed before (the CLI's signal guard watches one, to exit when a signal finds the main thread
+    stuck in C code) is set aside for the block: here the main thread only waits on the executor, and the watcher
+    would end the process before the cancelled runs are recorded."""
+    stop = Stop()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield stop
         return
-    received: list[int] = []
 
     def handle(signum: int, frame: Any) -> None:  # noqa: ARG001 - signal handler signature
-        if not received:
+        if stop.signum is None:
+            stop.signum = signum
             print(f"{signal.Signals(signum).name}: stopping every run in flight", file=sys.stderr, flush=True)
-        received.append(signum)
         threading.Thread(target=executor.cancel, name="mlharness-cancel", daemon=True).start()
 
     previous = {sig: signal.signal(sig, handle) for sig in SIGNALS}
+    wakeup = signal.set_wakeup_fd(-1)
     try:
-        yield
+        yield stop
+    except BaseException as e:
+        if stop.signum is not None and not isinstance(e, Cancelled):
+            raise Cancelled(stop.signum) from e
+        raise
     finally:
+        signal.set_wakeup_fd(wakeup)
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-    if received:
-        raise Cancelled(received[0])
+    if stop.signum is not None:
+        raise Cancelled(stop.signum)

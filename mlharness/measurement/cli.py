@@ -139,6 +139,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     deprecated_alias(own, "--seconds", "--min-duration-ms", float, seconds_to_ms)
     groups["output"].add_argument("--resume", action="store_true", help="continue the sweep in --output with the "
                                   "same options")
+    cl = sw.add_argument_group("cluster (docs/cluster.md): each point a run on a node, all at once")
+    cl.add_argument("--cluster", default=None, metavar="local|auto|ray://HOST:PORT", help="run the points on an "
+                    "executor's nodes: 'auto' (the Ray cluster of this host) or 'ray://HOST:PORT' (needs "
+                    "mlharness[cluster]); a list or --plan even|log2 only, no --endpoint/--agent/--replay")
+    cl.add_argument("--constraints", default=None, metavar="KEY=VALUE,...", help="with --cluster: what a node "
+                    "needs to run a point (as submission run takes it); give what only identical nodes meet")
     from mlharness.measurement.replay import add_replay_flags
 
     rp = sw.add_argument_group("session replay (docs/sessions.md): sweep a trace's sessions at --endpoint")
@@ -292,6 +298,9 @@ def cmd_bench_client(args: argparse.Namespace, out: Any) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace, out: Any) -> int:
+    from mlharness.measurement.sweep_cluster import refuse_shared_remote
+
+    refuse_shared_remote(args)  # --cluster with a server every point would share: refused, saying why
     if args.trace_file is not None or args.session_rate is not None:
         from mlharness.errors import SettingsError
         from mlharness.measurement.replay import cmd_sweep_replay

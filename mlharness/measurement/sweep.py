@@ -288,14 +288,17 @@ class Sweep:
         if value is None:  # named by the rate it ran at, as every other point
             value = round(float(res.metadata["settings"]["server_target_qps"]), 3)
             label = self.label(value, repeat)
-            target = self.cfg.output / "points" / label
-            self._clear(target)
+            self._clear(target := self.cfg.output / "points" / label)
             output = folder.rename(target)
-        figures = summary_figures(res.summary)
+        return self.point(label, value, repeat, output, res.summary)
+
+    def point(self, label: str, value: float, repeat: int, output: Path, summary: Summary) -> dict[str, Any]:
+        """A measured point's record in sweep.json, from its run folder and LoadGen's summary."""
+        figures = summary_figures(summary)
         good, fraction, n_good, n = gp.goodput(output, self.cfg.slo, figures["throughput"], self.fixed_tokens)
         minimum = MIN_POINT_QUERIES if self.axis == "target_qps" else None
         return {"label": label, "value": value, "repeat": repeat,
-                "dir": str(output.relative_to(self.cfg.output)), "valid": bool(res.summary.valid), **figures,
+                "dir": str(output.relative_to(self.cfg.output)), "valid": bool(summary.valid), **figures,
                 "goodput": good, "goodput_fraction": fraction, "samples": n, "good_samples": n_good if self.cfg.slo
                 else None, "slo_met": self._slo_met(figures), "min_queries": minimum,
                 "meaningful": minimum is None or n >= minimum}

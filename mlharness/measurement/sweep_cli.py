@@ -72,6 +72,8 @@ def _pcts(d: dict[str, Any] | None) -> str:
 
 def point_table(p: dict[str, Any]) -> Table:
     table = Table(title=f"{p['label']} ({p['dir']})", show_header=False, title_justify="left")
+    if p.get("node"):  # measured on a node of a cluster (sweep --cluster)
+        table.add_row("node", f"{p['node']['node_id'][:12]} ({p['node']['address']})")
     table.add_row("result", "[green]VALID[/]" if p["valid"] else
                   f"[red]INVALID[/] ({escape('; '.join(p['invalid_reasons']))})")
     if not p.get("meaningful", True):
@@ -97,7 +99,13 @@ def _median(agg: dict[str, Any], key: str) -> str:
 
 def run_sweep(args: argparse.Namespace, out: Any, say: Callable[[str], None]) -> int:
     cfg = config(args, say, lambda p: out.print(point_table(p)))
-    state = sweep(cfg)
+    failed: list[Any] = []
+    if getattr(args, "cluster", None):  # each point a run job on a node (mlharness/measurement/sweep_cluster.py)
+        from mlharness.measurement.sweep_cluster import sweep_on_cluster
+
+        state, failed = sweep_on_cluster(cfg, args.cluster, args.constraints)
+    else:
+        state = sweep(cfg)
     unit = "QPS" if state["axis"] == "target_qps" else "requests in flight"
     summary = Table("value", "runs", "throughput (median)", "p99 ms (median)", "goodput (median)", "valid",
                     "meaningful",
@@ -116,4 +124,9 @@ def run_sweep(args: argparse.Namespace, out: Any, say: Callable[[str], None]) ->
     out.print(f"knee: {knee['value']:g} {unit} ({escape(knee['reason'])})" if knee else "knee: not reached")
     out.print(f"highest VALID: {state['max_valid']:g} {unit}" if state["max_valid"] is not None
               else "highest VALID: none of the runs was VALID")
+    if failed:
+        from mlharness.errors import RunFailed
+
+        raise RunFailed(f"{len(failed)} point(s) of the sweep failed: " + "; ".join(
+            f"{o.job.key} ({o.error})" for o in failed) + "; `mlharness sweep ... --resume` measures them again")
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -180,15 +181,21 @@ def cmd_run(args: argparse.Namespace, console: Any) -> int:
         from mlharness.errors import SettingsError
 
         raise SettingsError("--constraints picks nodes of a cluster: give --cluster too")
+    stop: Any = nullcontext()
     if args.cluster:
         from mlharness.cluster.executor import make_executor
-        from mlharness.submission.dispatch import RemoteSteps, parse_constraints
+        from mlharness.cluster.jobs import parse_constraints
+        from mlharness.cluster.signals import cancel_on_signals
+        from mlharness.submission.dispatch import RemoteSteps
         from mlharness.submission.layout import Tree
 
         constraints = parse_constraints(args.constraints)
         req.dispatch = RemoteSteps(make_executor(args.cluster), Tree(args.results), constraints)
+        # SIGINT/SIGTERM stop every run on the nodes; what was placed stays, the command ends 130/143
+        stop = cancel_on_signals(req.dispatch.executor)
     try:
-        outcome = run_submission(req, console)
+        with stop:
+            outcome = run_submission(req, console)
     finally:
         if req.dispatch is not None:
             req.dispatch.close()

@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.cluster.executor import Executor
-from mlharness.cluster.jobs import Constraints, RunOutcome
+from mlharness.cluster.jobs import Constraints, RunOutcome, parse_constraints
 from mlharness.cluster.shipping import job_from_argv
 from mlharness.submission.layout import Tree, stamp, unique
+
+__all__ = ["RemoteSteps", "parse_constraints"]  # parse_constraints: cluster.jobs's, read here before
 
 MAX_IN_FLIGHT = 64  # submitted runs waiting on the executor at once (the cluster itself decides how many run)
 
@@ -75,31 +77,3 @@ class RemoteSteps:
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.executor.close()
 
-
-def parse_constraints(text: str | None) -> Constraints:
-    """``--constraints accelerator=GPU,accelerators=2,min_memory_gb=32,cpus=1,label.zone=a,framework.onnxruntime=>=1.20``
-    (a framework's specifier may not hold a comma: give it once per bound)."""
-    from mlharness.errors import SettingsError
-
-    if not text:
-        return Constraints()
-    fields: dict[str, Any] = {"frameworks": [], "labels": []}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, value = part.partition("=")
-        if not sep or not value:
-            raise SettingsError(f"--constraints: {part!r} is not KEY=VALUE")
-        if key.startswith("label."):
-            fields["labels"].append((key[6:], value))
-        elif key.startswith("framework."):
-            fields["frameworks"].append((key[10:], value))
-        elif key in ("accelerator", "node"):
-            fields[key] = value
-        elif key in ("accelerators", "min_memory_gb", "cpus"):
-            try:
-                fields[key] = float(value)
-            except ValueError:
-                raise SettingsError(f"--constraints: {key} takes a number, not {value!r}") from None
-        else:
-            raise SettingsError(f"--constraints: unknown key {key!r}; expected accelerator, accelerators, "
-                                f"min_memory_gb, cpus, node, label.NAME, framework.NAME")
-    return Constraints(**{**fields, "frameworks": tuple(fields["frameworks"]), "labels": tuple(fields["labels"])})
