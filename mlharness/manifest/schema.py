@@ -173,16 +173,19 @@ class MLPerfSpec(_Strict):
 
 
 class ResponseSpec(_Strict):
-    kind: Literal["tensor", "tokens", "session"] = "tensor"
+    kind: Literal["tensor", "tokens", "session", "video"] = "tensor"
     """``tensor``: one response per sample from ``postprocess``. ``tokens``: the model generates a stream of token
     ids per sample (a generative predictor); the run measures token latencies (TTFT, TPOT), reports the first
     token to LoadGen as soon as it exists and writes every token id as int32 (int64 where ``element_type`` says
-    so: what the whisper accuracy script reads by default)."""
+    so: what the whisper accuracy script reads by default). ``video``: one video per sample, its frames as the
+    first output declares them ([frames, height, width, 3]), uint8 or float32, at ``fps`` (docs/video.md)."""
     element_type: str = "float32"
     """dtype in which each sample's response is written to LoadGen (what the accuracy script decodes)."""
     text: bool = False
     """With ``kind: tokens`` and ``element_type: uint8``: each sample's response is the generated text as UTF-8
     bytes (qwen3-vl's accuracy script reads text); ``n_tokens`` stays the count of generated token ids."""
+    fps: float | None = Field(None, gt=0)
+    """With ``kind: video``, required (checked with the frames' shape by ``run/kinds.py``): the frame rate."""
 
     @model_validator(mode="before")
     @classmethod

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.calibration import calibrate, calibrate_sessions, calibrate_tokens, server_bound
+from mlharness.errors import ManifestError
 from mlharness.loadgen.session_input import session_settings
 from mlharness.loadgen.sessions import SessionSUT, make_players, session_engines
 from mlharness.loadgen.sut import NetworkQDL, SystemUnderTest
@@ -51,6 +52,8 @@ class DataKind:
     # instead of the MultiStream scenario (None: open to it): a scenario LoadGen times as one query of several
     # samples issued together fits no kind whose sample is a whole conversation
     not_multistream: str | None = None
+    # what the accuracy metric is told of the responses beyond the manifest's accuracy.options (video: fps, shape)
+    accuracy_options: Callable[..., dict[str, Any]] = lambda model, path=None: {}
 
 
 def _tensor_sut(p: Parts) -> Any:
@@ -93,6 +96,25 @@ def _token_calibration(p: Parts) -> dict[str, Any]:
                                     p.conf.performance_count, run.loaded.model.framework.warmup, p.outdir)
 
 
+def video_options(model: Any, path: Any = None) -> dict[str, Any]:
+    """What a video model's metric is told: the frame rate and one video's [frames, height, width, 3], as the
+    manifest declares them (``response.fps``, ``outputs[0].shape``); each checked here, before the model loads
+    and before anything is scored."""
+    shape, response = model.outputs[0].shape, model.response
+    if shape is None or len(shape) != 4 or shape[-1] != 3 or not all(isinstance(d, int) and d > 0 for d in shape):
+        raise ManifestError(path, "outputs[0].shape", f"a video response is one sample's frames, [frames, height, "
+                            f"width, 3] with every size fixed; got {shape}")
+    if response.fps is None or response.element_type not in ("uint8", "float32"):
+        raise ManifestError(path, "response", f"a video response declares its 'fps' and element_type uint8 (pixels) "
+                            f"or float32 (values in [0, 1]); got fps {response.fps}, {response.element_type}")
+    return {"fps": float(response.fps), "video_shape": list(shape), "video_dtype": response.element_type}
+
+
+def _video_sut(p: Parts) -> Any:
+    video_options(p.run.loaded.model, p.run.loaded.path)  # refused before a sample is played
+    return _tensor_sut(p)
+
+
 def _session_sut(p: Parts) -> Any:
     """One sample, one session: the predictors' chat engines play them (loadgen/sessions.py; docs/sessions.md)."""
     loaded = p.run.loaded
@@ -119,6 +141,11 @@ KINDS: dict[str, DataKind] = {
     "tokens": DataKind("tokens", tokens=True, interactive=True, make_sut=_token_sut,
                        server_bound=lambda p: _bound(p, True), calibrate=_token_calibration, check_outputs=False,
                        sut_warmup=False),
+    # one video per sample, encoded like a tensor (frames x height x width x 3); its metric reads the log one video
+    # at a time (tasks/wan22/videolog.py), so a run's memory does not grow with its videos
+    "video": DataKind("video", tokens=False, interactive=False, make_sut=_video_sut,
+                      server_bound=lambda p: _bound(p, False), calibrate=_tensor_calibration, check_outputs=True,
+                      sut_warmup=True, accuracy_options=video_options),
     "session": DataKind("session", tokens=False, interactive=False, make_sut=_session_sut,
                         server_bound=lambda p: calibrate_sessions.bound(p.run.asked, p.conf.plan, p.conf.settings,
                                                                         p.run.official),

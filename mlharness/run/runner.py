@@ -194,7 +194,8 @@ def score_accuracy(plan: RunPlan, outdir: Path) -> AccuracyResult | None:
         return None
     actx = AccuracyContext(
         dataset_path=Path(plan.ctx["dataset_path"]) if plan.ctx.get("dataset_path") else None,
-        count=plan.total, options=dict(spec.options), response_dtype=plan.loaded.model.response.element_type,
+        count=plan.total, options={**plan.kind.accuracy_options(plan.loaded.model), **spec.options},
+        response_dtype=plan.loaded.model.response.element_type,
     )
     accuracy = METRICS.get(spec.metric)().score(outdir / "mlperf_log_accuracy.json", actx)
     accuracy.official = official_figure(accuracy, spec.metric, plan.loaded.model.mlperf.model)

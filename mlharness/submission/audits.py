@@ -30,6 +30,7 @@ def scorer_from_record(metadata_path: Path, reference: str | None = None) -> Sco
     except (OSError, json.JSONDecodeError):
         return None
     from mlharness.manifest.loader import load_manifest
+    from mlharness.run.kinds import data_kind
     from mlharness.tasks import METRICS
     from mlharness.tasks.base import AccuracyContext
 
@@ -42,7 +43,7 @@ def scorer_from_record(metadata_path: Path, reference: str | None = None) -> Sco
     if spec is None:
         return None
     metric = METRICS.get(spec.metric)()
-    options = dict(spec.options)
+    options = {**data_kind(loaded.model).accuracy_options(loaded.model), **spec.options}  # video: fps, shape
     if reference is not None and reference in options:
         options["reference_file"] = options[reference]
     ctx = AccuracyContext(dataset_path=Path(meta["dataset_path"]) if meta.get("dataset_path") else None,
@@ -130,6 +131,7 @@ def noise_note(scenario_dir: Path, verdict: Verdict) -> str | None:
 def eos_ids_from_record(metadata_path: Path) -> set[int]:
     """TEST06: the EOS ids of the model the accuracy run used (its manifest's tokenizer / generation config)."""
     from mlharness.manifest.loader import load_manifest
+    from mlharness.run.kinds import data_kind
     from mlharness.submission.test06 import eos_ids_for_manifest
 
     try:
