@@ -21,6 +21,7 @@ TASKS = ("demo", "imagenet", "squad", "kits19", "openimages", "coco", "cnndm", "
 TASKS += ("coco_t2i",)  # stable-diffusion-xl: captions in, images out
 TASKS += ("qwen3_vl",)  # qwen3-vl-235b-a22b: chat prompts with a product image in, JSON text out
 TASKS += ("bfcl_v4",)  # qwen3.6-27b: BFCL v4 function calling, one-turn sessions with tools in, tool calls out
+TASKS += ("rgat",)  # rgat: a graph input (IGBH), R-GAT in PyTorch Geometric, node labels out
 TASKS += ("qwen36",)  # qwen3.6-27b: sessions of turns with tools (BFCL v4 prompts, recorded agentic sessions)
 TASKS += ("dlrm_v3",)  # dlrm-v3: a time-ordered stream of jagged user histories in, candidate scores out
 TASKS += ("wan22",)  # wan-2.2-t2v-a14b: prompts and a fixed latent in, videos out
