@@ -131,7 +131,6 @@ def noise_note(scenario_dir: Path, verdict: Verdict) -> str | None:
 def eos_ids_from_record(metadata_path: Path) -> set[int]:
     """TEST06: the EOS ids of the model the accuracy run used (its manifest's tokenizer / generation config)."""
     from mlharness.manifest.loader import load_manifest
-    from mlharness.run.kinds import data_kind
     from mlharness.submission.test06 import eos_ids_for_manifest
 
     try:
