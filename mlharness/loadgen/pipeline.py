@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import HookError, MLHarnessError
+from mlharness.loadgen.jagged_input import JAGGED_INPUT, STREAM_ORDER, jagged_batch, jagged_settings
 from mlharness.loadgen.qsl import SampleStore
 from mlharness.manifest.hooks import HookSet
 from mlharness.predictors.base import Predictor
@@ -60,9 +61,15 @@ class Pipeline:
         self._post = hooks.get("postprocess")
         self._post_indices = _takes_indices(self._post)  # postprocess(ctx, outputs, indices)
         self._predict = hooks.get("predict")
+        specs = ctx.get("inputs") or []
+        self._jagged = (jagged_settings(specs[0].get("parameters"), hooks.manifest)
+                        if specs and specs[0].get("type") == JAGGED_INPUT else None)
 
     def run(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Returns (buffer uint8, byte offsets of each response [n+1])."""
+        order = self.ctx.get(STREAM_ORDER)
+        if order is not None:  # a time-ordered stream: LoadGen's indices only count (loadgen/jagged_input.py)
+            indices = order.take(len(indices))
         if self.tracer is not None:
             return self._run_traced(indices)
         return self.respond(self.infer(self.store.gather(indices)), len(indices), indices)
@@ -83,6 +90,8 @@ class Pipeline:
 
     def infer(self, batch: list[np.ndarray]) -> Any:
         """The model on one batch: the predictor, or the manifest's ``predict(ctx, run, inputs)`` hook."""
+        if self._jagged is not None:  # samples -> keys, then values and offsets per field
+            batch = jagged_batch(batch[0], self._jagged)
         if self._predict is None:
             return self.predictor.predict(batch)
         try:

@@ -68,7 +68,8 @@ class TensorSpec(_Strict):
     type: str = "tensor"
     """What the tensor carries (image, text, probability, ...); informational, except ``chat``: the prompt is
     chat messages (``parameters``: ``max_image_bytes``, ``max_image_pixels``), and ``session``: each sample is a
-    session of turns (``parameters``: the replay options, ``timing``, ``concurrency``, SLOs; docs/sessions.md)."""
+    session of turns (``parameters``: the replay options, ``timing``, ``concurrency``, SLOs; docs/sessions.md), and
+    ``jagged``: id lists batched as values and offsets, maybe in time order (``parameters``: docs/recommendation.md)."""
     description: str = ""
     element_type: str = "float32"
     """numpy-style dtype name of the tensor."""
