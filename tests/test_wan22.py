@@ -40,7 +40,12 @@ def test_oracle_scores_exactly_the_maximum(dataset, tmp_path, run_cli):
     run = tmp_path / "default" / "wan-2.2-t2v-a14b" / "Offline" / "accuracy"
     text = (run / "accuracy.txt").read_text()
     assert text.startswith(STAND_IN_NOTE)  # said plainly: not a VBench score
-    assert text.rstrip().endswith("Accuracy Results: {'vbench_score': 100.0}")
+    assert text.rstrip().endswith("Accuracy Results: {'vbench_score': 100.0}")  # the checker's 0-100 scale
+    # the official parse_results' bytes, then our line: it prints the 0-1 average and no vbench_score
+    official, _ = summary(json.loads((run / "vbench" / "results_mlharness_eval_results.json").read_text()),
+                          "vbench/results_mlharness_eval_results.json")  # relative: the run folder moves
+    assert "\n" + "\n".join(official) + "\nAccuracy Results: " in text
+    assert "  Overall Average               : 1.0000\n" in text
     results = json.loads((run / "vbench" / "results_mlharness_eval_results.json").read_text())
     assert sorted(results) == sorted(["subject_consistency", "dynamic_degree", "motion_smoothness",
                                       "appearance_style", "scene", "background_consistency"])
@@ -59,10 +64,10 @@ def test_random_wan_pipeline_is_valid(dataset, tmp_path, run_cli, scenario):
 
 def test_aggregation_equals_run_evaluation_on_the_same_scores():
     results = json.loads((FIXTURES / "results_stand-in_eval_results.json").read_text())
-    lines, overall = summary(results)
-    official = (FIXTURES / "official_output.txt").read_text().splitlines()
-    assert lines == official[:len(lines)]  # every line up to the "Detailed results" path
-    assert 0 < overall < 1  # a non-oracle log
+    lines, overall = summary(results, "results_stand-in_eval_results.json")  # the path as it was run
+    official = (FIXTURES / "official_output.txt").read_text()
+    assert "\n".join(lines) + "\n" == official  # byte for byte, the closing blank line included
+    assert 0 < overall < 1  # a non-oracle log, on VBench's 0-1 scale as the official prints it
 
 
 @pytest.mark.skipif(not OFFICIAL.exists(), reason="the mlcommons/inference mirror is not on this machine")
@@ -77,8 +82,8 @@ def test_aggregation_equals_the_official_code_run_now(tmp_path):
     (tmp_path / "results_x_eval_results.json").write_text(json.dumps(results))
     out = subprocess.run([sys.executable, "-c", "import run_evaluation; run_evaluation.parse_results('.')"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=30, check=True).stdout
-    lines, overall = summary(results)
-    assert out.splitlines()[:len(lines)] == lines
+    lines, overall = summary(results, Path("results_x_eval_results.json"))
+    assert "\n".join(lines) + "\n" == out
     assert f"{overall:6.4f}" in out
 
 
