@@ -192,6 +192,20 @@ REQUIRED_SCENARIOS["edge"]["stable-diffusion-xl"] = ("SingleStream", "Offline")
 # it in v6.0 and v6.1): datacenter systems submit it as "datacenter,edge"
 REQUIRED_SCENARIOS["datacenter,edge"]["stable-diffusion-xl"] = ("SingleStream", "Offline", "Server")
 SERVER_LATENCY_NS["stable-diffusion-xl"] = 20_000_000_000
+# wan-2.2-t2v-a14b (datacenter Offline and SingleStream): the VBench score on the checker's 0-100 scale
+# (tasks/wan22/metric.py says why it is 100x run_evaluation.py's average), 99% of 70.48 over the 248 prompts.
+# The checker's v6.1 models_TEST04 lists it, models_TEST01 does not (submission run still runs TEST01: its
+# audit.config is in compliance/TEST01/wan-2.2-t2v-a14b). The accuracy folder holds videos/<id>.mp4 for the
+# round's sample ids (the checker's REQUIRED_ACC_BENCHMARK).
+ACC_PATTERNS["vbench_score"] = r".*'vbench_score':\s([\d.]+).*"
+BENCHMARKS["wan-2.2-t2v-a14b"] = Benchmark("wan-2.2-t2v-a14b", "wan-2.2-t2v-a14b", 248, "vbench_score", 70.48 * 0.99,
+                                           1.0, ("TEST04",))
+DEFAULT_BENCHMARK_FOR_MODEL["wan-2.2-t2v-a14b"] = "wan-2.2-t2v-a14b"
+REQUIRED_SCENARIOS["datacenter"]["wan-2.2-t2v-a14b"] = ("Offline", "SingleStream")
+REQUIRED_SCENARIOS["datacenter,edge"]["wan-2.2-t2v-a14b"] = ("Offline", "SingleStream")
+ACCURACY_EXTRA_FILES: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {"wan-2.2-t2v-a14b": {
+    "v6.0": ("videos", ("130", "106", "84", "59", "12", "31", "86", "122", "233", "96")),
+    "v6.1": ("videos", ("130", "106", "84", "59", "12", "123", "43", "22", "238", "32"))}}
 # qwen3.6-27b (edge agentic; MLPerf v6.1 only): BFCL v4 single-turn score, which the checker calls "mAP", at 99 % of
 # 86.23 over its 995 samples; edge SingleStream only (in every system type's required list); no audits (in none of
 # models_TEST0x). Its result is written in the endpoints client's layout (submission/endpoints.py)
@@ -249,14 +263,14 @@ def rules_for(round_name: str | None) -> RoundRules:
 
 def compliance_tests_for_model(mlperf_model: str | None) -> tuple[str, ...]:
     """Audits `submission run` performs: TEST01 for every benchmark (and for models that are not official
-    MLPerf benchmarks), TEST04 for ResNet50 and stable-diffusion-xl; LLMs: TEST06 only (none for llama3.1-8b-edge)."""
+    MLPerf benchmarks), TEST04 for ResNet50, stable-diffusion-xl and wan-2.2-t2v-a14b; LLMs: TEST06 only (none for llama3.1-8b-edge)."""
     if mlperf_model in TEST06_MODELS:
         return ("TEST06",)
     if mlperf_model in TEST07_TEST09_MODELS:
         return ("TEST07", "TEST09")
     if mlperf_model in ("llama3_1-8b-edge", "qwen3-vl-235b-a22b", "qwen3.6-27b"):
         return ()
-    if mlperf_model in ("resnet50", "stable-diffusion-xl"):
+    if mlperf_model in ("resnet50", "stable-diffusion-xl", "wan-2.2-t2v-a14b"):
         return ("TEST01", "TEST04")
     return ("TEST01",)
 
