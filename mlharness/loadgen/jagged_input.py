@@ -43,7 +43,7 @@ PARAMETERS = {"fields": list, "keys": list, "ordered": list, "time_key": str, "r
 class JaggedSettings:
     """The ``parameters`` of a jagged input, checked."""
 
-    fields: tuple[str, ...]
+    fields: tuple[str, ...] = ()
     keys: tuple[str, ...] = ()
     ordered: tuple[str, ...] = ()
     time_key: str | None = None

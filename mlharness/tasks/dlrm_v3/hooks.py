@@ -80,3 +80,13 @@ def oracle() -> Any:
             return labels.float()
 
     return Oracle().eval()
+
+
+def reference_checkpoint(checkpoint: str, uri: str) -> Any:
+    """dlrm-v3's trained model: refused with what is missing (see manifests/dlrm-v3/dlrm-v3.yaml)."""
+    from mlharness.errors import PredictorError
+
+    raise PredictorError(f"dlrm-v3's checkpoint ({checkpoint}, from {uri}) is the reference's DlrmHSTU as a "
+                         "sharded torch distributed checkpoint; loading it needs the reference's model code "
+                         "(generative_recommenders with torchrec and fbgemm), which mlharness does not port yet. "
+                         "Run dlrm-v3-random (performance) or dlrm-v3-oracle (scoring) instead")
