@@ -22,7 +22,7 @@ DEV_FLAGS = (  # `mlharness run`'s development overrides: (flag, type)
 )  # fmt: skip
 EXECUTION_FLAGS = (("--device", str), ("--max-batchsize", int), ("--server-max-wait-ms", float),
                    ("--threads", int), ("--workers", int), ("--load-workers", int))
-AUDIT_TESTS = ("TEST01", "TEST04", "TEST05", "TEST06", "TEST07", "TEST09")
+AUDIT_TESTS = ("TEST01", "TEST04", "TEST05", "TEST06", "TEST07", "TEST08", "TEST09")
 ROUND_HELP = (f"MLPerf Inference round ({', '.join(ROUNDS)}; default: {DEFAULT_ROUND}, the round of the pinned "
               f"LoadGen)")
 DTYPES = ("byte", "float32", "int32", "int64")

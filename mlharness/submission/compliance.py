@@ -280,6 +280,10 @@ def verify_scenario(scenario_dir: Path, tests: list[str] | None = None, dtype: s
             passed, text, reason = verify_full_log(scenario_dir, test, test07_scorer)
             verdicts.append(Verdict(test, "accuracy" if test == "TEST07" else "output length", passed, text, reason))
             continue
+        if test == "TEST08":  # dlrm-v3: sampled responses matched on (ts_idx, query_idx), NE within 0.1%
+            verdicts.append(verify_test08(scenario_dir / "accuracy" / "mlperf_log_accuracy.json",
+                                          test_dir / "accuracy" / "mlperf_log_accuracy.json", test_dir))
+            continue
         if test == "TEST06":  # LLM output consistency: the sampled token streams, no performance comparison
             from mlharness.submission.test06 import verify
 
@@ -295,6 +299,22 @@ def verify_scenario(scenario_dir: Path, tests: list[str] | None = None, dtype: s
                                                     dtype_source))
         verdicts.append(perf)
     return verdicts
+
+
+def verify_test08(reference_log: Path, test_log: Path, test_dir: Path) -> Verdict:
+    """TEST08 as ``compliance/TEST08/run_verification.py`` prints it, kept as ``TEST08/verify_accuracy.txt`` (the
+    checker looks for its ``TEST PASS`` line); the matching is :func:`mlharness.tasks.dlrm_v3.test08.verify`'s."""
+    from mlharness.tasks.dlrm_v3.test08 import verify
+
+    for log in (reference_log, test_log):
+        if not log.is_file():
+            raise MLHarnessError(f"TEST08 needs {log}: run the accuracy run and the TEST08 audit first")
+    passed, body = verify(reference_log, test_log)
+    text = "Verifying accuracy. This might take a while...\n" + body + "TEST08 verification complete\n"
+    (test_dir / "verify_accuracy.txt").write_text(text)
+    counts = ", ".join(line for line in body.splitlines() if line.startswith(("num_matched", "num_unmatched",
+                                                                              "num_ne_mismatch")))
+    return Verdict("TEST08", "accuracy", passed, text, counts)
 
 
 def _verify_test01_accuracy(scenario_dir: Path, test_dir: Path, dtype: str, scorer: Scorer | None,
