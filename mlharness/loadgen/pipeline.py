@@ -64,6 +64,7 @@ class Pipeline:
         specs = ctx.get("inputs") or []
         self._jagged = (jagged_settings(specs[0].get("parameters"), hooks.manifest)
                         if specs and specs[0].get("type") == JAGGED_INPUT else None)
+        self._graph = ctx.get("graph")  # a graph input: each seed's neighbourhood is sampled here, timed
 
     def run(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Returns (buffer uint8, byte offsets of each response [n+1])."""
@@ -92,6 +93,8 @@ class Pipeline:
         """The model on one batch: the predictor, or the manifest's ``predict(ctx, run, inputs)`` hook."""
         if self._jagged is not None:  # samples -> keys, then values and offsets per field
             batch = jagged_batch(batch[0], self._jagged)
+        if self._graph is not None:  # seed ids -> their sampled subgraphs (loadgen/graph_input.py)
+            batch = self._graph.sample_arrays(batch[0])
         if self._predict is None:
             return self.predictor.predict(batch)
         try:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError, HookError
+from mlharness.loadgen.graph_input import GRAPH_INPUT, graph_sample
 from mlharness.loadgen.jagged_input import JAGGED_INPUT, jagged_sample, jagged_settings, stream_order
 from mlharness.loadgen.session_input import SESSION_INPUT, session_sample
 from mlharness.manifest.hooks import HookSet
@@ -181,6 +182,8 @@ class SampleLoader:
             return (session_sample(out, index, self.hooks.manifest),)
         if specs and specs[0].get("type") == JAGGED_INPUT:  # id lists and their keys, checked (kept alone too)
             return (jagged_sample(out, index, self.order_settings(specs[0]), self.hooks.manifest),)
+        if specs and specs[0].get("type") == GRAPH_INPUT:  # a seed node id, checked against its table
+            return (graph_sample(out, index, self.ctx["graph"], self.hooks.manifest),)
         # with a predict hook, the declared inputs are the model's and the samples are what the hook cuts them from
         declared = [] if "predict" in self.hooks else specs
         return check_preprocessed(out, index, self.store.n_inputs, declared, self.hooks.manifest)

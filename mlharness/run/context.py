@@ -10,6 +10,7 @@ from typing import Any
 
 from mlharness.errors import DatasetError, SettingsError
 from mlharness.fileguard import check_file_or_folder
+from mlharness.loadgen.graph_input import GRAPH_INPUT, graph_settings, open_graph
 from mlharness.loadgen.qsl import check_sample_count
 from mlharness.manifest.historical import missing_dataset
 from mlharness.manifest.hooks import HookSet
@@ -24,7 +25,7 @@ def build_context(loaded: LoadedManifest, batch_size: int, *, scenario: str, mod
         check_file_or_folder(Path(ds_path), "--dataset-path", error=DatasetError)
     if ds_path is None and loaded.dataset is not None and loaded.dataset.path:
         ds_path = loaded.dataset_directory / Path(loaded.dataset.path).expanduser()
-    return {
+    ctx = {
         "name": m.name,
         "version": m.version,
         "framework": m.framework.name,
@@ -40,6 +41,16 @@ def build_context(loaded: LoadedManifest, batch_size: int, *, scenario: str, mod
         "manifest_dir": str(loaded.directory),
         "count": count,
     }
+    if m.inputs and m.inputs[0].type == GRAPH_INPUT:  # opened once, shared by every instance and worker
+        ctx["graph"] = _graph(loaded, ds_path)
+    return ctx
+
+
+def _graph(loaded: LoadedManifest, ds_path: str | Path | None) -> Any:
+    settings = graph_settings(loaded.model.inputs[0].parameters, loaded.path)
+    if ds_path is None:
+        raise DatasetError("a graph input needs the dataset: pass --dataset-path")
+    return open_graph(Path(ds_path) / (settings.path or "."), settings)
 
 
 def sample_count(hooks: HookSet, count: int | None, ctx: dict[str, Any]) -> int:

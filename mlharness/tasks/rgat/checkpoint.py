@@ -1,0 +1,45 @@
+"""The reference's R-GAT checkpoint in the PyG model: its ``model_state_dict`` holds DGL names
+(``model.layers.<i>.mods.<relation>.fc.weight``, ``attn_l``, ``attn_r``, ``bias``; ``model.linear``), mapped here onto
+``HeteroConv``/``GATConv`` names (``convs.<i>.convs.<src>__<relation>__<dst>.lin.weight``, ``att_src``, ``att_dst``,
+``bias``; ``lin``). DGL's ``attn_l`` scores the source side and ``attn_r`` the destination, as PyG's ``att_src`` and
+``att_dst`` do. Not checked against the real file here (it is not downloaded in tests)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlharness.errors import AssetError
+from mlharness.tasks.rgat.models import ETYPES, rgat
+
+_NAMES = {"fc.weight": "lin.weight", "attn_l": "att_src", "attn_r": "att_dst", "bias": "bias"}
+
+
+def pyg_state(dgl_state: dict[str, Any]) -> dict[str, Any]:
+    by_relation = {rel: f"{s}__{rel}__{d}" for s, rel, d in ETYPES}
+    out = {}
+    for key, value in dgl_state.items():
+        name = key.removeprefix("model.")
+        if name.startswith("linear."):
+            out["lin." + name.removeprefix("linear.")] = value
+            continue
+        parts = name.split(".")  # layers, i, mods, relation, rest...
+        if len(parts) < 5 or parts[0] != "layers" or parts[2] != "mods" or parts[3] not in by_relation:
+            raise AssetError(f"rgat checkpoint: unexpected parameter '{key}' (expected the reference's DGL names)")
+        rest = ".".join(parts[4:])
+        if rest not in _NAMES:
+            raise AssetError(f"rgat checkpoint: parameter '{key}' has no PyG counterpart")
+        out[f"convs.{parts[1]}.convs.{by_relation[parts[3]]}.{_NAMES[rest]}"] = value
+    return out
+
+
+def rgat_checkpoint(checkpoint: str) -> Any:
+    import torch
+
+    try:
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError) as e:
+        raise AssetError(f"rgat checkpoint {checkpoint}: {e} (factory_args.checkpoint: the reference's "
+                              "file from https://inference.mlcommons-storage.org/metadata/rgat-model.uri)") from None
+    model = rgat()
+    model.load_state_dict(pyg_state(state.get("model_state_dict", state)), strict=True)
+    return model
