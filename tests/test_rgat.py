@@ -3,6 +3,7 @@ and rgat-oracle scoring exactly 100% through the whole graph path."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -65,3 +66,23 @@ def test_oracle_scores_exactly_its_maximum(tmp_path):
     assert r.returncode == 0, r.stderr
     text = (tmp_path / "res" / "default" / "rgat" / "Offline" / "accuracy" / "accuracy.txt").read_text()
     assert text.startswith("accuracy=100.000%, good=20, total=20")
+
+
+def test_random_offline_valid_with_only_min_duration(tmp_path):
+    """The default development command: mlperf.conf's rgat Offline count (788,379, one query of every paper) is
+    lowered to what the calibrated rate needs in min_duration, so the run lasts seconds and is VALID."""
+    root = tmp_path / "igbh"
+    r = subprocess.run(MLH + ["dataset", "synth", "rgat", "--out", str(root), "--papers", "40"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "perf"
+    r = subprocess.run(MLH + ["run", "--manifest", "rgat-random", "--dataset-path", str(root), "--scenario",
+                              "Offline", "--mode", "performance", "--min-duration-ms", "300", "--output", str(out),
+                              "--no-progress"], capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert "--min-query-count 788379 restores the official count" in r.stdout + r.stderr
+    summary = (out / "mlperf_log_summary.txt").read_text()
+    assert "Result is : VALID" in summary, summary
+    meta = json.loads((out / "mlharness_run.json").read_text())
+    assert meta["calibration"]["development_sizing"]["min_query_count"][0] == 788379
+    assert 0 < meta["samples"]["issued"] < 1000

@@ -363,8 +363,12 @@ def for_run(asked: Asked, plan: lgs.SettingsPlan, settings: Any, pipelines: list
             batch: int, warmup: int, outdir: Path, affinity: list[set[int]] | None = None) -> dict[str, Any]:
     """The runner's step: calibrate when the run needs it, say so, write the effective user.conf beside the
     logs; returns what goes into the run metadata under 'calibration'. A Server run whose stated min_query_count
-    is too small for early stopping says so (calibrate_dev.short_count_note)."""
+    is too small for early stopping says so (calibrate_dev.short_count_note); an Offline development run is sized
+    from the expected rate, not the dataset (calibrate_dev.size)."""
     result = _for_run(asked, plan, settings, pipelines, loader, perf_count, batch, warmup, outdir, affinity)
+    if plan.scenario == "Offline" and (sized := calibrate_dev.size(plan, settings, perf_count, floor=batch)):
+        result["development_sizing"] = sized
+        asked.tell(sized["message"])
     note = calibrate_dev.short_count_note(plan, settings, count_given_by(plan, asked.user_conf))
     if note:
         result["short_count"] = note

@@ -1,7 +1,9 @@
-"""Development runs of token-stream models stay short: sized from the expected performance, not the dataset.
+"""Development runs stay short: sized from the expected performance, not the dataset.
 
-mlperf.conf sizes a generative Offline run by its dataset (``llama3_1-8b.Offline.min_query_count = 13368``)
-and turns ``sample_concatenate_permutation`` on, which pads every performance run to a multiple of the loaded
+mlperf.conf sizes a generative Offline run by its dataset (``llama3_1-8b.Offline.min_query_count = 13368``), and
+other Offline runs too (``rgat.Offline.min_query_count = 788379``: one query of each IGBH validation paper: a day
+of the tiny random R-GAT on a CPU, whatever ``--min-duration-ms`` says). Both turn
+``sample_concatenate_permutation`` on, which pads every performance run to a multiple of the loaded
 samples (``performance_sample_count``, the whole dataset again). A run whose ``min_duration`` was shortened for
 development (``--min-duration-ms`` under the official 600 s) would still generate the whole dataset: an hour of
 a small model on a CPU, whatever the duration asked for.
