@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -86,3 +87,16 @@ def test_random_offline_valid_with_only_min_duration(tmp_path):
     meta = json.loads((out / "mlharness_run.json").read_text())
     assert meta["calibration"]["development_sizing"]["min_query_count"][0] == 788379
     assert 0 < meta["samples"]["issued"] < 1000
+
+
+def test_accuracy_line_equals_the_official_script_on_a_random_log(tmp_path):
+    """accuracy_igbh.py's output on rgat-random's log (2 of 30 right), kept with its command in fixtures/rgat."""
+    fixtures = Path(__file__).parent / "fixtures" / "rgat"
+    root = write_synthetic_igbh(tmp_path / "igbh", papers=120)  # what `dataset synth rgat --papers 120` writes
+    r = subprocess.run(MLH + ["accuracy", "rgat", "--log", str(fixtures / "random_mlperf_log_accuracy.json"),
+                              "--dataset-path", str(root), "--dataset-size", "tiny", "--dtype", "uint8"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    official = (fixtures / "official_accuracy_igbh_output.txt").read_text()
+    assert official == "accuracy=6.667%, good=2, total=30"  # not an oracle's 100%
+    assert r.stdout == official
