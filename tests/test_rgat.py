@@ -100,3 +100,11 @@ def test_accuracy_line_equals_the_official_script_on_a_random_log(tmp_path):
     official = (fixtures / "official_accuracy_igbh_output.txt").read_text()
     assert official == "accuracy=6.667%, good=2, total=30"  # not an oracle's 100%
     assert r.stdout == official
+
+
+def test_igbh_accuracy_is_rgats_official_metric():
+    from mlharness.tasks.base import AccuracyResult, official_figure
+
+    result = AccuracyResult(text="accuracy=6.667%, good=2, total=30", value=6.667, name="acc")
+    assert official_figure(result, "igbh_accuracy", "rgat")
+    assert not official_figure(result, "imagenet_top1", "rgat")

@@ -41,6 +41,7 @@ OFFICIAL_METRICS = {
     "whisper": "whisper_wer",
     "yolo": "coco_map",
     "qwen3-vl-235b-a22b": "qwen3_vl_f1",
+    "rgat": "igbh_accuracy",
 }
 
 
