@@ -21,7 +21,9 @@ from mlharness.submission.findings import Findings
 from mlharness.submission.llm_rules import conf_model_for, is_llm, loadgen_scenario
 from mlharness.submission.rules import (
     ACC_PATTERNS,
+    ACCURACY_EXTRA_FILES,
     ACCURACY_WINDOWS,
+    CHECKER_PERFORMANCE_SAMPLE_COUNT,
     COMPLIANCE_TESTS,
     EARLY_STOPPING_SCENARIOS,
     HASH_PATTERN,
@@ -116,7 +118,10 @@ def odd_kind(path: Path) -> str | None:
 
 
 def check_accuracy(c: Findings, division: str, info: Benchmark | None, acc: Path) -> None:
-    if not check_files(c, acc, REQUIRED_ACC_FILES, ("mlperf_log_trace.json",)):
+    extra = ACCURACY_EXTRA_FILES.get(info.name if info else "", {}).get(c.rules.round.name)
+    if extra is not None:
+        check_extra_files(c, acc, *extra)
+    if not check_files(c, acc, REQUIRED_ACC_FILES, ("mlperf_log_trace.json", *(extra[:1] if extra else ()))):
         if not (acc / "accuracy.txt").is_file():
             return
     log = acc / "mlperf_log_accuracy.json"
@@ -142,6 +147,22 @@ def check_accuracy(c: Findings, division: str, info: Benchmark | None, acc: Path
         if info is not None and covered != info.dataset_size:
             c.development(acc, f"the accuracy run covers {covered} samples; {info.name} needs the whole dataset "
                                f"({info.dataset_size})")
+
+
+def check_extra_files(c: Findings, acc: Path, folder: str, ids: tuple[str, ...]) -> None:
+    """The checker's extra_files_check (``check_extra_files`` of its utils.py): ``acc/folder`` holds a file
+    named ``<id>.<anything>`` for each id; its message lists the missing ones as ``.mp4`` and then, though it
+    does not fail for it, ``captions.txt`` where no ``captions.*`` is there. A missing file is a development
+    finding: a development run scores part of the prompts, and the submitted run covers them all."""
+    if not (acc / folder).is_dir():
+        missing = [str(acc / folder)]
+    else:
+        names = {p.name.split(".")[0] for p in (acc / folder).iterdir() if p.is_file()}
+        missing = [f"{acc / folder / i}.mp4" for i in ids if i not in names]
+        if missing and "captions" not in names:
+            missing.append(str(acc / folder / "captions.txt"))
+    if missing:
+        c.development(acc, f"expected to have the following extra files ({missing})")
 
 
 def check_accuracy_value(c: Findings, division: str, info: Benchmark | None, acc: Path, lines: list[str]) -> None:
@@ -228,7 +249,8 @@ def check_perf_run(c: Findings, division: str, info: Benchmark | None, scenario:
         if not isinstance(found, int) or found < least:  # the official checker's words
             c.development(detail, f"Required minimum samples per query not met by user config, Expected={least}, "
                                   f"Found={found}")
-    needed = mins["performance_sample_count"] or (info.dataset_size if info else 0)
+    needed = CHECKER_PERFORMANCE_SAMPLE_COUNT.get(info.name if info else "") or mins["performance_sample_count"] \
+        or (info.dataset_size if info else 0)
     if values.get("effective_performance_sample_count", 0) < needed:
         c.development(detail, f"performance_sample_count is {values.get('effective_performance_sample_count')}; "
                               f"at least {needed} required")

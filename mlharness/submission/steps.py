@@ -25,7 +25,12 @@ from mlharness.errors import MLHarnessError
 from mlharness.loadgen.interrupt import GUARD
 from mlharness.loadgen.logs import parse_summary
 from mlharness.submission.layout import Tree, replace_dir, stamp, unique
-from mlharness.submission.rules import OPTIONAL_LOG_FILES, REQUIRED_ACC_FILES, REQUIRED_PERF_FILES
+from mlharness.submission.rules import (
+    ACCURACY_EXTRA_DIRS,
+    OPTIONAL_LOG_FILES,
+    REQUIRED_ACC_FILES,
+    REQUIRED_PERF_FILES,
+)
 
 NO_METRIC_TEXT = "accuracy: not scored (the manifest declares no accuracy metric)\n"
 # where each step's files land, relative to the scenario directory: (folder, required files)
@@ -177,6 +182,10 @@ def _place(tree: Tree, ids: tuple[str, str, str], step: str, out: Path, log_path
             shutil.move(str(out / name), str(target / name))
             if step.startswith("TEST"):  # the audit's raw LoadGen output stays together in its record folder
                 _link_or_copy(target / name, out / name)
+        if folder == "accuracy":  # a metric's files for the checker (wan-2.2's videos/<id>.mp4)
+            for name in ACCURACY_EXTRA_DIRS:
+                if (out / name).is_dir():
+                    shutil.move(str(out / name), str(target / name))
     record = tree.record_dir(*ids, step)
     new_record = work / f"{step}.record"
     shutil.rmtree(new_record, ignore_errors=True)

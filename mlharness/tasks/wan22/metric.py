@@ -25,8 +25,9 @@ import numpy as np
 
 from mlharness.errors import AccuracyError
 from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult
-from mlharness.tasks.wan22.dataset import PROMPTS, read_prompts, reference_video
+from mlharness.tasks.wan22.dataset import FPS, PROMPTS, read_prompts, reference_video
 from mlharness.tasks.wan22.scorers import DIMENSIONS, stand_in_scorers
+from mlharness.tasks.wan22.videofiles import FOLDER, SAMPLE_IDS, write_mp4
 from mlharness.tasks.wan22.videolog import log_videos
 
 RESULTS = "results_mlharness_eval_results.json"  # parse_results takes the last results_*_eval_results.json
@@ -78,7 +79,7 @@ class VBenchMetric(AccuracyMetric):
         prompts = read_prompts(root / opts.get("prompts", PROMPTS))
         scorers = stand_in_scorers(tuple(opts.get("dimensions", DIMENSIONS)))
         per_video: dict[str, list[dict[str, Any]]] = {s.dimension: [] for s in scorers}
-        count = 0
+        count, samples = 0, {int(i) for i in opts.get("sample_videos", SAMPLE_IDS)}
         for _, idx, video in log_videos(accuracy_log, opts["video_shape"], opts.get("video_dtype", "uint8")):
             if not 0 <= idx < len(prompts):
                 raise AccuracyError(f"{accuracy_log}: qsl_idx {idx} has no prompt ({len(prompts)} prompts)")
@@ -86,6 +87,8 @@ class VBenchMetric(AccuracyMetric):
             for scorer in scorers:
                 per_video[scorer.dimension].append({"video_path": f"{prompts[idx]}-0.mp4",
                                                     "video_results": scorer.score(video, prompts[idx], reference)})
+            if idx in samples:  # the checker's accuracy/videos/<id>.mp4
+                write_mp4(video, float(opts.get("fps") or FPS), Path(accuracy_log).parent / FOLDER / f"{idx}.mp4")
             count += 1
             del video, reference
         if not count:

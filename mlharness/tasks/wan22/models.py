@@ -36,6 +36,11 @@ class VideoGenerator(nn.Module):
         self.pipe, self.steps, self.guidance, self.guidance_2 = pipe, int(steps), float(guidance), float(guidance_2)
         self.seed, self.max_sequence_length = int(seed), int(max_sequence_length)
         self.transformer = pipe.transformer  # registered, so .to() and eval() reach the weights
+        # every network in inference mode, the unregistered ones too: built from a config (the random model)
+        # they start in training mode, and UMT5's dropout (0.1) made each call's video differ from the last
+        for part in getattr(pipe, "components", {}).values():
+            if isinstance(part, nn.Module):
+                part.eval()
 
     def forward(self, prompts: torch.Tensor, latents: torch.Tensor) -> torch.Tensor:
         texts = [decode_caption(row) for row in prompts]
