@@ -50,6 +50,7 @@ def tree(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[
     # the video comparison must pass whatever the host does; a performance band missed between 1 s runs on a
     # busy host is a development finding
     assert "TEST01 accuracy: PASS" in proc.stdout, proc.stdout[-3000:]
+    assert re.search(r"Offline accuracy \([\d.]+ s\): Accuracy Results: \{'vbench_score': ", proc.stdout), proc.stdout
     made: dict[str, object] = {"work": work, "results": results, "proc": proc}
     made["performance_passed"] = {t: f"{t} performance: PASS" in proc.stdout for t in ("TEST01", "TEST04")}
     made["scenario"] = results / SYSTEM / SCENARIO[0] / SCENARIO[1]

@@ -211,9 +211,11 @@ def result_line(scen_dir: Path, step: str, scenario: str, record: Path | None = 
     names the round and model the verdict depends on)."""
     if step == "accuracy":
         path = scen_dir / "accuracy" / "accuracy.txt"
-        # the first line with a figure (the ROUGE dict follows a "Results" header)
+        # the checker's 'Accuracy Results:' line where there is one (wan-2.2's follows the official per-dimension
+        # summary), else the first line with a figure (the ROUGE dict follows a "Results" header)
         lines = [line.strip() for line in path.read_text().splitlines() if any(c.isdigit() for c in line)] \
             if path.is_file() else []
+        lines = [line for line in lines if line.startswith("Accuracy Results:")] or lines
         return lines[0] if lines else "-"
     folder = scen_dir / ("performance" if step == "performance" else f"{step}/performance") / "run_1"
     try:
