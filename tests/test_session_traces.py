@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -21,7 +22,8 @@ from mlharness.sessions.trace_mooncake import BLOCK_TOKENS
 from mlharness.sessions.traces import FORMATS, load_trace
 
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"
-ENDPOINTS = Path("/work/.mirror/mlcommons+endpoints/repo")
+# a git repository of mlcommons/endpoints (bare or not): MLHARNESS_ENDPOINTS_GIT, else where this machine mirrors it
+ENDPOINTS = Path(os.environ.get("MLHARNESS_ENDPOINTS_GIT", "/work/.mirror/mlcommons+endpoints/repo"))
 REAL = "examples/11_Edge_Agentic_Example/agentic_coding_2.5h.jsonl"
 REFERENCE = "src/inference_endpoint/dataset_manager/agentic_inference_dataset.py"
 

@@ -8,6 +8,7 @@ a vbench_score of 100, and less for any other video."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -20,7 +21,8 @@ from mlharness.manifest.loader import find_builtin
 from mlharness.tasks.wan22.metric import STAND_IN_NOTE, summary
 
 FIXTURES = Path(__file__).parent / "fixtures" / "wan22"
-OFFICIAL = Path("/work/.mirror/mlcommons+inference/repo")
+# a git repository of mlcommons/inference (bare or not): MLHARNESS_INFERENCE_GIT, else where this machine mirrors it
+OFFICIAL = Path(os.environ.get("MLHARNESS_INFERENCE_GIT", "/work/.mirror/mlcommons+inference/repo"))
 SHAPE = [5, 32, 32, 3]
 
 
