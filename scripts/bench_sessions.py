@@ -2,7 +2,11 @@
 session player, by AIPerf and by GuideLLM; prints sessions/s, turns/s and the client's CPU time per turn.
 
     .venv/bin/python scripts/bench_sessions.py [--trace T.jsonl] [--sessions 16 --turns 6] [--concurrency 4]
-        [--aiperf /tmp/b-aiperf/bin/aiperf] [--guidellm /tmp/b-guidellm/bin/guidellm]
+        [--aiperf PATH/TO/aiperf] [--guidellm PATH/TO/guidellm]
+
+AIPerf and GuideLLM pin libraries mlharness does not, so each goes in a virtual environment of its own
+(``python3 -m venv ../aiperf-env && ../aiperf-env/bin/pip install aiperf==0.13.0``; GuideLLM 0.8.1 likewise, it needs
+Python 3.12) and is named here, or found on PATH.
 
 The server is a small aiohttp one in this file, run in its own process on 127.0.0.1 (the project's fake OpenAI
 server, ``mlharness/measurement/fake_openai_server.py``, answers chat with text only and checks messages as image
@@ -209,7 +213,7 @@ def run_client(name: str, cmd: list[str], timeout_s: float, env: dict[str, str] 
 
 
 def find_tool(given: str | None, name: str) -> str | None:
-    for candidate in ([given] if given else []) + [f"/tmp/b-{name}/bin/{name}", shutil.which(name) or ""]:
+    for candidate in ([given] if given else []) + [shutil.which(name) or ""]:
         if candidate and Path(candidate).exists():
             return candidate
     return None
@@ -235,8 +239,8 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=32, help="chunks per answer")
     ap.add_argument("--token-delay-ms", type=float, default=0.0)
     ap.add_argument("--think-scale", type=float, default=0.0)
-    ap.add_argument("--aiperf", help="the aiperf executable (default: /tmp/b-aiperf/bin/aiperf, then PATH)")
-    ap.add_argument("--guidellm", help="the guidellm executable (default: /tmp/b-guidellm/bin/guidellm, then PATH)")
+    ap.add_argument("--aiperf", help="the aiperf executable (default: on PATH)")
+    ap.add_argument("--guidellm", help="the guidellm executable (default: on PATH)")
     ap.add_argument("--tokenizer", help="a local tokenizer directory for AIPerf and GuideLLM")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per client")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
