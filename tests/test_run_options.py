@@ -37,8 +37,8 @@ RUN_FLAGS = {
     "--system", "--user-conf", "--audit-config", "--device", "--round", "--count", "--min-duration-ms",
     "--min-query-count", "--max-query-count", "--target-qps", "--target-latency-ms", "--samples-per-query",
     "--performance-sample-count", "--max-batchsize", "--server-max-wait-ms", "--threads", "--workers",
-    "--instances", "--threads-per-instance", "--pin-cores", "--load-workers", "--trace", "--telemetry-interval-ms",
-    "--no-calibrate", "--ignore-framework-version", "--no-progress", "--agent", "--network", "--sut-server",
+    "--instances", "--threads-per-instance", "--pin-cores", "--load-workers", "--trace", "--loadgen-trace",
+    "--telemetry-interval-ms", "--no-calibrate", "--ignore-framework-version", "--no-progress", "--agent", "--network", "--sut-server",
     "--token", "--tls-ca", "--tls-cert", "--tls-key", "--tls-server-name", "--endpoint",
 }
 
