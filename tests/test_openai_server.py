@@ -6,12 +6,8 @@ MLHARNESS_VLLM_PYTHON; without it this test skips."""
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +16,7 @@ import pytest
 from mlharness.predictors import PREDICTORS
 from mlharness.predictors.base import PredictorConfig
 from mlharness.predictors.generative import TokenRequest
+from tests.helpers.vllm_server import free_port, vllm_server
 from tests.test_openai import Recorder
 
 VLLM_PYTHON = os.environ.get("MLHARNESS_VLLM_PYTHON")
@@ -32,47 +29,14 @@ def dead_endpoint() -> str:
     return f"http://127.0.0.1:{free_port()}"  # nobody listens there
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served(shared_cache):
     """vLLM serving llama3.1-8b-random's checkpoint, written where that manifest's runs with this cache read it."""
     from mlharness.tasks.cnndm.models import ensure_random_llama
 
     model = ensure_random_llama(shared_cache / "generated" / "llama3.1-8b-random" / "llama_random")
-    port = free_port()
-    log = shared_cache / f"vllm-server-{port}.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-                                 "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-                                 "--max-model-len", "640", "--dtype", "float32"],
-                                stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"the vLLM server exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
-            try:
-                urllib.request.urlopen(f"{url}/v1/models", timeout=2).read()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"the vLLM server did not come up in 300 s:\n{log.read_text()[-3000:]}")
-                time.sleep(1)
+    with vllm_server(VLLM_PYTHON, model, shared_cache, "vllm-server", "--max-model-len", "640") as url:
         yield url, model
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def test_vllm_server_streams_the_same_tokens_as_greedy_transformers(served):

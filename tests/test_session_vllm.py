@@ -7,11 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import socket
-import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -20,6 +16,7 @@ from mlharness.sessions.cache_metrics import HITS, QUERIES, client_hit_rate, hit
 from mlharness.sessions.model import Session, Turn
 from mlharness.sessions.openai_engine import OpenAIChatEngine
 from mlharness.sessions.replay import ReplayOptions, SessionPlayer
+from tests.helpers.vllm_server import vllm_server
 
 VLLM_PYTHON = os.environ.get("MLHARNESS_VLLM_PYTHON")
 pytestmark = [pytest.mark.slow,  # about a minute: the server's start-up (imports) on 2 cores
@@ -31,12 +28,6 @@ TEMPLATE = ("{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_head
 SYSTEM = "You answer questions about the weather in short sentences. " * 8  # a prefix the sessions share
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served(shared_cache, tmp_path_factory):
     """vLLM serving llama3.1-8b-random's checkpoint with prefix caching on, in blocks of 32 tokens (the CPU
@@ -46,37 +37,10 @@ def served(shared_cache, tmp_path_factory):
     model = ensure_random_llama(shared_cache / "generated" / "llama3.1-8b-random" / "llama_random")
     template = tmp_path_factory.mktemp("vllm-chat") / "template.jinja"
     template.write_text(TEMPLATE)
-    port = free_port()
-    log = shared_cache / f"vllm-sessions-{port}.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-                                 "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-                                 "--max-model-len", "2048", "--dtype", "float32", "--enable-prefix-caching",
-                                 "--block-size", "32", "--enable-prompt-tokens-details",
-                                 "--chat-template", str(template)],
-                                stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"the vLLM server exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
-            try:
-                urllib.request.urlopen(f"{url}/v1/models", timeout=2).read()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"the vLLM server did not come up in 300 s:\n{log.read_text()[-3000:]}")
-                time.sleep(1)
+    with vllm_server(VLLM_PYTHON, model, shared_cache, "vllm-sessions", "--max-model-len", "2048",
+                     "--enable-prefix-caching", "--block-size", "32", "--enable-prompt-tokens-details",
+                     "--chat-template", str(template)) as url:
         yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def sessions() -> list[Session]:
