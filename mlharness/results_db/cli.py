@@ -141,47 +141,44 @@ def _print_runs(runs: list[Any], title: str, args: argparse.Namespace, console: 
     return 0
 
 
-def cmd_list(args: argparse.Namespace, console: Any) -> int:
-    from mlharness.results_db.query import from_args, list_runs
+def _query(args: argparse.Namespace, console: Any, query: Any, *extra: Any) -> tuple[Any, Any]:
+    """The filter the flags give and ``query(engine, scoped filter, *extra)`` on the (indexed) store."""
+    from mlharness.results_db.query import from_args
 
     f = from_args(args)
     store = _open(args, console)
     try:
-        runs = list_runs(store.engine, store.scoped(f))
+        return f, query(store.engine, store.scoped(f), *extra)
     finally:
         store.close()
+
+
+def cmd_list(args: argparse.Namespace, console: Any) -> int:
+    from mlharness.results_db.query import list_runs
+
+    f, runs = _query(args, console, list_runs)
     return _print_runs(runs, f"{len(runs)} runs: {f.describe()}", args, console)
 
 
 def cmd_best(args: argparse.Namespace, console: Any) -> int:
-    from mlharness.results_db.query import best, from_args
+    from mlharness.results_db.query import best
 
-    f = from_args(args)
-    store = _open(args, console)
-    try:
-        runs = best(store.engine, store.scoped(f))
-    finally:
-        store.close()
+    f, runs = _query(args, console, best)
     return _print_runs(runs, f"best VALID result per system: {f.describe()}", args, console)
 
 
 def cmd_history(args: argparse.Namespace, console: Any) -> int:
     from rich.table import Table
 
-    from mlharness.results_db.query import ALIASES, from_args, history
+    from mlharness.results_db.query import ALIASES, history
 
-    f = from_args(args)
-    store = _open(args, console)
-    try:
-        points = history(store.engine, store.scoped(f), args.metric)
-    finally:
-        store.close()
-    name = ALIASES.get(args.metric, args.metric)
-    unit = "ns" if name.endswith("(ns)") else None
     if args.last is not None and args.last < 1:
         from mlharness.errors import MLHarnessError
 
         raise MLHarnessError(f"results history --last {args.last}: give a number of rows of at least 1")
+    f, points = _query(args, console, history, args.metric)
+    name = ALIASES.get(args.metric, args.metric)
+    unit = "ns" if name.endswith("(ns)") else None
     if args.by == "commit":
         return _history_by_commit(points, args, console, f.describe(), unit)
     points = points[-args.last:] if args.last else points
