@@ -6,9 +6,10 @@ Kept light: numpy and torch are imported inside the handlers so ``mlharness --he
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
+
+from mlharness.tasks.generative_cli import print_result
 
 
 def register(synth: Any, prepare: Any, accuracy: Any) -> None:
@@ -60,6 +61,4 @@ def cmd_accuracy(args: argparse.Namespace, console: Any) -> int:
 
     ctx = AccuracyContext(dataset_path=args.dataset_path, count=0,
                           options={"dataset_size": args.dataset_size, "dtype": args.dtype})
-    sys.stdout.write(IgbhAccuracyMetric().score(args.log, ctx).text)
-    sys.stdout.flush()
-    return 0
+    return print_result(IgbhAccuracyMetric().score(args.log, ctx))
