@@ -41,6 +41,9 @@ def test_sampler_fanouts_and_seed(igbh):
     # a seed's neighbourhood does not depend on its batch, and the same seed gives the same sample
     again = graph.sample_arrays(np.array([7]))
     assert all(np.array_equal(x, y) for x, y in zip(b, again, strict=True))
+    alone = graph.sample_arrays(np.array([3]))  # the batch [3, 7] is the disjoint union of [3] and [7]
+    sizes = [lambda x: x.shape[0]] * len(ntypes) + [lambda x: x.shape[1]] * len(etypes)  # nodes, then edges
+    assert all(n(x) == n(y) + n(z) for n, x, y, z in zip(sizes, a[:-1], alone[:-1], b[:-1], strict=True))
     other = open_graph(igbh / "tiny" / "processed", GraphSettings(fanouts=(1, 1, 2), seed=7)).sample_arrays(
         np.array([7]))
     assert any(x.shape != y.shape or not np.array_equal(x, y) for x, y in zip(b, other, strict=True))
