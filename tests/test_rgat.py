@@ -34,7 +34,7 @@ def test_sampler_fanouts_and_seed(igbh):
     seeds_x = a[paper][:2]
     assert np.array_equal(seeds_x, graph.features["paper"][[3, 7]])  # the seeds come first, in batch order
     # the first hop takes at most the last fan-out (2) in-neighbours per seed and edge type
-    for k, (src, rel, dst) in enumerate(etypes):
+    for k, (src, _, dst) in enumerate(etypes):
         if dst == "paper":
             edges = b[len(ntypes) + k]
             assert 0 < (edges[1] == 0).sum() <= 2 or src != "paper"
