@@ -16,32 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.ray_cluster import ray_cluster, start_cluster  # noqa: F401 - the fixture
-
-TOY = """\
-name: sleepy
-framework: {name: echo, options: {sleep_ms: 5}}
-inputs: [{name: x, element_type: float32, shape: [4]}]
-outputs: [{name: y, element_type: float32}]
-dataset:
-  name: toy_data
-  init: |
-    def init(count):
-        return count or 16
-preprocess: |
-  import numpy as np
-
-  def preprocess(ctx, index):
-      return np.full(4, index, np.float32)
-postprocess: |
-  def postprocess(ctx, outputs):
-      return outputs[0]
-"""
+from tests.helpers.ray_cluster import ray_cluster, start_cluster, toy_manifest  # noqa: F401 - the fixture
 
 
 def write_campaign(folder: Path, systems: str, scenarios: str = "[Offline]", duration_ms: int = 200) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "sleepy.yaml").write_text(TOY)
+    (folder / "sleepy.yaml").write_text(toy_manifest("sleepy", sleep_ms=5))
     path = folder / "campaign.yaml"
     path.write_text(f"models: [sleepy.yaml]\nscenarios: {scenarios}\nmodes: [performance]\n"
                     f"options: {{min_duration_ms: {duration_ms}, min_query_count: 1, count: 16}}\n"

@@ -17,27 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
-from tests.helpers.ray_cluster import ray_cluster  # noqa: F401 - the fixture
-
-TOY = """\
-name: {name}
-framework: {{name: echo, options: {{sleep_ms: {sleep_ms}}}}}
-inputs: [{{name: x, element_type: float32, shape: [4]}}]
-outputs: [{{name: y, element_type: float32}}]
-dataset:
-  name: toy_data
-  init: |
-    def init(count):
-        return count or 16
-preprocess: |
-  import numpy as np
-
-  def preprocess(ctx, index):
-      return np.full(4, index, np.float32)
-postprocess: |
-  def postprocess(ctx, outputs):
-      return outputs[0]
-"""
+from tests.helpers.ray_cluster import ray_cluster, toy_manifest  # noqa: F401 - the fixture
 
 
 def write_campaign(folder: Path, models: dict[str, int], scenarios: str, systems: str, ms: int = 200) -> Path:
@@ -45,7 +25,7 @@ def write_campaign(folder: Path, models: dict[str, int], scenarios: str, systems
     campaign's processes are told apart from any other's by their command line."""
     folder.mkdir(parents=True, exist_ok=True)
     for stem, sleep_ms in models.items():
-        (folder / f"{stem}.yaml").write_text(TOY.format(name=stem.split("-")[0], sleep_ms=sleep_ms))
+        (folder / f"{stem}.yaml").write_text(toy_manifest(stem.split("-")[0], sleep_ms=sleep_ms))
     path = folder / "campaign.yaml"
     path.write_text(f"models: [{', '.join(f'{s}.yaml' for s in models)}]\nscenarios: {scenarios}\n"
                     f"modes: [performance]\noptions: {{min_duration_ms: {ms}, min_query_count: 1, count: 16}}\n"

@@ -14,31 +14,7 @@ from pathlib import Path
 import pytest
 
 from mlharness.measurement import sweep_plan as sp
-from tests.helpers.ray_cluster import ray_cluster  # noqa: F401 - the fixture
-
-# a fixed-capacity toy: each sample's postprocess sleeps 2 ms, so it keeps up with 100 QPS on any host
-TOY = """\
-name: steady
-framework: {name: echo}
-inputs: [{name: x, element_type: float32, shape: [4]}]
-outputs: [{name: y, element_type: float32}]
-dataset:
-  name: toy_data
-  init: |
-    def init(count):
-        return count or 16
-preprocess: |
-  import numpy as np
-
-  def preprocess(ctx, index):
-      return np.full(4, index, np.float32)
-postprocess: |
-  import time
-
-  def postprocess(ctx, outputs):
-      time.sleep(0.002)
-      return outputs[0]
-"""
+from tests.helpers.ray_cluster import ray_cluster, toy_manifest  # noqa: F401 - the fixture
 
 
 def cli(env: dict[str, str], *args: str, timeout: float = 150) -> subprocess.CompletedProcess:
@@ -49,7 +25,8 @@ def cli(env: dict[str, str], *args: str, timeout: float = 150) -> subprocess.Com
 def sweep_args(tmp_path: Path, out: Path, *extra: str) -> list[str]:
     manifest = tmp_path / "toy" / "steady.yaml"
     manifest.parent.mkdir(exist_ok=True)
-    manifest.write_text(TOY)
+    # a fixed-capacity toy: each sample's postprocess sleeps 2 ms, so it keeps up with 100 QPS on any host
+    manifest.write_text(toy_manifest("steady", postprocess="time.sleep(0.002)"))
     return ["sweep", "--manifest", str(manifest), "--count", "16", "--min-duration-ms", "300", "--min-query-count",
             "20", "--slo", "latency_p99=50ms", "--output", str(out), *extra]
 

@@ -21,6 +21,32 @@ LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 NODES = {"a": {"acc_a": 1.0}, "b": {"acc_b": 1.0}, "c": {}}
 
 
+def toy_manifest(name: str, sleep_ms: int | None = None, postprocess: str = "") -> str:
+    """The echo toy the cluster tests run (four floats in, the same out, 16 samples): ``sleep_ms`` per batch in
+    the framework, ``postprocess`` lines run before each sample's postprocess returns (``time`` imported)."""
+    options = "" if sleep_ms is None else f", options: {{sleep_ms: {sleep_ms}}}"
+    body = "".join(f"      {line}\n" for line in postprocess.splitlines())
+    return f"""\
+name: {name}
+framework: {{name: echo{options}}}
+inputs: [{{name: x, element_type: float32, shape: [4]}}]
+outputs: [{{name: y, element_type: float32}}]
+dataset:
+  name: toy_data
+  init: |
+    def init(count):
+        return count or 16
+preprocess: |
+  import numpy as np
+
+  def preprocess(ctx, index):
+      return np.full(4, index, np.float32)
+postprocess: |
+{"  import time" + chr(10) + chr(10) if body else ""}  def postprocess(ctx, outputs):
+{body}      return outputs[0]
+"""
+
+
 @dataclass
 class LocalRayCluster:
     cluster: Any
