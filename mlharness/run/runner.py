@@ -13,6 +13,7 @@ import logging
 import threading
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from mlharness.errors import HookError, MLHarnessError, RunFailed, SettingsError
 from mlharness.loadgen.logs import check_loadgen_logs, detail_values, parse_summary
@@ -184,7 +185,12 @@ def preflight_accuracy(plan: RunPlan) -> None:
     Only accuracy mode scores within a run (an audit's sampled responses are scored by ``submission``)."""
     spec = plan.loaded.model.accuracy
     if plan.mode == "accuracy" and spec is not None:
-        METRICS.get(spec.metric)().preflight(dict(spec.options))
+        METRICS.get(spec.metric)().preflight(accuracy_options(plan))
+
+
+def accuracy_options(plan: RunPlan) -> dict[str, Any]:
+    """The metric's options: the data kind's (a video's fps and shape) under the manifest's own."""
+    return {**plan.kind.accuracy_options(plan.loaded.model), **plan.loaded.model.accuracy.options}
 
 
 def score_accuracy(plan: RunPlan, outdir: Path) -> AccuracyResult | None:
@@ -194,7 +200,7 @@ def score_accuracy(plan: RunPlan, outdir: Path) -> AccuracyResult | None:
         return None
     actx = AccuracyContext(
         dataset_path=Path(plan.ctx["dataset_path"]) if plan.ctx.get("dataset_path") else None,
-        count=plan.total, options={**plan.kind.accuracy_options(plan.loaded.model), **spec.options},
+        count=plan.total, options=accuracy_options(plan),
         response_dtype=plan.loaded.model.response.element_type,
     )
     accuracy = METRICS.get(spec.metric)().score(outdir / "mlperf_log_accuracy.json", actx)
