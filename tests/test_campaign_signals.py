@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import time
 import uuid
 from pathlib import Path
 
-from tests.helpers.ray_cluster import ray_cluster, toy_manifest  # noqa: F401 - the fixture
+from tests.helpers.ray_cluster import ray_cluster, start_cluster, toy_manifest  # noqa: F401 - the fixture
 
 
 def write_campaign(folder: Path, models: dict[str, int], scenarios: str, systems: str, ms: int = 200) -> Path:
@@ -139,42 +140,44 @@ def test_sigterm_stops_the_campaign_with_143(ray_cluster, tmp_path):  # noqa: F8
     assert [e["outcome"] for e in record(root).values()] == ["cancelled"]
 
 
-def test_resume_after_a_node_died_reports_its_pinned_runs_and_resumes_the_rest(ray_cluster, tmp_path):  # noqa: F811
-    env = ray_cluster.env(dict(os.environ))
-    marker = uuid.uuid4().hex[:10]
-    toy = f"toy-{marker}"
-    path = write_campaign(tmp_path, {toy: 1}, "[Offline]", "  - {name: all, on: each}\n  - {name: any}\n", ms=2500)
-    root = tmp_path / "results"
-    dead = ray_cluster.node_id("c")
-    proc = start(env, path, root)
-    try:  # node c dies under its run
-        wait_for(lambda: len(runs_of(marker)) == 3, 120, proc)
-        ray_cluster.kill("c")
-        out, err = proc.communicate(timeout=150)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 3, out + err
-    jobs = record(root)
-    on_c = f"all@{dead[:12]}/{toy}/Offline/performance"
-    assert jobs[on_c]["outcome"] == "failed" and dead[:12] in jobs[on_c]["error"]
-    assert sum(e["outcome"] == "ok" for e in jobs.values()) == 3
-    # one finished run lost since (as if it never ran): the resume runs it again, and only it
-    redo = f"any/{toy}/Offline/performance"
-    for p in sorted((root / redo).rglob("*"), reverse=True):
-        p.rmdir() if p.is_dir() else p.unlink()
-    (root / redo).rmdir()
-    before = mtimes(root)
+def test_resume_after_a_node_died_reports_its_pinned_runs_and_resumes_the_rest(tmp_path):
+    cluster = start_cluster()  # a cluster of its own: the test kills one of its nodes
+    try:
+        env = cluster.env(dict(os.environ))
+        marker = uuid.uuid4().hex[:10]
+        toy = f"toy-{marker}"
+        path = write_campaign(tmp_path, {toy: 1}, "[Offline]", "  - {name: all, on: each}\n  - {name: any}\n", ms=2500)
+        root = tmp_path / "results"
+        dead = cluster.node_id("c")
+        proc = start(env, path, root)
+        try:  # node c dies under its run
+            wait_for(lambda: len(runs_of(marker)) == 3, 120, proc)
+            cluster.kill("c")
+            out, err = proc.communicate(timeout=150)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 3, out + err
+        jobs = record(root)
+        on_c = f"all@{dead[:12]}/{toy}/Offline/performance"
+        assert jobs[on_c]["outcome"] == "failed" and dead[:12] in jobs[on_c]["error"]
+        assert sum(e["outcome"] == "ok" for e in jobs.values()) == 3
+        # one finished run lost since (as if it never ran): the resume runs it again, and only it
+        redo = f"any/{toy}/Offline/performance"
+        shutil.rmtree(root / redo)
+        before = mtimes(root)
 
-    resumed = subprocess.run([sys.executable, "-m", "mlharness.cli", "campaign", "run", str(path), "--cluster",
-                              "auto", "--results", str(root), "--resume"], env=env, capture_output=True, text=True,
-                             timeout=150)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    jobs = record(root)
-    assert jobs[on_c]["outcome"] == "node gone, not rerun" and "gone" in jobs[on_c]["error"]
-    assert jobs[on_c]["pinned"] == dead
-    assert jobs[redo]["outcome"] == "ok" and (root / redo / "mlharness_run.json").is_file()
-    assert sorted(e["outcome"] for k, e in jobs.items() if k not in (on_c, redo)) == ["skipped", "skipped"]
-    assert all(mtimes(root)[k] == v for k, v in before.items())  # nothing finished redone
-    assert "node gone, not rerun" in resumed.stdout and "1 not rerun" in resumed.stdout
+        resumed = subprocess.run([sys.executable, "-m", "mlharness.cli", "campaign", "run", str(path), "--cluster",
+                                  "auto", "--results", str(root), "--resume"], env=env, capture_output=True, text=True,
+                                 timeout=150)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        jobs = record(root)
+        assert jobs[on_c]["outcome"] == "node gone, not rerun" and "gone" in jobs[on_c]["error"]
+        assert jobs[on_c]["pinned"] == dead
+        assert jobs[redo]["outcome"] == "ok" and (root / redo / "mlharness_run.json").is_file()
+        assert sorted(e["outcome"] for k, e in jobs.items() if k not in (on_c, redo)) == ["skipped", "skipped"]
+        assert all(mtimes(root)[k] == v for k, v in before.items())  # nothing finished redone
+        assert "node gone, not rerun" in resumed.stdout and "1 not rerun" in resumed.stdout
+    finally:
+        cluster.shutdown()
