@@ -76,14 +76,23 @@ class HeteroGraph:
         self.features: dict[str, np.ndarray] = {}
         self.csc: dict[EdgeType, Csc] = {}
         self.feature_files: dict[str, Path] = {}
+        self._order: tuple[list[str], list[EdgeType], tuple[EdgeType, ...]] | None = None  # set by open_graph
+
+    def _sorted(self) -> tuple[list[str], list[EdgeType], tuple[EdgeType, ...]]:
+        """The node and edge types in sorted order, sorted once when the graph is opened (the timed path asks for
+        them on every batch and every hop); sorted afresh while it is still being filled."""
+        if self._order is not None:
+            return self._order
+        etypes = sorted(self.csc)
+        return sorted(self.features), etypes, tuple(etypes)
 
     @property
     def ntypes(self) -> list[str]:
-        return sorted(self.features)
+        return list(self._sorted()[0])
 
     @property
     def etypes(self) -> list[EdgeType]:
-        return sorted(self.csc)
+        return list(self._sorted()[1])
 
     def nodes(self, ntype: str) -> int:
         return int(self.features[ntype].shape[0])
@@ -91,8 +100,9 @@ class HeteroGraph:
     def sample_arrays(self, seeds: np.ndarray) -> list[np.ndarray]:
         """The model's inputs for a batch of seed ids (see :func:`~mlharness.loadgen.graph_sampler.batch_arrays`)."""
         s = self.settings
-        subs = [sample_one(self.csc, s.seed_type, int(n), list(s.fanouts), s.seed) for n in np.ravel(seeds)]
-        return batch_arrays(subs, self.ntypes, self.etypes, self.features)
+        ntypes, etypes, order = self._sorted()
+        subs = [sample_one(self.csc, s.seed_type, int(n), list(s.fanouts), s.seed, order) for n in np.ravel(seeds)]
+        return batch_arrays(subs, ntypes, etypes, self.features)
 
 
 def open_graph(folder: Path, settings: GraphSettings) -> HeteroGraph:
@@ -115,6 +125,8 @@ def open_graph(folder: Path, settings: GraphSettings) -> HeteroGraph:
         if len(etype) != 3:
             raise DatasetError(f"{sub}: an edge folder is named <src>__<relation>__<dst>")
         _add_edges(graph, sub / "edge_index.npy", etype)  # type: ignore[arg-type]
+    etypes = sorted(graph.csc)
+    graph._order = (sorted(graph.features), etypes, tuple(etypes))  # the tables are complete: sort them once
     log.info("graph %s: %d node types, %d edge types", folder, len(graph.features), len(graph.csc))
     return graph
 

@@ -70,26 +70,35 @@ class Subgraph:
 
         self.nodes: dict[str, Any] = {seed_type: torch.tensor([seed], dtype=torch.int64)}
         self.edges: dict[EdgeType, list[tuple[Any, Any]]] = {}
+        self._sorted: dict[str, tuple[int, Any, Any]] = {}  # ntype: (node count, argsort, sorted ids)
 
     def local(self, ntype: str, ids: Any) -> Any:
-        """Positions of global ``ids`` in this subgraph's list of ``ntype`` nodes."""
+        """Positions of global ``ids`` in this subgraph's list of ``ntype`` nodes. The sort of a type's nodes is
+        made once and kept (every edge type with that type at either end asks again); nodes are only ever
+        appended, so their count tells whether it is still the list's."""
         import torch
 
         known = self.nodes[ntype]
-        order = torch.argsort(known)
-        return order[torch.searchsorted(known[order], ids)]
+        cached = self._sorted.get(ntype)
+        if cached is None or cached[0] != len(known):
+            order = torch.argsort(known)
+            cached = self._sorted[ntype] = (len(known), order, known[order])
+        return cached[1][torch.searchsorted(cached[2], ids)]
 
 
-def sample_one(graph: dict[EdgeType, Csc], seed_type: str, node: int, fanouts: list[int], seed: int) -> Subgraph:
-    """The neighbourhood of one seed node: hop by hop, from the last fan-out to the first."""
+def sample_one(graph: dict[EdgeType, Csc], seed_type: str, node: int, fanouts: list[int], seed: int,
+               etypes: tuple[EdgeType, ...] | None = None) -> Subgraph:
+    """The neighbourhood of one seed node: hop by hop, from the last fan-out to the first. ``etypes``: the edge
+    types in sorted order, when the caller keeps them (a graph opened once does); sorted here otherwise."""
     import torch
 
     g = node_generator(seed, node)
     sub = Subgraph(seed_type, node)
     frontier = dict(sub.nodes)
+    order = tuple(sorted(graph)) if etypes is None else etypes  # the draws' order: it fixes each edge type's draws
     for fanout in reversed(fanouts):
         found: dict[str, list[Any]] = {}
-        for etype in sorted(graph):
+        for etype in order:
             src_type, _, dst_type = etype
             if dst_type not in frontier or not len(frontier[dst_type]):
                 continue
