@@ -281,6 +281,11 @@ def build_test_settings(plan: SettingsPlan) -> Any:
         rc = settings.FromConfig(str(plan.user_conf), plan.model, plan.scenario, 2)
         if rc != 0:
             raise SettingsError(f"LoadGen rejected user.conf {plan.user_conf} (rc={rc})")
+    if plan.audit_config is not None and Path(plan.audit_config).is_file():
+        # LoadGen reads an audit config as model '*': a benchmark's own lines (TEST04's 'wan-2.2-t2v-a14b.Offline.
+        # min_query_count = 20') are the SUT's to load, by its model name (compliance/TEST04/README.md)
+        if settings.FromConfig(str(plan.audit_config), plan.model, plan.scenario, 2) != 0:
+            raise SettingsError(f"LoadGen rejected audit config {plan.audit_config}")
     if plan.token_latencies and not settings.use_token_latencies and not end_to_end:
         raise SettingsError(f"the configuration of '{plan.model}' turns use_token_latencies off, but the model "
                             "streams tokens (response.kind: tokens)")
