@@ -189,6 +189,7 @@ MAY_NOT_IMPORT = {
     "mlharness.calibration": (*ABOVE_RUN, "mlharness.run"),
     "mlharness.loadgen": (*ABOVE_RUN, "mlharness.run", "mlharness.calibration"),
     "mlharness.sessions": (*ABOVE_RUN, "mlharness.run", "mlharness.calibration", "mlharness.loadgen"),
+    "mlharness.pipeline": (*ABOVE_RUN, "mlharness.run", "mlharness.calibration", "mlharness.loadgen"),
     # a cluster's runs are mlharness processes on their nodes: the executors start command lines, never a run
     "mlharness.cluster": ("mlharness.run", "mlharness.calibration", "mlharness.loadgen"),
 }
