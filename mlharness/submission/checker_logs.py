@@ -48,6 +48,7 @@ TEST_ENTRIES = {"TEST01": {"accuracy", "performance", "verify_accuracy.txt", "ve
                 "TEST05": {"performance", "verify_performance.txt"},
                 "TEST06": {"accuracy", "verify_accuracy.txt"},
                 "TEST07": {"accuracy", "performance", "verify_accuracy.txt"},
+                "TEST08": {"accuracy", "performance", "verify_accuracy.txt"},  # dlrm-v3
                 "TEST09": {"accuracy", "performance", "verify_output_len.txt"}}
 # any of these in a scenario without LoadGen detail logs: an endpoints-style result (submission/endpoints.py)
 ENDPOINTS_FILES = ((CONFIG_FILE,), ("performance", SUMMARY_FILE), ("accuracy", ACCURACY_FILE))
@@ -295,8 +296,8 @@ def _check_test_dir(c: Findings, division: str, info: Benchmark | None, scenario
         from mlharness.submission.checker_llm import check_test06
 
         return f"TEST06 {'PASS' if check_test06(c, test_dir) else 'FAIL'}"
-    if test in ("TEST07", "TEST09"):  # the official checker reads only the verify file's TEST PASS
-        verify = test_dir / ("verify_accuracy.txt" if test == "TEST07" else "verify_output_len.txt")
+    if test in ("TEST07", "TEST08", "TEST09"):  # the official checker reads only the verify file's TEST PASS
+        verify = test_dir / ("verify_output_len.txt" if test == "TEST09" else "verify_accuracy.txt")
         check_files(c, test_dir / "accuracy", ("mlperf_log_accuracy.json",))
         passed = _verify_file_passes(c, verify)
         if not passed:

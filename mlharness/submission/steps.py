@@ -43,6 +43,8 @@ STEP_FILES: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "TEST06": [("TEST06/accuracy", ("mlperf_log_accuracy.json",))],  # LLMs: sampled token streams only
     "TEST07": [("TEST07/performance/run_1", REQUIRED_PERF_FILES), ("TEST07/accuracy", ("mlperf_log_accuracy.json",))],
     "TEST09": [("TEST09/performance/run_1", REQUIRED_PERF_FILES), ("TEST09/accuracy", ("mlperf_log_accuracy.json",))],
+    # dlrm-v3: the sampled responses, matched on (ts_idx, query_idx) by TEST08/verify_accuracy.txt
+    "TEST08": [("TEST08/performance/run_1", REQUIRED_PERF_FILES), ("TEST08/accuracy", ("mlperf_log_accuracy.json",))],
 }
 
 
@@ -215,8 +217,11 @@ def result_line(scen_dir: Path, step: str, scenario: str, record: Path | None = 
         # summary), else the first line with a figure (the ROUGE dict follows a "Results" header)
         lines = [line.strip() for line in path.read_text().splitlines() if any(c.isdigit() for c in line)] \
             if path.is_file() else []
+        # dlrm-v3's accuracy.py logs torchrec's metric/<name>/rating lines: its lifetime NE, ACC and gAUC together
+        lifetime = [line.split("metric/", 1)[1] for line in lines if "metric/lifetime_" in line
+                    and "_num_samples" not in line]
         lines = [line for line in lines if line.startswith("Accuracy Results:")] or lines
-        return lines[0] if lines else "-"
+        return ", ".join(lifetime) if lifetime else lines[0] if lines else "-"
     folder = scen_dir / ("performance" if step == "performance" else f"{step}/performance") / "run_1"
     try:
         summary = parse_summary(folder / "mlperf_log_summary.txt", scenario)
