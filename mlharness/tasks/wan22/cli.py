@@ -16,13 +16,24 @@ def register(synth: Any, prepare: Any, accuracy: Any) -> None:
               "pipelines) and reference_videos/<i>.npy, what the oracle answers with and the stand-in scorers "
               "compare against.", "number of prompts (default: 8)", cmd_synth)
 
-    a = accuracy.add_parser("wan22", help="the VBench score of a video accuracy log (stand-in scorers)",
-                            description="Score an mlperf_log_accuracy.json of videos with the six dimensions' "
-                                        "stand-in scorers and print run_evaluation.py's summary of them.")
-    a.add_argument("--log", type=Path, required=True, help="mlperf_log_accuracy.json")
-    a.add_argument("--dataset-path", type=Path, required=True, help="the folder with vbench_prompts.txt")
-    a.add_argument("--video-shape", type=int, nargs=4, metavar=("FRAMES", "HEIGHT", "WIDTH", "3"), required=True)
+    a = accuracy.add_parser("wan22", aliases=["wan-2.2"], help="the VBench score of a video accuracy log",
+                            description="Score an mlperf_log_accuracy.json of videos on the six dimensions and print "
+                                        "run_evaluation.py's summary of them: with the stand-in scorers, or with "
+                                        "real VBench in its own environment (--scorers vbench; --setup makes it "
+                                        "and fetches its networks).")
+    a.add_argument("--log", type=Path, default=None, help="mlperf_log_accuracy.json")
+    a.add_argument("--dataset-path", type=Path, default=None, help="the folder with vbench_prompts.txt")
+    a.add_argument("--video-shape", type=int, nargs=4, metavar=("FRAMES", "HEIGHT", "WIDTH", "3"))
     a.add_argument("--dtype", choices=("uint8", "float32"), default="uint8", help="what the log holds")
+    a.add_argument("--scorers", choices=("stand-in", "stand-in-files", "vbench"), default="stand-in",
+                   help="stand-in (in this process), stand-in-files (the same over written mp4 files, in a "
+                        "subprocess), vbench (real VBench in its environment)")
+    a.add_argument("--setup", action="store_true",
+                   help="make vbench's environment (pinned vbench and torch, from PyPI; gigabytes) and fetch the six "
+                        "dimensions' networks into mlharness's cache, where runs find both")
+    a.add_argument("--venv", type=Path, default=None, help="with --setup: the folder to make it in (default: "
+                   "<mlharness cache>/vbench-<version>; elsewhere, point MLHARNESS_VBENCH_PYTHON at its bin/python)")
+    a.add_argument("--no-venv", action="store_true", help="with --setup: fetch the networks only")
     a.set_defaults(func=cmd_accuracy)
 
 
@@ -34,9 +45,26 @@ def cmd_synth(args: argparse.Namespace, console: Any) -> int:
 
 
 def cmd_accuracy(args: argparse.Namespace, console: Any) -> int:
+    from rich.markup import escape
+
+    from mlharness.errors import SettingsError
     from mlharness.tasks.base import AccuracyContext
     from mlharness.tasks.wan22.metric import VBenchMetric
 
-    options = {"video_shape": list(args.video_shape), "video_dtype": args.dtype}
+    if args.setup:
+        from mlharness.tasks.wan22 import vbench_env
+
+        def say(line: str) -> None:
+            console.print(escape(line), highlight=False)
+
+        if not args.no_venv:
+            say(f"vbench's environment is ready: {vbench_env.setup(args.venv, say=say)}")
+        say(f"VBench's networks are in {vbench_env.fetch_weights(vbench_env.DIMENSIONS_ALL, say=say)}")
+        if args.log is None:
+            return 0
+    if args.log is None or args.dataset_path is None or args.video_shape is None:
+        raise SettingsError("mlharness accuracy wan-2.2: give --log, --dataset-path and --video-shape (an accuracy "
+                            "log to score), --setup, or both")
+    options = {"video_shape": list(args.video_shape), "video_dtype": args.dtype, "scorers": args.scorers}
     return print_result(VBenchMetric().score(args.log, AccuracyContext(dataset_path=args.dataset_path, count=0,
                                                                        options=options)))

@@ -27,12 +27,20 @@ from mlharness.errors import AccuracyError
 from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult
 from mlharness.tasks.wan22.dataset import FPS, PROMPTS, read_prompts, reference_video
 from mlharness.tasks.wan22.scorers import DIMENSIONS, stand_in_scorers
+from mlharness.tasks.wan22.vbench_run import score_files, video_name
 from mlharness.tasks.wan22.videofiles import FOLDER, SAMPLE_IDS, write_mp4
 from mlharness.tasks.wan22.videolog import log_videos
 
 RESULTS = "results_mlharness_eval_results.json"  # parse_results takes the last results_*_eval_results.json
 STAND_IN_NOTE = ("NOTE: these dimension scores come from mlharness's deterministic STAND-IN scorers, not from "
                  "VBench's networks: the figure below is no VBench score and no accuracy result")
+# the scorers an accuracy run may use: in this process, the same stand-ins in the subprocess over the written mp4
+# files (the real path's protocol without its networks), or real VBench in its own environment (vbench_env.py)
+SCORERS = ("stand-in", "stand-in-files", "vbench")
+
+
+def real_note(what: str) -> str:
+    return f"NOTE: these dimension scores come from real VBench ({what}, its own networks)"
 
 
 def summary(results: dict[str, Any], result_file: Any = None) -> tuple[list[str], float | None]:
@@ -64,10 +72,13 @@ class VBenchMetric(AccuracyMetric):
     name = "wan22_vbench"
 
     def preflight(self, options: dict[str, Any]) -> None:
-        if options.get("scorers", "stand-in") != "stand-in":
-            raise AccuracyError(f"accuracy.options.scorers: {options['scorers']!r}; VBench's own scorers run in an "
-                                f"environment of their own (vbench pins transformers 4.33 and numpy<2), which "
-                                f"mlharness does not drive yet (docs/video.md); here only 'stand-in' scores")
+        scorers = options.get("scorers", "stand-in")
+        if scorers not in SCORERS:
+            raise AccuracyError(f"accuracy.options.scorers: {scorers!r}; one of {', '.join(SCORERS)}")
+        if scorers == "vbench":  # before the model loads: a missing environment costs seconds, not a run
+            from mlharness.tasks.wan22.vbench_env import require_python
+
+            require_python(options.get("vbench_python"), "accuracy.options.scorers: vbench")
 
     def score(self, accuracy_log: Path, ctx: AccuracyContext) -> AccuracyResult:
         opts = ctx.options
@@ -77,13 +88,21 @@ class VBenchMetric(AccuracyMetric):
                                 "with response.kind video states it by outputs[0].shape)")
         root = Path(ctx.dataset_path) if ctx.dataset_path else Path(opts.get("dataset", "."))
         prompts = read_prompts(root / opts.get("prompts", PROMPTS))
-        scorers = stand_in_scorers(tuple(opts.get("dimensions", DIMENSIONS)))
+        dimensions = tuple(opts.get("dimensions", DIMENSIONS))
+        mode = opts.get("scorers", "stand-in")
+        scorers = stand_in_scorers(dimensions) if mode == "stand-in" else []
         per_video: dict[str, list[dict[str, Any]]] = {s.dimension: [] for s in scorers}
+        out = Path(accuracy_log).parent / "vbench"
+        files, items = out / "videos", []
         count, samples = 0, {int(i) for i in opts.get("sample_videos", SAMPLE_IDS)}
         for _, idx, video in log_videos(accuracy_log, opts["video_shape"], opts.get("video_dtype", "uint8")):
             if not 0 <= idx < len(prompts):
                 raise AccuracyError(f"{accuracy_log}: qsl_idx {idx} has no prompt ({len(prompts)} prompts)")
-            reference = reference_video(root, idx)  # what the stand-ins compare with
+            if mode != "stand-in":  # written, scored later by the subprocess
+                write_mp4(video, float(opts.get("fps") or FPS), files / video_name(prompts[idx]))
+                items.append({"file": video_name(prompts[idx]), "prompt": prompts[idx],
+                              "reference": str(root / "reference_videos" / f"{idx}.npy")})
+            reference = reference_video(root, idx) if scorers else None  # what the stand-ins compare with
             for scorer in scorers:
                 per_video[scorer.dimension].append({"video_path": f"{prompts[idx]}-0.mp4",
                                                     "video_results": scorer.score(video, prompts[idx], reference)})
@@ -93,14 +112,37 @@ class VBenchMetric(AccuracyMetric):
             del video, reference
         if not count:
             raise AccuracyError(f"{accuracy_log}: no video to score")
-        results = {d: [float(np.mean([v["video_results"] for v in rows])), rows] for d, rows in per_video.items()}
-        out = Path(accuracy_log).parent / "vbench"
+        what = "stand-in"
+        if mode == "stand-in":
+            results = {d: [float(np.mean([v["video_results"] for v in rows])), rows] for d, rows in per_video.items()}
+        else:
+            results = self._subprocess(files, dimensions, mode, items, opts)
+            what = results.pop("", "stand-in")
         out.mkdir(exist_ok=True)
         (out / RESULTS).write_text(json.dumps(results, indent=2), encoding="utf-8")
         lines, overall = summary(results, Path("vbench") / RESULTS)  # as run with --output-path vbench here
         value = round(100 * overall, 4)  # the checker's scale (module docstring): the official prints 0-1
-        text = "\n".join([STAND_IN_NOTE, *lines, f"Accuracy Results: {{'vbench_score': {value}}}"]) + "\n"
-        return AccuracyResult(text=text, value=value, name="vbench_score", official=False,
-                              details={"videos": count, "stand_in": True, "fps": opts.get("fps"),
+        stand_in = what == "stand-in"
+        note = STAND_IN_NOTE if stand_in else real_note(what)
+        text = "\n".join([note, *lines, f"Accuracy Results: {{'vbench_score': {value}}}"]) + "\n"
+        return AccuracyResult(text=text, value=value, name="vbench_score", official=not stand_in,
+                              details={"videos": count, "stand_in": stand_in, "scorer": what, "fps": opts.get("fps"),
                                        "dimensions": {d: r[0] for d, r in results.items()},
                                        "results": str(out / RESULTS)})
+
+    @staticmethod
+    def _subprocess(files: Path, dimensions: tuple[str, ...], mode: str, items: list[dict[str, Any]],
+                    opts: dict[str, Any]) -> dict[str, Any]:
+        """The dimensions' results from vbench_child.py over the written files; what scored them under ''."""
+        import sys
+
+        from mlharness.tasks.wan22.vbench_env import default_weights_dir, require_python
+
+        if mode == "vbench":
+            python = require_python(opts.get("vbench_python"), "accuracy.options.scorers: vbench")
+            weights = Path(opts.get("vbench_weights") or default_weights_dir())
+        else:  # the stand-ins need mlharness and OpenCV: this Python unless one is named
+            python, weights = opts.get("vbench_python") or sys.executable, None
+        what, results = score_files(python, files, dimensions, "vbench" if mode == "vbench" else "stand-in", items,
+                                    weights)
+        return {**{d: results[d] for d in dimensions}, "": what}
