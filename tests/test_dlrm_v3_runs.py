@@ -13,7 +13,14 @@ import numpy as np
 import pytest
 
 from mlharness.errors import HookError, ManifestError
-from mlharness.loadgen.jagged_input import StreamOrder, jagged_batch, jagged_sample, jagged_settings
+from mlharness.loadgen.jagged_input import (
+    StreamOrder,
+    jagged_batch,
+    jagged_input,
+    jagged_sample,
+    jagged_settings,
+    stream_order,
+)
 
 MANIFESTS = Path(__file__).parents[1] / "mlharness" / "manifests" / "dlrm-v3"
 SETTINGS = {"keys": ["ts_idx", "query_idx"], "fields": ["ids", "times"], "ordered": ["times"], "time_key": "ts_idx"}
@@ -35,6 +42,14 @@ def stream(tmp_path_factory) -> Path:
 def _cell(i: int, ts: int, n: int = 3) -> np.ndarray:
     s = jagged_settings(SETTINGS, "m.yaml")
     return jagged_sample({"ts_idx": ts, "query_idx": i, "ids": np.arange(n) + i, "times": np.arange(n)}, i, s, "m.yaml")
+
+
+def test_the_jagged_settings_are_parsed_once_per_run():
+    """The QSL (each sample's check), the sampler and the pipeline (the batch) read one parse, kept in ctx."""
+    ctx = {"inputs": [{"type": "jagged", "parameters": SETTINGS}], "mode": "performance"}
+    s = jagged_input(ctx, "m.yaml")
+    assert s.time_key == "ts_idx" and jagged_input(ctx, "m.yaml") is s and stream_order(ctx, "m.yaml").settings is s
+    assert jagged_input({"inputs": [{"type": "tensor"}]}, "m.yaml") is None
 
 
 def test_a_jagged_batch_is_keys_then_values_and_offsets():

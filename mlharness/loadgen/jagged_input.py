@@ -36,6 +36,7 @@ from mlharness.errors import HookError, ManifestError
 
 JAGGED_INPUT = "jagged"
 STREAM_ORDER = "stream_order"  # the ctx entry of the run's StreamOrder
+JAGGED_SETTINGS = "jagged_settings"  # the ctx entry of the input's parameters, parsed once for the QSL and pipeline
 PARAMETERS = {"fields": list, "keys": list, "ordered": list, "time_key": str, "repeats": int, "seed": int}
 
 
@@ -167,24 +168,35 @@ class StreamOrder:
 
     def take(self, n: int) -> np.ndarray:
         """The next ``n`` samples of the walk (replacing LoadGen's indices of one batch)."""
-        with self._lock:
+        with self._lock:  # the walk too: a concurrent load or unload replaces it
             k, self._next = self._next, self._next + n
-        head = self._walk[k:k + n]
+            walk, last = self._walk, self._last
+        head = walk[k:k + n]
         if len(head) == n:
             return head
-        past = np.arange(max(k, len(self._walk)) - len(self._walk), k + n - len(self._walk))
-        return np.concatenate([head, self._last[past % len(self._last)]])
+        past = np.arange(max(k, len(walk)) - len(walk), k + n - len(walk))
+        return np.concatenate([head, last[past % len(last)]])
 
 
-def stream_order(ctx: dict[str, Any], manifest: Any) -> StreamOrder | None:
-    """The run's StreamOrder (made once, kept in ``ctx``) when its input is jagged with a ``time_key``."""
+def jagged_input(ctx: dict[str, Any], manifest: Any) -> JaggedSettings | None:
+    """The run's jagged settings (parsed once, kept in ``ctx``: the QSL, the sampler and the pipeline read the same
+    ones) when its input is jagged; None otherwise."""
     specs = ctx.get("inputs") or []
     if not specs or specs[0].get("type") != JAGGED_INPUT:
         return None
     if len(specs) > 1:
         raise ManifestError(manifest, "inputs", "a jagged input carries all of a sample's lists and keys: declare it "
                                                 "alone")
+    if JAGGED_SETTINGS not in ctx:
+        ctx[JAGGED_SETTINGS] = jagged_settings(specs[0].get("parameters"), manifest)
+    return ctx[JAGGED_SETTINGS]
+
+
+def stream_order(ctx: dict[str, Any], manifest: Any) -> StreamOrder | None:
+    """The run's StreamOrder (made once, kept in ``ctx``) when its input is jagged with a ``time_key``."""
+    s = jagged_input(ctx, manifest)
+    if s is None:
+        return None
     if STREAM_ORDER not in ctx:
-        s = jagged_settings(specs[0].get("parameters"), manifest)
         ctx[STREAM_ORDER] = StreamOrder(s, ctx.get("mode", "performance")) if s.time_key else None
     return ctx[STREAM_ORDER]

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import HookError, MLHarnessError
-from mlharness.loadgen.jagged_input import JAGGED_INPUT, STREAM_ORDER, jagged_batch, jagged_settings
+from mlharness.loadgen.jagged_input import STREAM_ORDER, jagged_batch, jagged_input
 from mlharness.loadgen.qsl import SampleStore
 from mlharness.manifest.hooks import HookSet
 from mlharness.predictors.base import Predictor
@@ -61,9 +61,7 @@ class Pipeline:
         self._post = hooks.get("postprocess")
         self._post_indices = _takes_indices(self._post)  # postprocess(ctx, outputs, indices)
         self._predict = hooks.get("predict")
-        specs = ctx.get("inputs") or []
-        self._jagged = (jagged_settings(specs[0].get("parameters"), hooks.manifest)
-                        if specs and specs[0].get("type") == JAGGED_INPUT else None)
+        self._jagged = jagged_input(ctx, hooks.manifest)  # the settings the QSL checked each sample with
         self._graph = ctx.get("graph")  # a graph input: each seed's neighbourhood is sampled here, timed
 
     def run(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

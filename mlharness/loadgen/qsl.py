@@ -13,7 +13,7 @@ import numpy as np
 
 from mlharness.errors import DatasetError, HookError
 from mlharness.loadgen.graph_input import GRAPH_INPUT, graph_sample
-from mlharness.loadgen.jagged_input import JAGGED_INPUT, jagged_sample, jagged_settings, stream_order
+from mlharness.loadgen.jagged_input import JAGGED_INPUT, jagged_input, jagged_sample, stream_order
 from mlharness.loadgen.session_input import SESSION_INPUT, session_sample
 from mlharness.manifest.hooks import HookSet
 from mlharness.predictors.chat import CHAT_INPUT, ChatLimits, parse_chat
@@ -157,6 +157,7 @@ class SampleLoader:
         self.on_progress = on_progress
         self.prepare: Callable[[Any], None] | None = None  # called with each chat prompt as it is loaded
         self.error: BaseException | None = None
+        self.jagged = jagged_input(ctx, hooks.manifest)  # a jagged input's settings, parsed once for every sample
         self.order = stream_order(ctx, hooks.manifest)  # a time-ordered jagged stream: what it may play next
 
     def _one(self, index: int) -> tuple[np.ndarray, ...]:
@@ -181,17 +182,12 @@ class SampleLoader:
         if specs and specs[0].get("type") == SESSION_INPUT:  # one session of turns per sample (kept alone too)
             return (session_sample(out, index, self.hooks.manifest),)
         if specs and specs[0].get("type") == JAGGED_INPUT:  # id lists and their keys, checked (kept alone too)
-            return (jagged_sample(out, index, self.order_settings(specs[0]), self.hooks.manifest),)
+            return (jagged_sample(out, index, self.jagged, self.hooks.manifest),)
         if specs and specs[0].get("type") == GRAPH_INPUT:  # a seed node id, checked against its table
             return (graph_sample(out, index, self.ctx["graph"], self.hooks.manifest),)
         # with a predict hook, the declared inputs are the model's and the samples are what the hook cuts them from
         declared = [] if "predict" in self.hooks else specs
         return check_preprocessed(out, index, self.store.n_inputs, declared, self.hooks.manifest)
-
-    def order_settings(self, spec: dict[str, Any]) -> Any:
-        if self.order is not None:
-            return self.order.settings
-        return jagged_settings(spec.get("parameters"), self.hooks.manifest)
 
     def load(self, indices: list[int]) -> None:
         if "load" in self.hooks:
