@@ -1,0 +1,86 @@
+"""e2e-rag-qna's questions: ``frames_dataset.tsv`` read as the reference's ``QSL.py`` reads it, and each
+question's first pipeline item.
+
+``QSL.py`` and ``accuracy_eval.py`` take, per row, ``Prompt`` (the query), ``Answer`` (the ground truth) and every
+non-empty ``wikipedia_link_*`` cell in column order (the expected URLs). pandas would read a short or long row
+silently (NaN cells, or a shifted row); here a row that does not have the header's number of cells, or has no
+prompt or no answer, is a :class:`DatasetError` naming the file, the line and the column, before any sample runs.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mlharness.errors import DatasetError
+
+REQUIRED = ("Prompt", "Answer")
+LINK_PREFIX = "wikipedia_link_"
+
+
+@dataclass(frozen=True)
+class Question:
+    index: int  # the row's position: LoadGen's sample index
+    query: str
+    ground_truth: str
+    expected_urls: tuple[str, ...]
+
+    def first_item(self) -> dict[str, Any]:
+        """What the pipeline's first stage is given (``QSL.py``'s sample, and the index)."""
+        return {"index": self.index, "query": self.query, "ground_truth": self.ground_truth,
+                "expected_urls": list(self.expected_urls)}
+
+
+def tsv_path(path: Path) -> Path:
+    """The TSV itself, or ``frames_dataset.tsv`` in the folder ``path`` names."""
+    path = Path(path)
+    return path / "frames_dataset.tsv" if path.is_dir() else path
+
+
+def read_frames(path: Path) -> list[Question]:
+    """Every question of a FRAMES TSV (a file, or a folder holding ``frames_dataset.tsv``)."""
+    path = tsv_path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise DatasetError(f"cannot read the FRAMES questions {path}: {e}") from e
+    reader = csv.reader(text.splitlines(keepends=True), delimiter="\t")
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise DatasetError(f"{path}: empty file; expected a header with the columns {', '.join(REQUIRED)}") from None
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise DatasetError(f"{path}, line 1: no column {', '.join(map(repr, missing))} in the header "
+                           f"(found: {', '.join(header)})")
+    links = [i for i, c in enumerate(header) if c.startswith(LINK_PREFIX)]
+    out: list[Question] = []
+    line = reader.line_num
+    try:
+        for cells in reader:
+            start, line = line + 1, reader.line_num
+            if not cells or all(not c.strip() for c in cells):
+                continue  # pandas skips blank lines
+            if len(cells) != len(header):
+                raise DatasetError(f"{path}, line {start}: {len(cells)} tab-separated cells, the header has "
+                                   f"{len(header)}; column {len(min(cells, header, key=len)) + 1} "
+                                   f"({header[min(len(cells), len(header) - 1)]!r}) is where they part")
+            row = dict(zip(header, cells, strict=True))
+            for column in REQUIRED:
+                if not row[column].strip():
+                    raise DatasetError(f"{path}, line {start}, column {header.index(column) + 1} ({column!r}): "
+                                       f"empty; every question needs a prompt and an answer")
+            urls = tuple(cells[i] for i in links if cells[i] != "")
+            out.append(Question(len(out), row["Prompt"], row["Answer"], urls))
+    except csv.Error as e:
+        raise DatasetError(f"{path}, line {reader.line_num}: not a TSV row: {e}") from e
+    if not out:
+        raise DatasetError(f"{path}: no questions below the header")
+    return out
+
+
+def ground_truth_by_query(questions: list[Question]) -> dict[str, Question]:
+    """``accuracy_eval.py``'s ``query_to_gt``: keyed by the prompt text, a later duplicate wins as in its dict."""
+    return {q.query: q for q in questions}

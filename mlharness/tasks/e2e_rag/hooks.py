@@ -1,0 +1,43 @@
+"""What an e2e-rag-qna pipeline hands LoadGen and its accuracy task, made from the last item (the manifest's
+``postprocess`` calls :func:`finish`; the oracle stage calls it itself).
+
+``reference_SUT.py`` completes each sample with int32 token ids of the final answer, ``n_tokens`` of them (the
+answering LLM's ``usage.completion_tokens``; a whitespace count where that is missing), so TEST09's check, which
+counts 4-byte ids in the accuracy log, measures the answer's length. The answer's text travels in ``result``, the
+sample's ``results.json`` entry, which the pipeline SUT writes to ``pipeline_results.jsonl``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def result_entry(item: dict[str, Any]) -> dict[str, Any]:
+    """``reference_SUT.py``'s ``results[query_id]`` for one answered question."""
+    retrieved = list(item.get("retrieved_urls") or [p.get("url") for p in item.get("passages", []) if p.get("url")])
+    return {"query": item["query"], "answer": item.get("answer", "Unknown"),
+            "ground_truth": item.get("ground_truth"), "retrieved_urls": retrieved,
+            "expected_urls": list(item.get("expected_urls", [])),
+            "metrics": {"precision": item.get("precision", 0), "recall": item.get("recall", 0),
+                        "f1": item.get("f1", 0)}}
+
+
+def finish(item: dict[str, Any]) -> dict[str, Any]:
+    """Set ``response`` (int32 token ids), ``n_tokens`` and ``result`` on the last item, as the reference
+    completes a sample: the answer's token ids where the generator gave them, else ``n_tokens`` zeros (its
+    whitespace-token count when nothing says more)."""
+    ids = item.get("answer_token_ids")
+    if ids is None:
+        n = int(item.get("n_tokens") or max(1, len(str(item.get("answer", "")).split())))
+        ids = [0] * n
+    item["response"] = np.asarray(ids, dtype=np.int32)
+    item["n_tokens"] = int(item["response"].size)
+    item["result"] = result_entry(item)
+    return item
+
+
+def postprocess(ctx: Any, item: dict[str, Any]) -> dict[str, Any]:
+    """The manifest hook's shape: ``postprocess(ctx, item) -> item``."""
+    return finish(item)

@@ -1,0 +1,190 @@
+"""e2e-rag-qna's accuracy as ``e2e-rag/accuracy_eval.py`` computes it: retrieval precision, recall and F1 against
+each question's expected URLs, and the LLM judge's answer accuracy.
+
+LoadGen's accuracy log holds only the response bytes (int32 token ids, for TEST09), so the answers come from the
+run's ``pipeline_results.jsonl`` (beside the log; one record per completed sample, its ``result`` the reference's
+``results.json`` entry: ``query``, ``answer``, ``retrieved_urls``, ...). The accuracy log says which samples ran:
+records of samples it does not hold are left out, and a sample it holds without a record is an error.
+
+``results.json`` is rebuilt as ``reference_SUT.py`` writes it (keyed by LoadGen's query id, in completion order), and
+scored as ``evaluate_results`` scores it: the ground truth looked up by the prompt's text, a result whose query is
+not in the data set skipped with the reference's warning. The text is the reference's summary block, byte for
+byte, then the ``Accuracy:`` line it writes to accuracy.txt (the submission checker's ``E2E_ACCURACY`` pattern).
+
+The reference adds each query's precision, recall and F1 in the order its judge calls complete, so two runs of
+it may sum in different orders; the printed three decimals can then differ only where the exact mean lies within
+a few ulps of a rounding boundary. Here the sums are exactly rounded (``math.fsum``), the value every order
+approximates; answer accuracy is a count and never depends on order.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+from mlharness.errors import AccuracyError
+from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult, accuracy_log_entries
+from mlharness.tasks.e2e_rag.dataset import ground_truth_by_query, read_frames
+from mlharness.tasks.e2e_rag.judge import DEFAULT_JUDGE_MODEL, DEFAULT_JUDGE_URL, DEFAULT_TIMEOUT_S, JudgeClient
+
+NAME = "e2e_rag_qna"
+RESULTS_FILE = "pipeline_results.jsonl"
+BAR = "=" * 80
+
+
+def retrieval_metrics(retrieved_urls: list[str], expected_urls: list[str]) -> dict[str, float]:
+    """``calculate_retrieval_metrics``: set precision, recall and F1 of the retrieved URLs."""
+    retrieved, expected = set(retrieved_urls), set(expected_urls)
+    if not expected:
+        return {"precision": 0.0, "recall": 0.0, "f1": 0.0}
+    correct = retrieved & expected
+    precision = len(correct) / len(retrieved) if retrieved else 0.0
+    recall = len(correct) / len(expected)
+    f1 = 2 * precision * recall / (precision + recall) if (precision + recall) > 0 else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def _record_index(record: dict[str, Any]) -> int | None:
+    for key in ("qsl_idx", "index", "sample"):
+        if isinstance(record.get(key), int):
+            return record[key]
+    return None
+
+
+def read_records(path: Path) -> dict[int, dict[str, Any]]:
+    """The pipeline's records by sample index (a later record of the same sample wins, as a later response)."""
+    records: dict[int, dict[str, Any]] = {}
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise AccuracyError(f"{NAME}: cannot read the pipeline's records {path}: {e} (the answers are there, not "
+                            f"in the accuracy log)") from e
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise AccuracyError(f"{NAME}: {path}, line {n}: not JSON: {e}") from e
+        index = _record_index(record) if isinstance(record, dict) else None
+        if index is None:
+            raise AccuracyError(f"{NAME}: {path}, line {n}: a record needs an integer 'qsl_idx' (the sample)")
+        records[index] = record
+    return records
+
+
+def build_results(accuracy_log: Path, questions: list[Any], records_path: Path | None = None) -> dict[str, Any]:
+    """``results.json`` as ``reference_SUT.py`` saves it, for the samples the accuracy log holds: query id ->
+    the record's ``result``; a failed sample gets the reference's error entry (answer ``Error``)."""
+    records = read_records(records_path or Path(accuracy_log).parent / RESULTS_FILE)
+    results: dict[str, Any] = {}
+    for entry in accuracy_log_entries(accuracy_log):
+        record = records.get(entry.qsl_idx)
+        if record is None:
+            raise AccuracyError(f"{NAME}: {accuracy_log}: {entry.where} has no record in {RESULTS_FILE}: the "
+                                f"answer of that sample is unknown")
+        key = str(record.get("query_id", record.get("id", entry.qsl_idx)))
+        result = record.get("result")
+        if not isinstance(result, dict):
+            query = questions[entry.qsl_idx].query if 0 <= entry.qsl_idx < len(questions) else ""
+            result = {"query": query, "answer": "Error", "error": str(record.get("error") or "no result")}
+        results[key] = result
+    return results
+
+
+def evaluate(results: dict[str, Any], questions: list[Any], judge: JudgeClient,
+             num_workers: int = 4) -> dict[str, Any]:
+    """``evaluate_results``: every result judged (``num_workers`` calls at a time) and its retrieval scored. The
+    first judge failure (in ``errors="raise"``) stops the rest and is raised, naming its sample."""
+    by_query = ground_truth_by_query(questions)
+    index_of = {q.query: q.index for q in questions}
+    warnings: list[str] = []
+
+    def one(query_id: str, result: dict[str, Any]) -> dict[str, Any] | None:
+        query, answer = result.get("query", ""), result.get("answer", "")
+        gt = by_query.get(query)
+        if gt is None:
+            warnings.append(f"Warning: No ground truth for query: {query[:50]}...")
+            return None
+        scores = retrieval_metrics(result.get("retrieved_urls", []), list(gt.expected_urls))
+        verdict = judge.judge(query, gt.ground_truth, answer, sample=index_of.get(query))
+        return {"query_id": query_id, "query": query, "retrieval_precision": scores["precision"],
+                "retrieval_recall": scores["recall"], "retrieval_f1": scores["f1"],
+                "answer_correct": 1 if verdict.correct else 0, "judge_reasoning": verdict.reasoning,
+                "llm_answer": answer, "ground_truth": gt.ground_truth, "judge_error": verdict.error}
+
+    with ThreadPoolExecutor(max_workers=max(1, num_workers)) as pool:
+        futures = [pool.submit(one, qid, r) for qid, r in results.items()]
+        done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+        failed = [f for f in futures if f in done and f.exception() is not None]
+        if failed:
+            for f in pending:
+                f.cancel()
+            raise failed[0].exception()  # type: ignore[misc]
+    detailed = [r for r in (f.result() for f in futures) if r is not None]
+    n = len(detailed)
+
+    def mean(key: str) -> float:
+        return math.fsum(r[key] for r in detailed) / n if n else 0.0
+
+    return {"total_queries": n, "retrieval_precision": mean("retrieval_precision"),
+            "retrieval_recall": mean("retrieval_recall"), "retrieval_f1": mean("retrieval_f1"),
+            "answer_accuracy": sum(r["answer_correct"] for r in detailed) / n if n else 0.0,
+            "detailed_results": detailed, "warnings": warnings,
+            "judge_errors": sum(1 for r in detailed if r["judge_error"])}
+
+
+def summary_text(metrics: dict[str, Any]) -> str:
+    """What ``accuracy_eval.py``'s ``main`` prints after scoring, byte for byte."""
+    return (f"\n{BAR}\nACCURACY EVALUATION RESULTS\n{BAR}\n"
+            f"Total Queries:        {metrics['total_queries']}\n"
+            f"\nRetrieval Metrics:\n"
+            f"  Precision@N:        {metrics['retrieval_precision']:.3f}\n"
+            f"  Recall@N:           {metrics['retrieval_recall']:.3f}\n"
+            f"  F1@N:               {metrics['retrieval_f1']:.3f}\n"
+            f"\nAnswer Quality:\n"
+            f"  LLM Judge Accuracy: {metrics['answer_accuracy']:.3f}\n"
+            f"{BAR}\n\n")
+
+
+def accuracy_line(metrics: dict[str, Any]) -> str:
+    """The line ``accuracy_eval.py`` writes to accuracy.txt (percent, four decimals)."""
+    return f"Accuracy: {metrics['answer_accuracy'] * 100:.4f}\n"
+
+
+def judge_from_options(options: dict[str, Any]) -> JudgeClient:
+    return JudgeClient(url=str(options.get("judge_url", DEFAULT_JUDGE_URL)),
+                       model=str(options.get("judge_model", DEFAULT_JUDGE_MODEL)),
+                       timeout_s=float(options.get("judge_timeout_s", DEFAULT_TIMEOUT_S)),
+                       errors=str(options.get("judge_errors", "raise")))
+
+
+def score_log(accuracy_log: Path, dataset: Path, options: dict[str, Any] | None = None,
+              records_path: Path | None = None, results_out: Path | None = None) -> AccuracyResult:
+    """Score a run: its accuracy log, its pipeline records and the FRAMES TSV, judged as ``options`` say
+    (``judge_url``, ``judge_model``, ``judge_timeout_s``, ``judge_errors``, ``num_workers``)."""
+    options = dict(options or {})
+    questions = read_frames(dataset)
+    results = build_results(accuracy_log, questions, records_path)
+    if results_out is not None:
+        Path(results_out).write_text(json.dumps(results, indent=2))
+    metrics = evaluate(results, questions, judge_from_options(options), int(options.get("num_workers", 4)))
+    text = "".join(w + "\n" for w in metrics["warnings"]) + summary_text(metrics)
+    if metrics["judge_errors"]:
+        text += (f"judge errors counted as wrong answers (judge_errors: wrong, as accuracy_eval.py counts them): "
+                 f"{metrics['judge_errors']} of {metrics['total_queries']}\n")
+    text += accuracy_line(metrics)
+    return AccuracyResult(text=text, value=round(metrics["answer_accuracy"] * 100, 4), name="E2E_ACCURACY",
+                          details={k: v for k, v in metrics.items() if k != "detailed_results"})
+
+
+class E2ERagQnaMetric(AccuracyMetric):
+    name = NAME
+
+    def score(self, accuracy_log: Path, ctx: AccuracyContext) -> AccuracyResult:
+        if ctx.dataset_path is None:
+            raise AccuracyError(f"{NAME}: needs the dataset path (frames_dataset.tsv or its folder)")
+        return score_log(accuracy_log, ctx.dataset_path, ctx.options)
