@@ -25,6 +25,7 @@ TASKS += ("rgat",)  # rgat: a graph input (IGBH), R-GAT in PyTorch Geometric, no
 TASKS += ("qwen36",)  # qwen3.6-27b: sessions of turns with tools (BFCL v4 prompts, recorded agentic sessions)
 TASKS += ("dlrm_v3",)  # dlrm-v3: a time-ordered stream of jagged user histories in, candidate scores out
 TASKS += ("wan22",)  # wan-2.2-t2v-a14b: prompts and a fixed latent in, videos out
+TASKS += ("e2e_rag",)  # e2e-rag-qna: FRAMES questions through a pipeline of stages, an LLM judge scores the answers
 
 
 def _task_entries(attr: str) -> dict[str, str]:
