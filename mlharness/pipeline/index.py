@@ -1,0 +1,184 @@
+"""The vector database of e2e-rag: e5 embeddings in a FAISS HNSW index beside the passages they index, built, saved
+and loaded with each step timed.
+
+As the reference's ``retrieve/vectordb.py``: ``faiss.IndexHNSWFlat(dim, 32)`` (L2 metric over normalised
+embeddings, so the order is the cosine order), ``efConstruction`` 200, ``efSearch`` 100; passages embedded as they
+are (no e5 prefix) with ``normalize_embeddings=True``; a search returns the passages with their metadata
+(``original_url``, ``source``) and FAISS's squared L2 distance. The reference pickles a LangChain ``FAISS`` store
+into one ``<name>.db`` file; a database here is a folder: ``index.faiss`` (``faiss.write_index``),
+``passages.jsonl`` (one ``{"text", "metadata"}`` per vector, in index order: LangChain's docstore and
+``index_to_docstore_id`` in one file) and ``mlharness.json`` (what built it, its parameters and timings). The folder
+is mlharness's own: saving refuses a folder that exists without that marker, so nothing we did not write is ever
+overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HNSW_M = 32
+EF_CONSTRUCTION = 200
+EF_SEARCH = 100
+MARKER = "mlharness.json"
+MARKER_KIND = "mlharness e2e-rag vector database"
+
+
+class Embedder:
+    """A sentence-transformers model embedding texts as the reference's ``HuggingFaceEmbeddings`` does (normalised,
+    no prefix); thread-safe: encodes under a lock (the model is shared, torch releases the GIL inside)."""
+
+    def __init__(self, path: str | Path, device: str = "cpu", batch_size: int = 32):
+        from sentence_transformers import SentenceTransformer
+
+        self.path = str(path)
+        self.model = SentenceTransformer(self.path, device=device, local_files_only=True)
+        self.batch_size = batch_size
+        self.lock = threading.Lock()
+        self.dim = int(self.model.get_embedding_dimension() if hasattr(self.model, "get_embedding_dimension")
+                       else self.model.get_sentence_embedding_dimension())
+
+    def embed(self, texts: list[str]) -> Any:
+        """float32 array (len(texts), dim) of unit vectors."""
+        import numpy as np
+
+        with self.lock:
+            out = self.model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+                                    convert_to_numpy=True, show_progress_bar=False)
+        return np.ascontiguousarray(out, dtype=np.float32)
+
+
+def new_index(dim: int) -> Any:
+    """The reference's ``_create_vector_index``."""
+    import faiss
+
+    index = faiss.IndexHNSWFlat(dim, HNSW_M)
+    index.hnsw.efConstruction = EF_CONSTRUCTION
+    index.hnsw.efSearch = EF_SEARCH
+    return index
+
+
+def index_params(index: Any) -> dict[str, Any]:
+    """``db_manifest._index_params``: the class, dimension, metric and HNSW parameters the manifest compares."""
+    import faiss
+
+    base = faiss.downcast_index(index)
+    params = {"class": type(base).__name__, "dim": int(base.d), "metric_type": int(base.metric_type)}
+    hnsw = getattr(base, "hnsw", None)
+    if hnsw is not None:
+        params["efConstruction"] = int(hnsw.efConstruction)
+        params["efSearch"] = int(hnsw.efSearch)
+        params["M"] = int(hnsw.nb_neighbors(0)) // 2
+    return params
+
+
+@dataclass
+class VectorDB:
+    """An index and its passages. ``add`` is safe from several threads (the reference's ``db_lock``); a search
+    reads concurrently (FAISS searches are read-only and release the GIL)."""
+
+    index: Any
+    texts: list[str] = field(default_factory=list)
+    metadatas: list[dict[str, Any]] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def add(self, texts: list[str], embeddings: Any, metadatas: list[dict[str, Any]]) -> None:
+        if len(texts) != len(embeddings) or len(texts) != len(metadatas):
+            raise ValueError(f"{len(texts)} passages, {len(embeddings)} embeddings and {len(metadatas)} metadata "
+                             "rows: one of each per passage")
+        with self.lock:
+            self.index.add(embeddings)
+            self.texts.extend(texts)
+            self.metadatas.extend(metadatas)
+
+    def search(self, vectors: Any, k: int) -> list[list[tuple[int, float]]]:
+        """For each query vector, the top-``k`` (passage row, squared L2 distance), nearest first."""
+        distances, rows = self.index.search(vectors, min(k, max(len(self), 1)))
+        return [[(int(r), float(d)) for r, d in zip(rr, dd, strict=True) if r >= 0]
+                for rr, dd in zip(rows, distances, strict=True)]
+
+    def params(self) -> dict[str, Any]:
+        return index_params(self.index)
+
+    def save(self, folder: str | Path) -> Path:
+        """Write the database into ``folder`` (timed as ``save_s``); refuses a folder that exists and is not one
+        mlharness wrote."""
+        import faiss
+
+        folder = Path(folder)
+        if folder.exists() and not (folder / MARKER).is_file() and any(folder.iterdir()):
+            raise FileExistsError(f"{folder} exists and is not a database mlharness wrote (no {MARKER}): refusing "
+                                  "to write into it; name a new folder")
+        start = time.perf_counter()
+        folder.mkdir(parents=True, exist_ok=True)
+        faiss.write_index(self.index, str(folder / "index.faiss"))
+        with open(folder / "passages.jsonl", "w", encoding="utf-8") as out:
+            for text, meta in zip(self.texts, self.metadatas, strict=True):
+                out.write(json.dumps({"text": text, "metadata": meta}, ensure_ascii=False) + "\n")
+        self.timings["save_s"] = time.perf_counter() - start
+        marker = {"kind": MARKER_KIND, "passages": len(self), "index_params": self.params(), **self.info,
+                  "timings": self.timings}
+        (folder / MARKER).write_text(json.dumps(marker, indent=1) + "\n")
+        return folder
+
+    @classmethod
+    def load(cls, folder: str | Path) -> VectorDB:
+        """Open a database ``save`` wrote (timed as ``load_s``)."""
+        import faiss
+
+        folder = Path(folder)
+        try:
+            marker = json.loads((folder / MARKER).read_text())
+        except (OSError, ValueError) as e:
+            raise FileNotFoundError(f"{folder} is not a vector database mlharness wrote ({MARKER}: {e})") from e
+        start = time.perf_counter()
+        index = faiss.read_index(str(folder / "index.faiss"))
+        texts, metas = [], []
+        with open(folder / "passages.jsonl", encoding="utf-8") as rows:
+            for line in rows:
+                row = json.loads(line)
+                texts.append(row["text"])
+                metas.append(row["metadata"])
+        if index.ntotal != len(texts):
+            raise ValueError(f"{folder}: index.faiss holds {index.ntotal} vectors but passages.jsonl "
+                             f"{len(texts)} passages")
+        info = {k: v for k, v in marker.items() if k not in ("kind", "passages", "index_params", "timings")}
+        db = cls(index, texts, metas, timings={"load_s": time.perf_counter() - start}, info=info)
+        return db
+
+
+def build(embedder: Embedder, documents: list[dict[str, Any]], passages_of: Any = None) -> VectorDB:
+    """A database of ``documents`` (each ``{"name", "content", "url"}``) cut by ``passages_of(content, name)``
+    (default: :func:`mlharness.pipeline.chunking.document_passages`), with the reference's metadata per passage
+    (``source``, ``passage_id``, ``original_url``); ``chunk_s``, ``embed_s`` and ``index_s`` timed."""
+    from mlharness.pipeline.chunking import document_passages
+
+    passages_of = passages_of or document_passages
+    db = VectorDB(new_index(embedder.dim), info={"embedder": embedder.path})
+    start = time.perf_counter()
+    texts, metas = [], []
+    for doc in documents:
+        chunks = passages_of(doc["content"], doc["name"])
+        texts += chunks
+        metas += [{"source": doc["name"], "passage_id": i, "original_url": doc.get("url", "")}
+                  for i in range(len(chunks))]
+    db.timings["chunk_s"] = time.perf_counter() - start
+    start = time.perf_counter()
+    vectors = embedder.embed(texts) if texts else None
+    db.timings["embed_s"] = time.perf_counter() - start
+    start = time.perf_counter()
+    if texts:
+        db.add(texts, vectors, metas)
+    db.timings["index_s"] = time.perf_counter() - start
+    return db

@@ -1,0 +1,119 @@
+"""The ``retrieval`` stage: a query's top-k passages from the e5/FAISS database, as the reference's
+``VectorDB.lookup_with_scores`` returns them (the query embedded as it is, no prefix; score = minus FAISS's squared L2
+distance, higher is nearer).
+
+Stage options: ``database`` (a folder :class:`~mlharness.pipeline.index.VectorDB` saved) or ``corpus`` (a
+``doc_html`` folder of ``*.html`` pages with ``url_mapping.json``, as ``dataset synth e2e-rag`` and the official
+download leave it: built into the cache at load, timed, and reused while its marker matches), ``top_k`` (default 10).
+The stage's ``model`` is the embedder (``graph_path`` beside the manifest, or made by its ``generator``). The item's
+``query`` is read; ``passages`` is added: ``[{"text", "url", "source", "score"}, ...]``, nearest first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from mlharness.pipeline import index
+from mlharness.pipeline.stage import Item, StageContext, StageError, StageSpec, register_stage
+
+
+def asset_path(spec: StageSpec, ctx: StageContext, model: dict[str, Any] | None = None) -> Path:
+    """A stage's model folder: ``graph_path`` beside the manifest (or absolute), else written by ``generator``
+    (``module:function`` called with a folder in the cache) when it is not there."""
+    model = model if model is not None else (spec.model or {})
+    graph = model.get("graph_path")
+    if not graph:
+        raise StageError(spec.name, "the stage needs a model: set its model.graph_path (and model.generator to make it)")
+    path = Path(graph) if Path(graph).is_absolute() else Path(ctx.manifest_dir) / graph
+    if not path.exists() and model.get("generator"):
+        module, _, name = str(model["generator"]).partition(":")
+        target = Path(ctx.cache_dir) / "generated" / Path(graph).name
+        path = Path(getattr(importlib.import_module(module), name)(target))
+    if not path.exists():
+        raise StageError(spec.name, f"model folder {path} does not exist")
+    return path
+
+
+def corpus_documents(folder: str | Path) -> list[dict[str, Any]]:
+    """The pages of a ``doc_html`` folder in name order, each with its URL from ``url_mapping.json`` (file name
+    without ``.html`` -> URL), as ``reference_SUT_datasetup.py``'s QSL and ``load_url_mapping`` read them."""
+    folder = Path(folder)
+    mapping_file = folder / "url_mapping.json"
+    mapping = json.loads(mapping_file.read_text()) if mapping_file.is_file() else {}
+    pages = sorted(folder.glob("*.html"))
+    if not pages:
+        raise FileNotFoundError(f"{folder}: no *.html pages (expected a doc_html folder from 'dataset synth e2e-rag'"
+                                " or the official download)")
+    return [{"name": p.name, "content": p.read_text(encoding="utf-8", errors="replace"),
+             "url": mapping.get(p.name[: -len(".html")], "")} for p in pages]
+
+
+def open_or_build(spec: StageSpec, ctx: StageContext, embedder: index.Embedder) -> index.VectorDB:
+    """The stage's database: ``options.database`` loaded, or ``options.corpus`` built into the cache (keyed by the
+    corpus's and embedder's identity) and saved, then reused."""
+    opts = spec.options
+    base = Path(ctx.manifest_dir)
+    if opts.get("database"):
+        return index.VectorDB.load(base / opts["database"])
+    corpus = opts.get("corpus") or ctx.attributes.get("corpus")
+    if not corpus:
+        raise StageError(spec.name, "set options.database (a saved database) or options.corpus (a doc_html folder)")
+    docs = corpus_documents(base / corpus)
+    key = hashlib.sha256(json.dumps([[d["name"], d["url"], d["content"]] for d in docs]).encode()
+                         + embedder.path.encode()).hexdigest()[:16]
+    folder = Path(ctx.cache_dir) / "e2e-rag-db" / key
+    if (folder / index.MARKER).is_file():
+        return index.VectorDB.load(folder)
+    start = time.perf_counter()
+    db = index.build(embedder, docs)
+    db.timings["build_s"] = time.perf_counter() - start
+    db.save(folder)
+    return db
+
+
+class RetrievalStage:
+    def __init__(self, spec: StageSpec, ctx: StageContext):
+        self.spec, self.ctx, self.name = spec, ctx, spec.name
+        self.top_k = int(spec.options.get("top_k", 10))
+        self.embedder: index.Embedder | None = None
+        self.db: index.VectorDB | None = None
+
+    def load(self) -> None:
+        self.embedder = index.Embedder(asset_path(self.spec, self.ctx), device=self.ctx.device)
+        self.db = open_or_build(self.spec, self.ctx, self.embedder)
+        if self.db.params()["dim"] != self.embedder.dim:
+            raise StageError(self.name, f"the database holds {self.db.params()['dim']}-dimensional vectors but the "
+                                        f"embedder {self.embedder.path} makes {self.embedder.dim}")
+
+    def run(self, item: Item) -> Item:
+        query = item.get("query")
+        if not isinstance(query, str):
+            raise StageError(self.name, f"the item has no 'query' text (keys: {sorted(item)})")
+        hits = self.db.search(self.embedder.embed([query]), self.top_k)[0]
+        item["passages"] = [{"text": self.db.texts[row], "url": self.db.metadatas[row].get("original_url", ""),
+                             "source": self.db.metadatas[row].get("source", ""), "score": -dist}
+                            for row, dist in hits]
+        return item
+
+    def close(self) -> None:
+        self.embedder = self.db = None
+
+    def describe(self) -> dict[str, Any]:
+        import faiss
+        import sentence_transformers
+
+        return {"faiss": faiss.__version__, "sentence_transformers": sentence_transformers.__version__,
+                "embedder": self.embedder.path if self.embedder else None, "top_k": self.top_k,
+                "passages": len(self.db) if self.db else None,
+                "index_params": self.db.params() if self.db else None,
+                "db_timings": self.db.timings if self.db else None}
+
+
+@register_stage("retrieval")
+def retrieval_stage(spec: StageSpec, ctx: StageContext) -> RetrievalStage:
+    return RetrievalStage(spec, ctx)
