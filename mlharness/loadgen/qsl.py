@@ -14,6 +14,7 @@ import numpy as np
 from mlharness.errors import DatasetError, HookError
 from mlharness.loadgen.graph_input import GRAPH_INPUT, graph_sample
 from mlharness.loadgen.jagged_input import JAGGED_INPUT, jagged_input, jagged_sample, stream_order
+from mlharness.loadgen.pipeline_input import PIPELINE_INPUT, pipeline_item
 from mlharness.loadgen.session_input import SESSION_INPUT, session_sample
 from mlharness.manifest.hooks import HookSet
 from mlharness.predictors.chat import CHAT_INPUT, ChatLimits, parse_chat
@@ -181,6 +182,8 @@ class SampleLoader:
             return (cell,)
         if specs and specs[0].get("type") == SESSION_INPUT:  # one session of turns per sample (kept alone too)
             return (session_sample(out, index, self.hooks.manifest),)
+        if specs and specs[0].get("type") == PIPELINE_INPUT:  # the first item of the stages (a dict, kept whole)
+            return (pipeline_item(out, index, self.hooks.manifest),)
         if specs and specs[0].get("type") == JAGGED_INPUT:  # id lists and their keys, checked (kept alone too)
             return (jagged_sample(out, index, self.jagged, self.hooks.manifest),)
         if specs and specs[0].get("type") == GRAPH_INPUT:  # a seed node id, checked against its table

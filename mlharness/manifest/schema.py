@@ -174,7 +174,7 @@ class MLPerfSpec(_Strict):
 
 
 class ResponseSpec(_Strict):
-    kind: Literal["tensor", "tokens", "session", "video"] = "tensor"
+    kind: Literal["tensor", "tokens", "session", "video", "pipeline"] = "tensor"
     """``tensor``: one response per sample from ``postprocess``. ``tokens``: the model generates a stream of token
     ids per sample (a generative predictor); the run measures token latencies (TTFT, TPOT), reports the first
     token to LoadGen as soon as it exists and writes every token id as int32 (int64 where ``element_type`` says

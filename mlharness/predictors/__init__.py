@@ -24,6 +24,7 @@ PREDICTORS = Registry(
         "openai": "mlharness.predictors.openai:OpenAIPredictor",
         "transformers-speech": "mlharness.predictors.speech:SpeechPredictor",  # audio prompts, encoder-decoder
         "openai-audio": "mlharness.predictors.openai.audio:OpenAIAudioPredictor",  # /v1/audio/transcriptions
+        "pipeline": "mlharness.pipeline.predictor:PipelinePredictor",  # stages (docs/pipelines.md)
     },
     PredictorError,
 )
@@ -44,6 +45,7 @@ FRAMEWORK_PACKAGES = {
     "openai": "aiohttp",
     "transformers-speech": "transformers",
     "openai-audio": "mlharness",  # the standard library's HTTP client
+    "pipeline": "mlharness",
 }
 
 # Frameworks that load a model file named by the manifest's ``model`` section.

@@ -13,8 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlharness.calibration import calibrate, calibrate_sessions, calibrate_tokens, server_bound
+from mlharness.calibration import (
+    calibrate,
+    calibrate_pipeline,
+    calibrate_sessions,
+    calibrate_tokens,
+    server_bound,
+)
 from mlharness.errors import ManifestError
+from mlharness.loadgen.pipeline_sut import PipelineSUT, attach_hooks
 from mlharness.loadgen.session_input import session_settings
 from mlharness.loadgen.sessions import SessionSUT, make_players, session_engines
 from mlharness.loadgen.sut import NetworkQDL, SystemUnderTest
@@ -134,6 +141,25 @@ def _session_calibration(p: Parts) -> dict[str, Any]:
                                       run.official)
 
 
+def _pipeline_sut(p: Parts) -> Any:
+    """One sample, one item through the manifest's stages (loadgen/pipeline_sut.py; docs/pipelines.md)."""
+    run = p.run
+    lanes = getattr(p.predictors[0], "lanes", None)
+    if lanes is None:
+        raise ManifestError(run.loaded.path, "framework.name", f"response.kind is 'pipeline', but framework "
+                            f"'{run.loaded.model.framework.name}' builds no stages; use framework 'pipeline'")
+    attach_hooks(lanes, run.hooks)
+    p.sut = PipelineSUT(lanes, p.store, run.hooks, run.ctx, p.dtype, outdir=p.outdir, on_failure=p.on_failure)
+    return p.sut
+
+
+def _pipeline_calibration(p: Parts) -> dict[str, Any]:
+    run = p.run
+    return calibrate_pipeline.for_run(run.asked, p.conf.plan, p.conf.settings, p.sut, p.loader,
+                                      p.conf.performance_count, run.loaded.model.framework.warmup, p.outdir,
+                                      run.official)
+
+
 KINDS: dict[str, DataKind] = {
     "tensor": DataKind("tensor", tokens=False, interactive=False, make_sut=_tensor_sut,
                        server_bound=lambda p: _bound(p, False), calibrate=_tensor_calibration, check_outputs=True,
@@ -154,6 +180,11 @@ KINDS: dict[str, DataKind] = {
                         "times; run SingleStream (one session at a time), Server (sessions at a rate: "
                         "--target-qps, or mlharness replay --session-rate) or Offline (every session at once, or at "
                         "most N in flight: mlharness replay --concurrency N)"),
+    # one sample, one item through a list of stages (retrieval, reranking, any predictor), each with its workers
+    "pipeline": DataKind("pipeline", tokens=False, interactive=False, make_sut=_pipeline_sut,
+                         server_bound=lambda p: calibrate_sessions.bound(p.run.asked, p.conf.plan, p.conf.settings,
+                                                                         p.run.official),
+                         calibrate=_pipeline_calibration, check_outputs=False, sut_warmup=True),
 }
 
 

@@ -1,0 +1,90 @@
+"""Calibration of a pipeline model (``response.kind: pipeline``): play a few samples through the stages together
+before LoadGen starts (after a warm-up play of one), then tell LoadGen what it needs.
+
+A pipeline's rate is its slowest stage's: each stage's workers over its mean call time, measured on those plays.
+That is an upper bound of what the pipeline sustains, never under it (a few samples' plays are mostly the filling
+and emptying of the stages), so an Offline development run sized from it lasts at least ``--min-duration-ms``
+(a run sized from a rate under the real one ends early and is INVALID). SingleStream's expected latency is one
+sample's time through every stage; Server's rate is half the bound, its latency bound derived like a session's.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from mlharness.calibration import server_bound
+from mlharness.calibration.asked import Asked
+from mlharness.calibration.calibrate import Calibration, apply, effective_conf
+from mlharness.calibration.stated import given_by
+from mlharness.loadgen import settings as lgs
+from mlharness.loadgen.pipeline_report import summarize
+
+PLAYED = 8  # samples played together (fewer where fewer are in the dataset)
+SERVER_SHARE = 0.5
+
+
+def measure(sut: Any, loader: Any, perf_count: int, warmup: int) -> tuple[float, float, dict[str, Any]]:
+    """(one sample's seconds through the stages, the slowest stage's bound in samples/s, the play's summary)."""
+    n = max(1, min(PLAYED, perf_count))
+    progress, loader.on_progress = loader.on_progress, None
+    indices = list(range(n))
+    loader.load(indices)
+    deadline = sum(lane.spec.timeout_s * lane.spec.max_visits for lane in sut.lanes) * n
+    try:
+        for _ in range(max(1, warmup)):
+            sut.play([0], deadline)
+        t0 = time.perf_counter()
+        sut.play([0], deadline)
+        one_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        jobs = sut.play(indices, deadline)
+        summary = summarize(sut.lanes, jobs, time.perf_counter() - t0)
+    finally:
+        loader.unload(indices)
+        loader.on_progress = progress
+    bound = summary["slowest_stage_bound_per_s"] or (n / max(summary["wall_s"], 1e-9))
+    return one_s, max(bound, summary["throughput"] or 0.0), summary
+
+
+def for_run(asked: Asked, plan: lgs.SettingsPlan, settings: Any, sut: Any, loader: Any, perf_count: int,
+            warmup: int, outdir: Path, official: bool) -> dict[str, Any]:
+    if plan.mode != "performance":
+        return {"calibrated": False, "reason": "accuracy mode"}
+    b = (plan.latency_bound or {}).get("target_latency") if plan.scenario == "Server" else None
+    derive = b is not None and b.get("kind") == "default" and not official
+    source = given_by(plan.scenario, plan.model, plan.overrides, asked.user_conf)
+    if not asked.calibrate and not derive:
+        return {"calibrated": False, "reason": "--no-calibrate"}
+    if source is not None and not derive:
+        return {"calibrated": False, "reason": f"expected performance given by {source}"}
+    t0 = time.perf_counter()
+    one_s, rate, summary = measure(sut, loader, perf_count, warmup)
+    if derive:
+        ms = server_bound.derived_ms(one_s * 1e3)
+        settings.server_target_latency_ns = int(ms * 1e6)
+        b.update(ms=ms, kind="derived", single_sample_p99_ms=one_s * 1e3,
+                 source=f"one sample's measured latency through the stages: max(10 ms, 5 x {one_s * 1e3:.4g} ms)")
+        plan.not_submittable.append(f"the Server latency bound {ms:g} ms was derived from one sample's latency")
+        asked.tell(f"Server latency bound: p99 <= {ms:g} ms, from {b['source']}")
+    if source is not None or not asked.calibrate:
+        return {"calibrated": False, "reason": f"expected performance given by {source or '--no-calibrate'}"}
+    scenario = plan.scenario
+    if scenario == "SingleStream":
+        key, value, headroom = "target_latency", one_s * 1e3, 1.0
+    elif scenario == "Offline":
+        key, value, headroom = "target_qps", rate, 1.0
+    else:
+        key, value, headroom = "target_qps", SERVER_SHARE * rate, SERVER_SHARE
+    cal = Calibration(scenario, key, value, measured=one_s * 1e3 if key == "target_latency" else rate,
+                      headroom=headroom, samples_measured=summary["samples"], queries_measured=1,
+                      seconds=time.perf_counter() - t0, batch=1,
+                      extra={"sample_ms": one_s * 1e3, "slowest_stage_bound_per_s": rate})
+    apply(cal, settings)
+    asked.tell(f"calibrated: {'expected latency' if key == 'target_latency' else 'target QPS'} {value:.4g} "
+               f"{cal.unit}, from {summary['samples']} samples played through the stages (the slowest stage's "
+               "workers over its mean call time)")
+    (outdir / "user.conf").write_text(effective_conf(plan.user_conf, plan.model, plan.scenario,
+                                                     plan.overrides.given(), cal))
+    return cal.as_dict()

@@ -1,0 +1,106 @@
+"""The stage list of a pipeline manifest, parsed and checked in one place: ``inputs[0].parameters.stages``, each
+entry a :class:`~mlharness.pipeline.stage.StageSpec`. Every error is a :class:`ManifestError` naming the manifest
+and the field path (``inputs[0].parameters.stages[2].workers``), refused before any stage loads (exit 2).
+
+Checked: each entry is a mapping of StageSpec's fields only; names are unique; the framework is a built-in stage
+(:data:`~mlharness.pipeline.stage.STAGES`, filled by the modules of :data:`STAGE_MODULES`) or a predictor name;
+``workers`` and ``max_visits`` are whole numbers >= 1; ``timeout_s`` is positive; an ``options.route_to`` (the
+stage declaring that its ``after`` hook or itself sends items back) names this stage or an earlier one.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import fields
+from typing import Any
+
+from mlharness.errors import ManifestError
+from mlharness.pipeline.stage import STAGES, StageSpec
+
+PIPELINE_INPUT = "pipeline"
+# modules registering built-in stages with @register_stage; imported before a stage list is checked (a module a
+# missing optional package keeps out is skipped: its frameworks are then unknown, and named as such)
+STAGE_MODULES = ("mlharness.pipeline.toy", "mlharness.pipeline.retrieval", "mlharness.pipeline.rerank",
+                 "mlharness.pipeline.index")
+SPEC_FIELDS = {f.name for f in fields(StageSpec)}
+NOT_A_STAGE = ("pipeline",)  # a pipeline is not one of its own stages
+
+
+def builtin_stages() -> dict[str, Any]:
+    """The registry of built-in stages, every module of :data:`STAGE_MODULES` that imports having registered."""
+    for name in STAGE_MODULES:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name and (e.name or "mlharness").split(".")[0] == "mlharness":
+                raise  # a module of ours missing is a bug, not an optional stage
+    return STAGES
+
+
+def known_frameworks() -> list[str]:
+    from mlharness.predictors import PREDICTORS
+
+    return sorted(set(builtin_stages()) | (set(PREDICTORS.names()) - set(NOT_A_STAGE)))
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def stage_specs(params: dict[str, Any] | None, manifest: Any, where: str = "inputs[0].parameters") -> list[StageSpec]:
+    """The checked stages of a pipeline input's ``parameters``."""
+    params = dict(params or {})
+    unknown = sorted(set(params) - {"stages"})
+    if unknown:
+        raise ManifestError(manifest, f"{where}.{unknown[0]}", "unknown key; a pipeline input's parameters hold "
+                            "'stages' (the ordered list of stages)")
+    stages = params.get("stages")
+    if not isinstance(stages, list) or not stages:
+        raise ManifestError(manifest, f"{where}.stages", f"a pipeline needs a non-empty list of stages; got "
+                            f"{type(stages).__name__ if stages is not None else 'nothing'}")
+    frameworks = known_frameworks()
+    specs: list[StageSpec] = []
+    seen: dict[str, int] = {}
+    for k, entry in enumerate(stages):
+        at = f"{where}.stages[{k}]"
+        if not isinstance(entry, dict):
+            raise ManifestError(manifest, at, f"a stage is a mapping with name and framework; got "
+                                f"{type(entry).__name__}")
+        extra = sorted(set(entry) - SPEC_FIELDS)
+        if extra:
+            raise ManifestError(manifest, f"{at}.{extra[0]}", f"unknown key; a stage has "
+                                f"{', '.join(f.name for f in fields(StageSpec))}")
+        name, framework = entry.get("name"), entry.get("framework")
+        if not isinstance(name, str) or not name.strip():
+            raise ManifestError(manifest, f"{at}.name", "every stage needs a name (named in errors and records)")
+        if name in seen:
+            raise ManifestError(manifest, f"{at}.name", f"duplicate stage name {name!r} (also stages[{seen[name]}])")
+        seen[name] = k
+        if not isinstance(framework, str) or framework not in frameworks:
+            raise ManifestError(manifest, f"{at}.framework", f"unknown stage framework {framework!r}; expected a "
+                                f"built-in stage or a predictor: {', '.join(frameworks)}")
+        for key in ("workers", "max_visits"):
+            if key in entry and not (_whole(entry[key]) and entry[key] >= 1):
+                raise ManifestError(manifest, f"{at}.{key}", f"{entry[key]!r}: expected a whole number, at least 1")
+        t = entry.get("timeout_s", 600.0)
+        if not isinstance(t, int | float) or isinstance(t, bool) or t <= 0:
+            raise ManifestError(manifest, f"{at}.timeout_s", f"{t!r}: expected a positive number of seconds")
+        options = entry.get("options") or {}
+        if not isinstance(options, dict):
+            raise ManifestError(manifest, f"{at}.options", f"expected a mapping; got {type(options).__name__}")
+        model = entry.get("model")
+        if model is not None and not isinstance(model, dict):
+            raise ManifestError(manifest, f"{at}.model", f"expected a mapping (graph_path, ...); got "
+                                f"{type(model).__name__}")
+        route = options.get("route_to")
+        if route is not None and route not in seen:
+            raise ManifestError(manifest, f"{at}.options.route_to", f"{route!r} is not this stage or an earlier "
+                                f"one ({', '.join(seen)}); an item can only go back")
+        for hook in ("before", "after"):
+            if entry.get(hook) is not None and not isinstance(entry[hook], str):
+                raise ManifestError(manifest, f"{at}.{hook}", f"a hook is Python source defining {hook}(ctx, item)")
+        specs.append(StageSpec(name=name, framework=framework, options=dict(options), model=model,
+                               workers=entry.get("workers", 1), timeout_s=float(t),
+                               max_visits=entry.get("max_visits", 1), before=entry.get("before"),
+                               after=entry.get("after")))
+    return specs
