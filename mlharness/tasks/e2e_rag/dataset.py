@@ -64,9 +64,11 @@ def read_frames(path: Path) -> list[Question]:
             if not cells or all(not c.strip() for c in cells):
                 continue  # pandas skips blank lines
             if len(cells) != len(header):
+                first = min(len(cells), len(header))  # the first column the row and the header disagree on
+                what = (f"column {first + 1} ({header[first]!r}) is missing" if len(cells) < len(header)
+                        else f"column {first + 1} has no header")
                 raise DatasetError(f"{path}, line {start}: {len(cells)} tab-separated cells, the header has "
-                                   f"{len(header)}; column {len(min(cells, header, key=len)) + 1} "
-                                   f"({header[min(len(cells), len(header) - 1)]!r}) is where they part")
+                                   f"{len(header)}: {what}")
             row = dict(zip(header, cells, strict=True))
             for column in REQUIRED:
                 if not row[column].strip():

@@ -49,6 +49,7 @@ class JudgeServer(ThreadingHTTPServer):
         self.mode, self.target, self.hang_s = mode, target, hang_s
         self.stopping = threading.Event()
         self.requests = 0
+        self.bodies: list[dict[str, Any]] = []  # every request body, for tests of what a client sends
         self.lock = threading.Lock()
         super().__init__((host, port), _Handler)
 
@@ -85,6 +86,8 @@ class _Handler(BaseHTTPRequestHandler):
         except (ValueError, KeyError, IndexError, TypeError):
             self._send(400, {"error": {"message": "expected a chat completion request"}})
             return
+        with self.server.lock:
+            self.server.bodies.append(body)
         fields = _FIELDS.search(prompt)
         if fields is None:
             self._send(400, {"error": {"message": "not e2e-rag-qna's judge prompt"}})

@@ -28,7 +28,12 @@ from typing import Any
 from mlharness.errors import AccuracyError
 from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult, accuracy_log_entries
 from mlharness.tasks.e2e_rag.dataset import ground_truth_by_query, read_frames
-from mlharness.tasks.e2e_rag.judge import DEFAULT_JUDGE_MODEL, DEFAULT_JUDGE_URL, DEFAULT_TIMEOUT_S, JudgeClient
+from mlharness.tasks.e2e_rag.judge import (
+    DEFAULT_JUDGE_MODEL,
+    DEFAULT_JUDGE_URL,
+    DEFAULT_TIMEOUT_S,
+    JudgeClient,
+)
 
 NAME = "e2e_rag_qna"
 RESULTS_FILE = "pipeline_results.jsonl"
