@@ -163,6 +163,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         for label, text in session_rows(result.output):
             table.add_row(label, escape(text))
+    if (result.output / "pipeline_summary.json").is_file():  # a pipeline run: each stage's calls and latency
+        from mlharness.loadgen.pipeline_report import stage_rows
+
+        for label, text in stage_rows(result.output):
+            table.add_row(label, escape(text))
     table.add_row("output", str(result.output))
     if not md["submittable"]:
         table.add_row("submittable", "no: " + "; ".join(md["not_submittable_reasons"]))

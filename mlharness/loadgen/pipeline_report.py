@@ -62,18 +62,19 @@ def write_reports(outdir: Path, lanes: list[Any], jobs: list[Any], wall: list[fl
     return summary
 
 
-def stage_lines(summary: dict[str, Any]) -> list[str]:
-    """One line per stage for ``mlharness run``'s output, and the pipeline's own."""
-    lines = []
+def stage_rows(outdir: Path) -> list[tuple[str, str]]:
+    """A label and a line per stage for ``mlharness run``'s table, and the pipeline's own."""
+    summary = json.loads((outdir / SUMMARY_FILE).read_text())
+    rows = []
     for s in summary["stages"]:
         lat = s["latency_ms"]
         p50 = f"{lat['p50']:.3g}" if lat["p50"] is not None else "-"
         p99 = f"{lat['p99']:.3g}" if lat["p99"] is not None else "-"
         tput = f"{s['throughput']:.4g}/s" if s["throughput"] else "-"
-        lines.append(f"stage {s['stage']} ({s['framework']}, {s['workers']} workers): {s['count']} calls, "
-                     f"{s['errors']} errors, p50 {p50} ms, p99 {p99} ms, busy {s['busy_s']:.3g} s, {tput}, "
-                     f"loaded in {s['load_s']:.3g} s")
+        rows.append((f"stage {s['stage']}", f"{s['framework']}, {s['workers']} workers: {s['count']} calls, "
+                     f"{s['errors']} errors, p50 {p50} ms, p99 {p99} ms, {tput}, load {s['load_s']:.3g} s"))
     if summary.get("throughput"):
-        lines.append(f"pipeline: {summary['samples']} samples ({summary['failed']} failed), "
-                     f"{summary['throughput']:.4g}/s")
-    return lines
+        rows.append(("pipeline", f"{summary['samples']} samples ({summary['failed']} failed), "
+                     f"{summary['throughput']:.4g}/s; slowest stage alone: "
+                     f"{summary['slowest_stage_bound_per_s'] or 0:.4g}/s"))
+    return rows

@@ -1,0 +1,122 @@
+"""The pipeline data kind end to end through ``mlharness run``: the toy pipeline VALID Offline with only
+--min-duration-ms, per-stage records that add up, stages of different samples overlapping, a failing or hanging
+stage failing its sample only (exit 3 naming stage and sample, no hang past the deadline), a route loop bounded by
+max_visits, and a malformed stage list refused with exit 2 naming the field."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mlharness.paths import MANIFESTS_DIR
+
+pytest.importorskip("mlperf_loadgen")
+
+TOY = MANIFESTS_DIR / "pipeline-toy" / "pipeline-toy.yaml"
+
+
+def toy_manifest(tmp: Path, stages: list[dict] | None = None, count: int = 64) -> Path:
+    doc = yaml.safe_load(TOY.read_text())
+    if stages is not None:
+        doc["inputs"][0]["parameters"]["stages"] = stages
+        doc["postprocess"] = ("def postprocess(ctx, item):\n    item['response'] = [len(item['trail'])]\n"
+                              "    item['result'] = {'trail': item['trail']}\n    return item\n")
+    doc["dataset"]["init"] = doc["dataset"]["init"].replace("range(64)", f"range({count})")
+    path = tmp / "pipe.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def mlharness(tmp: Path, manifest: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "MLHARNESS_CACHE": str(tmp / "cache")}
+    return subprocess.run([sys.executable, "-m", "mlharness", "run", "--manifest", str(manifest), "--scenario",
+                           "Offline", "--output", str(tmp / "out"), "--no-progress", *args],
+                          capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp)
+
+
+def results(tmp: Path) -> list[dict]:
+    """The run's records (a failed run's folder is kept as out.failed-<time>)."""
+    out = tmp / "out" if (tmp / "out").is_dir() else max(tmp.glob("out.failed-*"))
+    return [json.loads(line) for line in (out / "pipeline_results.jsonl").read_text().splitlines()]
+
+
+def test_toy_pipeline_is_valid_offline_and_its_records_add_up(tmp_path):
+    p = mlharness(tmp_path, TOY, "--mode", "performance", "--min-duration-ms", "500")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "VALID" in p.stdout and "INVALID" not in p.stdout
+    assert "stage rerank" in p.stdout and "toy-stage, 1 workers" in p.stdout  # mlharness run's per-stage rows
+    recs = results(tmp_path)
+    summary = json.loads((tmp_path / "out" / "pipeline_summary.json").read_text())
+    assert summary["samples"] == len(recs) and summary["failed"] == 0 and len(recs) > 64
+    for s in summary["stages"]:
+        assert s["count"] == len(recs) and s["errors"] == 0  # one visit per stage per sample
+        assert s["latency_ms"]["p50"] <= s["latency_ms"]["p99"]
+    for r in recs:
+        assert [v["stage"] for v in r["stages"]] == ["retrieve", "rerank", "generate"]
+        assert r["result"]["trail"] == ["retrieve", "rerank", "generate"]
+        assert all(v["queued_s"] <= v["enter_s"] <= v["leave_s"] for v in r["stages"])
+    # stages of different samples overlap: some sample is in one stage while another is in a different one
+    visits = [(v["stage"], v["enter_s"], v["leave_s"], r["qsl_idx"], r["query_id"]) for r in recs
+              for v in r["stages"]]
+    generate = [v for v in visits if v[0] == "generate"]
+    retrieve = [v for v in visits if v[0] == "retrieve"]
+    assert any(g[4] != r[4] and g[1] < r[2] and r[1] < g[2] for g in generate[:200] for r in retrieve[:200])
+
+
+def test_a_failing_stage_fails_only_its_sample_and_the_run_exits_3_naming_it(tmp_path):
+    stages = [{"name": "a", "framework": "toy-stage"},
+              {"name": "b", "framework": "toy-stage", "options": {"fail_sample": 3}, "workers": 2},
+              {"name": "c", "framework": "toy-stage"}]
+    p = mlharness(tmp_path, toy_manifest(tmp_path, stages, count=8), "--mode", "accuracy")
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert "stage 'b' failed sample 3" in p.stderr and "1 of 8 samples failed" in p.stderr
+    recs = {r["qsl_idx"]: r for r in results(tmp_path)}
+    assert sorted(recs) == list(range(8))  # every sample completed once
+    assert recs[3]["error"]["stage"] == "b" and recs[3]["result"] is None
+    assert all(recs[i]["error"] is None and recs[i]["result"]["trail"] == ["a", "b", "c"] for i in recs if i != 3)
+
+
+def test_a_hanging_stage_fails_its_sample_at_its_deadline_without_hanging_the_run(tmp_path):
+    stages = [{"name": "a", "framework": "toy-stage"},
+              {"name": "slow", "framework": "toy-stage", "options": {"hang_sample": 1}, "timeout_s": 0.5}]
+    t0 = time.monotonic()
+    p = mlharness(tmp_path, toy_manifest(tmp_path, stages, count=4), "--mode", "accuracy", timeout=60)
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert time.monotonic() - t0 < 30
+    assert "stage 'slow' failed sample 1: past its deadline of 0.5 s" in p.stderr
+    recs = {r["qsl_idx"]: r for r in results(tmp_path)}
+    assert sorted(recs) == [0, 1, 2, 3] and [i for i in recs if recs[i]["error"]] == [1]
+
+
+def test_a_route_loop_is_bounded_by_max_visits(tmp_path):
+    ok = [{"name": "a", "framework": "toy-stage", "max_visits": 3},
+          {"name": "b", "framework": "toy-stage", "options": {"route_to": "a", "route_times": 2}}]
+    p = mlharness(tmp_path, toy_manifest(tmp_path, ok, count=4), "--mode", "accuracy")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert all(r["visits"] == {"a": 3, "b": 3} for r in results(tmp_path))
+    loop = [{"name": "a", "framework": "toy-stage", "max_visits": 2},
+            {"name": "b", "framework": "toy-stage", "options": {"route_to": "a", "route_times": 5}}]
+    p = mlharness(tmp_path, toy_manifest(tmp_path, loop, count=4), "--mode", "accuracy")
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert "stage 'a' failed sample" in p.stderr and "would pass max_visits 2" in p.stderr
+
+
+@pytest.mark.parametrize(("stages", "field", "words"), [
+    ([{"name": "a", "framework": "toy-stage", "workers": 0}], "inputs[0].parameters.stages[0].workers", "at least 1"),
+    ([{"name": "a", "framework": "toy-stage"}, {"name": "a", "framework": "toy-stage"}],
+     "inputs[0].parameters.stages[1].name", "duplicate stage name 'a'"),
+    ([{"name": "a", "framework": "no-such"}], "inputs[0].parameters.stages[0].framework", "unknown stage framework"),
+    ([{"name": "a", "framework": "toy-stage", "options": {"route_to": "b"}}, {"name": "b", "framework": "toy-stage"}],
+     "inputs[0].parameters.stages[0].options.route_to", "not this stage or an earlier one"),
+])
+def test_a_malformed_stage_list_exits_2_naming_the_field(tmp_path, stages, field, words):
+    p = mlharness(tmp_path, toy_manifest(tmp_path, stages, count=4), "--mode", "accuracy")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert field in p.stderr and words in p.stderr
