@@ -95,7 +95,10 @@ def build_results(accuracy_log: Path, questions: list[Any], records_path: Path |
         result = record.get("result")
         if not isinstance(result, dict):
             query = questions[entry.qsl_idx].query if 0 <= entry.qsl_idx < len(questions) else ""
-            result = {"query": query, "answer": "Error", "error": str(record.get("error") or "no result")}
+            err = record.get("error") or "no result"
+            if isinstance(err, dict):  # the pipeline SUT's {stage, sample, error}
+                err = f"stage {err.get('stage')!r}: {err.get('error')}"
+            result = {"query": query, "answer": "Error", "error": str(err)}
         results[key] = result
     return results
 
