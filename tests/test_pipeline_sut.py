@@ -120,3 +120,23 @@ def test_a_malformed_stage_list_exits_2_naming_the_field(tmp_path, stages, field
     p = mlharness(tmp_path, toy_manifest(tmp_path, stages, count=4), "--mode", "accuracy")
     assert p.returncode == 2, p.stdout + p.stderr
     assert field in p.stderr and words in p.stderr
+
+
+def test_a_tensor_predictor_is_a_stage_through_the_adapter(tmp_path):
+    """framework echo (any predictor name): before builds item['inputs'], the stage puts item['outputs'], and the
+    response LoadGen logs is what the predictor returned (in response.element_type)."""
+    stages = [{"name": "a", "framework": "toy-stage"},
+              {"name": "model", "framework": "echo", "options": {"sleep_ms": 1}, "workers": 2,
+               "before": "import numpy as np\n\ndef before(ctx, item):\n"
+                         "    item['inputs'] = [np.array([[item['index'] * 10]], dtype=np.int32)]\n    return item\n"}]
+    path = toy_manifest(tmp_path, stages, count=6)
+    doc = yaml.safe_load(path.read_text())
+    doc["postprocess"] = ("def postprocess(ctx, item):\n    item['response'] = item['outputs'][0]\n"
+                          "    item['result'] = {'echo': int(item['outputs'][0][0][0])}\n    return item\n")
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    p = mlharness(tmp_path, path, "--mode", "accuracy")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert {r["qsl_idx"]: r["result"]["echo"] for r in results(tmp_path)} == {i: i * 10 for i in range(6)}
+    log = json.loads((tmp_path / "out" / "mlperf_log_accuracy.json").read_text())
+    got = {e["qsl_idx"]: int.from_bytes(bytes.fromhex(e["data"]), "little") for e in log}
+    assert got == {i: i * 10 for i in range(6)}

@@ -46,12 +46,12 @@ def stage_hook(source: str | None, name: str, manifest: str, where: str, namespa
 
     filename = f"{manifest}::{where}"
     linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
-    local: dict[str, Any] = {}
+    namespace.pop(name, None)  # each stage's hook is taken right after its source runs in the shared globals
     try:
-        exec(compile(source, filename, "exec"), namespace, local)  # noqa: S102 - the manifest's hook is the point
+        exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - the manifest's hook is the point
     except Exception as e:  # noqa: BLE001 - named with its field
         raise ManifestError(manifest, where, f"{type(e).__name__}: {e}") from None
-    fn = local.get(name)
+    fn = namespace.pop(name, None)
     if not callable(fn):
         raise ManifestError(manifest, where, f"the hook's source must define a function named '{name}'")
     ctx = namespace.get("ctx", {})
