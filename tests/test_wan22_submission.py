@@ -1,7 +1,7 @@
-"""wan-2.2-t2v-a14b in a submission: ``submission run`` of the tiny random Wan pipeline (video responses, Offline,
-development sizes) with its audits, TEST01 (the sampled videos against the accuracy run's) and TEST04, then
-``package`` and ``check``, and the official v6.1 checker on the package with the same findings; the real CLI and
-LoadGen. SingleStream goes the same way (docs/video.md); it is left out here to keep the file near 50 s."""
+"""wan-2.2-t2v-a14b in a submission: ``submission run`` of the tiny random Wan pipeline (video responses, Offline
+and SingleStream, development sizes) with its audits, TEST01 (the sampled videos against the accuracy run's) and
+TEST04, then ``package`` and ``check``, and the official v6.1 checker on the package with the same findings, scenario
+by scenario; the real CLI and LoadGen."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600),
               pytest.mark.skipif(importlib.util.find_spec("cv2") is None, reason="the mp4 files need OpenCV")]
 
 SYSTEM = "videobox"
-SCENARIO = ("wan-2.2-t2v-a14b", "Offline")
+BENCHMARK = "wan-2.2-t2v-a14b"
+SCENARIOS = ("Offline", "SingleStream")
 COUNT = 13  # prompts: the accuracy run holds sample id 12, one of the checker's ten, and TEST04's index 3
 QUERIES = 64  # samples of each performance run: enough to last the 1 s minimum on a fast host
 VIDEO_HEX = 5 * 32 * 32 * 3 * 2
@@ -42,7 +43,7 @@ def tree(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[
     overrides = work / "system.yaml"
     overrides.write_text(yaml.safe_dump(OVERRIDES))
     results = work / "results"
-    proc = cli(env, "submission", "run", "--manifest", "wan-2.2-t2v-a14b-random", "--scenarios", SCENARIO[1],
+    proc = cli(env, "submission", "run", "--manifest", "wan-2.2-t2v-a14b-random", "--scenarios", *SCENARIOS,
                "--division", "open", "--submitter", "Acme", "--system-name", SYSTEM, "--results", str(results),
                "--system-overrides", str(overrides), "--min-duration-ms", "1000", "--dataset-path", str(data),
                "--count", str(COUNT), "--min-query-count", str(QUERIES), timeout=540)
@@ -50,16 +51,17 @@ def tree(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[
     # the video comparison must pass whatever the host does; a performance band missed between 1 s runs on a
     # busy host is a development finding
     assert "TEST01 accuracy: PASS" in proc.stdout, proc.stdout[-3000:]
-    assert re.search(r"Offline accuracy \([\d.]+ s\): Accuracy Results: \{'vbench_score': ", proc.stdout), proc.stdout
+    for scenario in SCENARIOS:
+        assert re.search(rf"{scenario} accuracy \([\d.]+ s\): Accuracy Results: \{{'vbench_score': ", proc.stdout), \
+            proc.stdout
     made: dict[str, object] = {"work": work, "results": results, "proc": proc}
-    made["performance_passed"] = {t: f"{t} performance: PASS" in proc.stdout for t in ("TEST01", "TEST04")}
-    made["scenario"] = results / SYSTEM / SCENARIO[0] / SCENARIO[1]
     made["package"] = package(env, made)
     return made
 
 
-def test_test01_and_test04_compare_the_videos_and_the_rates(tree):
-    scen = tree["scenario"]
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_test01_and_test04_compare_the_videos_and_the_rates(tree, scenario):
+    scen = tree["results"] / SYSTEM / BENCHMARK / scenario
     entries = json.loads((scen / "accuracy" / "mlperf_log_accuracy.json").read_text())
     assert sorted(e["qsl_idx"] for e in entries) == list(range(COUNT))
     assert all(len(e["data"]) == VIDEO_HEX for e in entries)
@@ -72,17 +74,24 @@ def test_test01_and_test04_compare_the_videos_and_the_rates(tree):
     assert [line for line in lines if line.startswith("TEST ")] == ["TEST PASS"], lines
     for test in ("TEST01", "TEST04"):
         verdict = (scen / test / "verify_performance.txt").read_text()
-        assert ("TEST PASS" in verdict) is tree["performance_passed"][test], verdict
+        assert "TEST PASS" in verdict or "TEST FAIL" in verdict, verdict  # a band missed on a busy host: development
         summary = (scen / test / "performance" / "run_1" / "mlperf_log_summary.txt").read_text()
-        assert "Scenario : Offline" in summary and "Result is : VALID" in summary
+        assert f"Scenario : {scenario}" in summary
+        detail = (scen / test / "performance" / "run_1" / "mlperf_log_detail.txt").read_text()
+        # TEST04 asks for the official audit.config's 20 queries (over the user.conf's 64): in a 1 s run too few
+        # to last the minimum duration or for early stopping's 64, which the real 600 s run has
+        twenty = '"key": "requested_min_query_count", "value": 20,' in detail
+        assert twenty is (test == "TEST04"), test
+        assert test == "TEST04" or "Result is : VALID" in summary, summary
     detail = (scen / "TEST04" / "performance" / "run_1" / "mlperf_log_detail.txt").read_text()
     assert '"key": "requested_performance_issue_same_index", "value": 3,' in detail  # one sample over and over
 
 
-def test_the_accuracy_folder_holds_the_checkers_sample_video(tree):
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_the_accuracy_folder_holds_the_checkers_sample_video(tree, scenario):
     import cv2
 
-    acc = tree["package"] / "open" / "Acme" / "results" / SYSTEM / SCENARIO[0] / SCENARIO[1] / "accuracy"
+    acc = tree["package"] / "open" / "Acme" / "results" / SYSTEM / BENCHMARK / scenario / "accuracy"
     assert sorted(p.name for p in (acc / "videos").iterdir()) == ["12.mp4"]  # the one of the ten in 13 prompts
     capture = cv2.VideoCapture(str(acc / "videos" / "12.mp4"))
     frames = []
@@ -102,18 +111,27 @@ def _missing_videos(acc: str) -> str:
     return f"expected to have the following extra files ({missing})"
 
 
+def test_each_audits_performance_verdict_is_the_one_submission_run_printed(tree):
+    for test in ("TEST01", "TEST04"):
+        verdicts = [(tree["results"] / SYSTEM / BENCHMARK / s / test / "verify_performance.txt").read_text()
+                    for s in SCENARIOS]
+        assert sum("TEST PASS" in v for v in verdicts) == tree["proc"].stdout.count(f"{test} performance: PASS")
+
+
 def test_check_passes_with_only_development_findings(env, tree):
     out = tree["package"]
     lenient = cli(env, "submission", "check", str(out), "--allow-development")
     assert lenient.returncode == 0 and "PASSED: 0 problem(s)" in lenient.stdout, lenient.stdout + lenient.stderr
     tolerated = {line.removeprefix("WARNING ").removesuffix(" (tolerated: --allow-development)")
                  for line in lenient.stdout.splitlines() if line.endswith("(tolerated: --allow-development)")}
-    acc = out / "open" / "Acme" / "results" / SYSTEM / SCENARIO[0] / SCENARIO[1] / "accuracy"
-    assert f"{acc.relative_to(out)}: {_missing_videos(str(acc))}" in tolerated, tolerated  # the checker's words
-    # the official checker's other findings (test below), in ours: its performance-sample-count of 50, not 248
-    assert any(f.endswith("performance_sample_count is 13; at least 50 required") for f in tolerated), tolerated
-    assert any("Test duration less than 600s in user config. expected=600000, found=1000" in f for f in tolerated)
-    assert "vbench_score" in summary_row(lenient.stdout, *SCENARIO)
+    for scenario in SCENARIOS:
+        acc = out / "open" / "Acme" / "results" / SYSTEM / BENCHMARK / scenario / "accuracy"
+        assert f"{acc.relative_to(out)}: {_missing_videos(str(acc))}" in tolerated, tolerated  # the checker's words
+        mine = {f for f in tolerated if f"/{BENCHMARK}/{scenario}" in f}
+        # the official checker's other findings (test below), in ours: its performance-sample-count of 50, not 248
+        assert any(f.endswith("performance_sample_count is 13; at least 50 required") for f in mine), mine
+        assert any("Test duration less than 600s in user config. expected=600000, found=1000" in f for f in mine)
+        assert "vbench_score" in summary_row(lenient.stdout, BENCHMARK, scenario)
     strict = cli(env, "submission", "check", str(out))
     errors = {line.removeprefix("ERROR ") for line in strict.stdout.splitlines() if line.startswith("ERROR ")}
     # without the allowance the scenario's development findings are errors; its audits' stay warnings (an open
@@ -124,19 +142,23 @@ def test_check_passes_with_only_development_findings(env, tree):
 @pytest.mark.skipif(_official_checker() is None, reason="MLHARNESS_INFERENCE_REPO names no mlcommons/inference "
                                                         "checkout")
 def test_official_checker_has_the_same_findings(tree):
-    """The official v6.1 checker on the package: no traceback, and its findings about the accuracy folder are
-    ours, word for word (the missing sample videos and the partial dataset). Its output of this tree is kept in
-    tests/fixtures/wan22/official_checker_output.txt."""
+    """The official v6.1 checker on the package: no traceback, and its findings about each scenario's accuracy
+    folder are ours, word for word (the missing sample videos and the partial dataset). Its output of this tree is
+    kept in tests/fixtures/wan22/official_checker_output.txt."""
     root = tree["package"]
     proc = subprocess.run([sys.executable, "-m", "submission_checker.main", "--input", str(root), "--version",
                            "v6.1"], capture_output=True, text=True, timeout=120, cwd=_official_checker())
     out = proc.stdout + proc.stderr
     assert "Traceback" not in out, out[-3000:]
-    acc = root / "open" / "Acme" / "results" / SYSTEM / SCENARIO[0] / SCENARIO[1] / "accuracy"
-    assert f"{acc} {_missing_videos(str(acc))}" in out, out[-3000:]
+    (root.parent / "official_checker_output.txt").write_text(out)
     lines = [re.sub(r"^\[[^]]*\] ", "", line) for line in out.splitlines() if " ERROR] " in line]
-    errors = {line.split(" ", 1)[1] for line in lines if line.startswith("/")}
-    assert errors == {"performance_sample_count, found 13, needs to be >= 50",
-                      "Test duration less than 600s in user config. expected=600000, found=1000",
-                      f"accurcy run does not cover all dataset, accuracy samples: {COUNT}, dataset size: 248",
-                      _missing_videos(str(acc))}, errors  # each also a finding of ours (see the test above)
+    for scenario in SCENARIOS:
+        acc = root / "open" / "Acme" / "results" / SYSTEM / BENCHMARK / scenario / "accuracy"
+        assert f"{acc} {_missing_videos(str(acc))}" in out, out[-3000:]
+        errors = {line.split(" ", 1)[1] for line in lines
+                  if line.split(" ", 1)[0] == str(acc.parent) or line.startswith(f"{acc.parent}/")}
+        assert errors == {"performance_sample_count, found 13, needs to be >= 50",
+                          "Test duration less than 600s in user config. expected=600000, found=1000",
+                          f"accurcy run does not cover all dataset, accuracy samples: {COUNT}, dataset size: 248",
+                          _missing_videos(str(acc))}, (scenario, errors)  # each also ours (the test above)
+    assert all(line.startswith(str(root)) for line in lines if line.startswith("/")), lines
