@@ -32,10 +32,10 @@ REAL_MODELS = {
                     "sha256": None, "dim": 768},
 }
 
-EMBEDDER_DOC = "tiny random e5-like embedder v1 (BERT 2x32, mean pooling, normalised)"
-RERANKER_DOC = "tiny random ColBERT-like reranker v1 (BERT 2x32, token embeddings)"
+EMBEDDER_DOC = "tiny random e5-like embedder v3 (BERT 2x32, mean pooling, normalised)"
+RERANKER_DOC = "tiny random ColBERT-like reranker v3 (BERT 2x32, token embeddings)"
 BERT = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
-        "max_position_embeddings": 512}
+        "max_position_embeddings": 512, "initializer_range": 1.0}
 
 
 def _vocab() -> list[str]:
@@ -45,14 +45,15 @@ def _vocab() -> list[str]:
              "film city river born year war team album song president university").split()
     chars = list(string.ascii_lowercase + string.digits)
     punct = list(string.punctuation)
-    return ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, *(f"##{c}" for c in chars), *punct, *words]
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, *(f"##{c}" for c in chars), *punct, *words]
+    return list(dict.fromkeys(tokens))  # a token listed twice would shift every id after it
 
 
 def _tokenizer(folder: Path) -> Any:
     from transformers import BertTokenizerFast
 
-    (folder / "vocab.txt").write_text("\n".join(_vocab()) + "\n")
-    return BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True, model_max_length=512)
+    # the vocabulary as a mapping: transformers 5's BertTokenizerFast ignores a vocab_file (every token [UNK])
+    return BertTokenizerFast(vocab={w: i for i, w in enumerate(_vocab())}, do_lower_case=True, model_max_length=512)
 
 
 def _bert(seed: int, folder: Path) -> Any:

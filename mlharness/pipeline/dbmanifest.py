@@ -1,0 +1,127 @@
+"""e2e-rag-db's database manifest: written from a database and verified against one as the reference's
+``db_manifest.py write`` / ``verify`` (``scripts/write_db_manifest.sh``, ``scripts/verify_db_manifest.sh``) do.
+
+The check is behavioural equivalence, not byte identity: the passage count and embedding dimension, the FAISS index
+parameters (class, dim, metric, efConstruction, efSearch, M), and the mean overlap of the top-10 document URLs of
+50 probe questions (``random.Random(0xC0FFEE).sample`` over the FRAMES TSV's rows) with the manifest's, at least
+0.95. The corpus-set hash (SHA-256 over the sorted per-passage SHA-256s) is recorded and reported, never gated. The
+manifest's JSON is ``json.dump(manifest, indent=2)`` with the reference's keys in its order, gzip'd when the name
+ends in ``.gz``, so a manifest written here reads there and back.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from mlharness.pipeline.index import Embedder, VectorDB
+
+MANIFEST_VERSION = 2
+ACCEPTED_VERSIONS = (2, "v2-behavioral")
+SAMPLE_SEED = 0xC0FFEE
+NUM_PROBE_QUERIES = 50
+PROBE_TOP_K = 10
+RETRIEVAL_THRESHOLD = 0.95
+
+
+def _open(path: str | Path, mode: str) -> Any:
+    return gzip.open(path, mode) if str(path).endswith(".gz") else open(path, mode)
+
+
+def corpus_set_sha256(db: VectorDB) -> str:
+    h = hashlib.sha256()
+    for ph in sorted(hashlib.sha256(t.encode("utf-8", errors="replace")).hexdigest() for t in db.texts):
+        h.update(ph.encode("ascii"))
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def probe_queries(dataset_tsv: str | Path, n: int = NUM_PROBE_QUERIES) -> list[dict[str, Any]]:
+    """``_load_probe_queries``: ``n`` rows of the FRAMES TSV chosen with the reference's seed, in row order."""
+    with open(dataset_tsv, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    rng = random.Random(SAMPLE_SEED)
+    indices = sorted(rng.sample(range(len(rows)), min(n, len(rows))))
+    return [{"index": i, "prompt": str(rows[i]["Prompt"])} for i in indices]
+
+
+def top_k_urls(db: VectorDB, embedder: Embedder, queries: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
+    hits = db.search(embedder.embed([q["prompt"] for q in queries]), k) if queries else []
+    out = []
+    for q, found in zip(queries, hits, strict=True):
+        metas = [db.metadatas[row] for row, _ in found]
+        out.append({"index": q["index"], "top_k_urls": [m.get("original_url") or m.get("source")
+                                                         or m.get("base_filename") or "" for m in metas]})
+    return out
+
+
+def norm_url(u: str) -> str:
+    """``_norm_url``: the article a URL or a page file name names, anchors dropped."""
+    u = u.lower()
+    for pre in ("https://", "http://"):
+        if u.startswith(pre):
+            u = u[len(pre):]
+    if u.endswith(".html"):
+        u = u[:-5]
+    u = u.replace("en.wikipedia.org/wiki/", "").replace("en.wikipedia.org_wiki_", "")
+    return u.split("#")[0].replace("/", "_").strip("_")
+
+
+def write(db: VectorDB, embedder: Embedder, dataset_tsv: str | Path, output: str | Path, model_name: str,
+          num_queries: int = NUM_PROBE_QUERIES) -> dict[str, Any]:
+    queries = probe_queries(dataset_tsv, num_queries)
+    manifest = {"version": MANIFEST_VERSION, "retriever_model": model_name, "embedding_model": model_name,
+                "total_passages": len(db), "embedding_dim": embedder.dim, "index_params": db.params(),
+                "corpus_set_sha256": corpus_set_sha256(db), "probe_top_k": PROBE_TOP_K,
+                "reference_queries": queries, "reference_top_k": top_k_urls(db, embedder, queries, PROBE_TOP_K)}
+    with _open(output, "wt") as f:
+        json.dump(manifest, f, indent=2)
+    return manifest
+
+
+def verify(db: VectorDB, embedder: Embedder, manifest_path: str | Path,
+           threshold: float = RETRIEVAL_THRESHOLD) -> dict[str, Any]:
+    """``verify_manifest``: ``{"passed", "failures", "metrics"}``; failures in the reference's words."""
+    with _open(manifest_path, "rt") as f:
+        manifest = json.load(f)
+    if manifest.get("version") not in ACCEPTED_VERSIONS:
+        return {"passed": False, "metrics": {"manifest_version": manifest.get("version")},
+                "failures": [f"not a v2 manifest (got version={manifest.get('version')!r}); regenerate it with "
+                             "`db_manifest.py write`"]}
+    failures = []
+    metrics: dict[str, Any] = {"total_passages": len(db), "manifest_total_passages": manifest["total_passages"],
+                               "embedding_dim": embedder.dim}
+    if len(db) != manifest["total_passages"]:
+        failures.append(f"total_passages mismatch: local={len(db)} manifest={manifest['total_passages']}")
+    if embedder.dim != manifest["embedding_dim"]:
+        failures.append(f"embedding_dim mismatch: local={embedder.dim} manifest={manifest['embedding_dim']} "
+                        "(different retriever model — comparison is not meaningful)")
+    params = metrics["index_params"] = db.params()
+    if params != manifest["index_params"]:
+        failures.append(f"index_params differ:\n    local    = {params}\n    manifest = {manifest['index_params']}")
+    metrics["manifest_corpus_set_sha256"] = manifest["corpus_set_sha256"]
+    metrics["corpus_set_sha256"] = corpus_set_sha256(db)  # reported, not gated (as the reference)
+    k = manifest["probe_top_k"]
+    ref = {r["index"]: r["top_k_urls"] for r in manifest["reference_top_k"]}
+    overlaps, top1, full = [], 0, 0
+    for entry in top_k_urls(db, embedder, manifest["reference_queries"], k):
+        if entry["index"] not in ref:
+            continue
+        cand = [norm_url(u) for u in entry["top_k_urls"][:k]]
+        want = [norm_url(u) for u in ref[entry["index"]][:k]]
+        ov = len(set(want) & set(cand)) / (len(set(want)) or 1)
+        overlaps.append(ov)
+        full += ov >= 1.0
+        top1 += bool(want and cand and want[0] == cand[0])
+    mean = sum(overlaps) / (len(overlaps) or 1)
+    metrics.update(probe_queries_total=len(overlaps), probe_queries_full_match=full, retrieval_accuracy=mean,
+                   retrieval_top1_rate=top1 / len(overlaps) if overlaps else 0.0, retrieval_threshold=threshold)
+    if mean < threshold:
+        failures.append(f"retrieval overlap below threshold: {mean:.4f} < {threshold} — retrieval behaviour "
+                        f"diverges from reference\n  {full}/{len(overlaps)} queries fully matched")
+    return {"passed": not failures, "failures": failures, "metrics": metrics}
