@@ -5,6 +5,7 @@ VALID in Offline and Server with only --min-duration-ms, a bad stream refused wi
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -105,7 +106,8 @@ def test_the_oracle_scores_its_maximum_through_loadgen(stream, tmp_path):
              "--scenario", "Offline", "--mode", "accuracy", "--output", str(tmp_path / "acc"), cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "metric/lifetime_accuracy/rating: 1.0\n" in r.stdout
-    assert "metric/lifetime_ne/rating: 1.447830689352361e-12" in r.stdout  # the clamp's floor: NE's minimum here
+    ne = float(re.search(r"metric/lifetime_ne/rating: (\S+)\n", r.stdout).group(1))
+    assert 0 < ne < 1e-11  # the clamp's floor (its figure depends on the stream's share of positive labels)
     rows = _log(tmp_path / "acc" / "mlperf_log_accuracy.json")
     keys = sorted((int(d[0]), int(d[1])) for d in rows)
     assert keys == [(t, q) for t in range(4) for q in range(8)]  # every query answered once, by its own key
@@ -125,7 +127,9 @@ def test_the_random_model_is_valid_with_only_min_duration(stream, tmp_path, scen
 
 
 def test_a_bad_stream_is_refused_by_a_run_with_exit_2(stream, tmp_path):
-    a = dict(np.load(stream / "stream.npz"))
+    from mlharness.tasks.dlrm_v3.jagged import open_stream
+
+    a = {k: v.copy() for k, v in open_stream(stream).arrays.items()}  # in stream.npz, which states the offsets
     a["uih_offsets"][3] = a["uih_offsets"][2] - 1
     (tmp_path / "bad").mkdir()
     np.savez(tmp_path / "bad" / "stream.npz", **a)

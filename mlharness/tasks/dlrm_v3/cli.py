@@ -9,9 +9,13 @@ from typing import Any
 
 
 def register(synth: Any, prepare: Any, accuracy: Any) -> None:
-    p = synth.add_parser("dlrm-v3", help="a synthetic time-ordered stream of user histories (stream.npz)",
-                         description="Write stream.npz: per query its ts_idx, query_idx, jagged history (item ids, "
-                                     "timestamps) and candidates with labels; checked as a run checks it.")
+    p = synth.add_parser("dlrm-v3", help="a synthetic time-ordered stream of user histories (the reference's "
+                                         "streaming layout)",
+                         description="Write the file layout of the reference's streaming_synthetic_data.py (0.csv, "
+                                     "offset.csv, ts_0_<ts>.csv, requests_per_ts.csv, users_cumsum_per_ts.csv, "
+                                     "requests_per_ts_offset.csv) and dataset.json: --queries-per-ts users, each "
+                                     "requested at each of --timestamps inference timestamps; checked as a run "
+                                     "checks it.")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--timestamps", type=int, default=4)
     p.add_argument("--queries-per-ts", type=int, default=8)
@@ -34,8 +38,8 @@ def cmd_synth(args: argparse.Namespace, console: Any) -> int:
 
     check_free(args.out, args.force)
     path = write_stream(args.out, num_ts=args.timestamps, queries_per_ts=args.queries_per_ts, seed=args.seed)
-    console.print(f"wrote {args.timestamps * args.queries_per_ts} queries over {args.timestamps} timestamps to "
-                  f"{path}", highlight=False, soft_wrap=True)
+    console.print(f"wrote {args.timestamps * args.queries_per_ts} queries over {args.timestamps} inference "
+                  f"timestamps to {path}", highlight=False, soft_wrap=True)
     return 0
 
 

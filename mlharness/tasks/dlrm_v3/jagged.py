@@ -88,7 +88,15 @@ def check_stream(path: Path, a: dict[str, np.ndarray]) -> None:
 
 
 def open_stream(folder: Path) -> Stream:
+    """The reference's streaming layout (a folder with requests_per_ts.csv: streaming.py), or one stream.npz of
+    the flat arrays and offsets (a layout of mlharness's own, which states a stream's offsets outright)."""
+    from mlharness.tasks.dlrm_v3.streaming import read_reference
+
     path = Path(folder)
+    if path.is_dir() and (path / "requests_per_ts.csv").is_file():
+        arrays = read_reference(path)
+        check_stream(path, arrays)
+        return Stream(path, arrays)
     path = path / STREAM_FILE if path.is_dir() else path
     if not path.is_file():
         raise DatasetError(f"{path}: no such file (write one with `mlharness dataset synth dlrm-v3 --out DIR`)")

@@ -58,7 +58,19 @@ def synth_stream(num_ts: int = 4, queries_per_ts: int = 8, candidates: int = 8, 
     return out
 
 
-def write_stream(out: Path, **kw) -> Path:
+def write_stream(out: Path, num_ts: int = 4, queries_per_ts: int = 8, seed: int = 0) -> Path:
+    """The reference's streaming layout (streaming.py): ``queries_per_ts`` users, each requested at each of
+    ``num_ts`` inference timestamps; checked as a run opens it."""
+    from mlharness.tasks.dlrm_v3.jagged import open_stream
+    from mlharness.tasks.dlrm_v3.streaming import write_reference
+
+    write_reference(out, num_users=queries_per_ts, inference_ts=num_ts, seed=seed)
+    open_stream(out)
+    return out
+
+
+def write_npz(out: Path, **kw) -> Path:
+    """mlharness's own one-file layout (stream.npz) of :func:`synth_stream`'s arrays."""
     arrays = synth_stream(**kw)
     out.mkdir(parents=True, exist_ok=True)
     path = out / STREAM_FILE
