@@ -21,8 +21,8 @@ KEYS = ("ts_idx", "query_idx", "query_time")
 
 def open_dataset(ctx: dict[str, Any]) -> Stream:
     if not ctx.get("dataset_path"):
-        raise DatasetError("dlrm-v3 needs --dataset-path: a folder holding stream.npz (make one: mlharness dataset "
-                           "synth dlrm-v3 --out DIR)")
+        raise DatasetError("dlrm-v3 needs --dataset-path: a folder of the reference's streaming data (make one: "
+                           "mlharness dataset synth dlrm-v3 --out DIR)")
     return open_stream(ctx["dataset_path"])
 
 
