@@ -32,14 +32,22 @@ def pyg_state(dgl_state: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# where the reference gets RGAT.pt (graph/R-GAT/README.md): a metadata file of the MLCommons R2 downloader, which
+# lists the file's URL and checksum when it is fetched; the repository itself has neither
+R2_SOURCE = "https://inference.mlcommons-storage.org/metadata/rgat-model.uri"
+R2_DOWNLOADER = "https://raw.githubusercontent.com/mlcommons/r2-downloader/refs/heads/main/mlc-r2-downloader.sh"
+
+
 def rgat_checkpoint(checkpoint: str) -> Any:
     import torch
 
     try:
         state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError) as e:
-        raise AssetError(f"rgat checkpoint {checkpoint}: {e} (factory_args.checkpoint: the reference's "
-                              "file from https://inference.mlcommons-storage.org/metadata/rgat-model.uri)") from None
+        raise AssetError(f"rgat checkpoint {checkpoint}: {e} (factory_args.checkpoint: the reference's RGAT.pt, "
+                         f"which mlharness cannot fetch itself: graph/R-GAT/README.md publishes no plain URL and no "
+                         f"checksum, only {R2_SOURCE} for the MLCommons R2 downloader: bash <(curl -s "
+                         f"{R2_DOWNLOADER}) {R2_SOURCE})") from None
     model = rgat()
     model.load_state_dict(pyg_state(state.get("model_state_dict", state)), strict=True)
     return model
