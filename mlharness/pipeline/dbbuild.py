@@ -1,0 +1,145 @@
+"""The ``rag-db-build`` stage: e2e-rag-db's system under test, one LoadGen sample per document, as the reference's
+``reference_SUT_datasetup.DatasetupSUT`` builds the database.
+
+A sample's item is one page (``{"name", "content", "url"}``, from the manifest's preprocess). The stage cuts it
+(:func:`~mlharness.pipeline.chunking.document_passages`), embeds its passages outside any lock (several workers embed
+at once), then adds them to the shared index under the database's lock, with the reference's metadata (``source``,
+``passage_id``, ``original_url``). When the completed documents reach the data set's count (``options.documents``,
+or the item's ``total``), that sample saves the database and answers the MD5 of what it saved (32 hexadecimal
+characters); every other sample answers one byte, 1 (0 is never answered: a failure fails the sample, exit 3). This
+is the response ``datasetup_accuracy_eval.py`` reads: all files successful, the returned MD5 equal to the saved
+database's. A page that comes again (the pipeline's warm-up and calibration play a few samples before LoadGen
+starts; a performance run repeats samples) starts a new database, so the one saved holds every page once. The
+reference hashes its one ``.db`` file; here the MD5 runs over the saved folder's ``index.faiss``
+then ``passages.jsonl`` (:func:`database_md5`).
+
+Options: ``database`` (the folder to save into, relative to the cache; default ``e2e-rag-db/built``: rewritten
+run after run, never a folder mlharness did not write), ``documents`` (the data set's page count). The stage's
+``model`` is the embedder. ``describe`` reports the build's chunk, embed, index and save times and the passages per
+second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from mlharness.pipeline import index
+from mlharness.pipeline.chunking import document_passages
+from mlharness.pipeline.retrieval import asset_path
+from mlharness.pipeline.stage import Item, StageContext, StageError, StageSpec, register_stage
+
+
+def database_md5(folder: str | Path) -> str:
+    """MD5 over the saved database's ``index.faiss`` then ``passages.jsonl``, read in 8 KiB blocks as the
+    reference's ``compute_md5``."""
+    md5 = hashlib.md5()  # noqa: S324 - the reference's checksum, not a security measure
+    for name in ("index.faiss", "passages.jsonl"):
+        with open(Path(folder) / name, "rb") as f:
+            for block in iter(lambda f=f: f.read(8192), b""):
+                md5.update(block)
+    return md5.hexdigest()
+
+
+class DbBuildStage:
+    def __init__(self, spec: StageSpec, ctx: StageContext):
+        self.spec, self.ctx, self.name = spec, ctx, spec.name
+        self.folder = Path(ctx.cache_dir) / spec.options.get("database", "e2e-rag-db/built")
+        self.documents = spec.options.get("documents")
+        self.embedder: index.Embedder | None = None
+        self.db: index.VectorDB | None = None
+        self.lock = threading.Lock()
+        self.completed = 0
+        self.seen: set[str] = set()  # the pages of the database being built
+        self.md5: str | None = None
+        self.times = {"chunk_s": 0.0, "embed_s": 0.0, "index_s": 0.0, "save_s": 0.0}
+        self.passages = 0
+        self.first: float | None = None
+        self.last: float | None = None
+
+    def load(self) -> None:
+        self.embedder = index.Embedder(asset_path(self.spec, self.ctx), device=self.ctx.device)
+        self.db = index.VectorDB(index.new_index(self.embedder.dim), info={"embedder": self.embedder.path})
+        # torch's first call of each batch shape is slow (its kernels are set up then): shapes a page's passages
+        # take are played once here, so the calibration's few samples see the steady rate, not this set-up
+        for n in range(1, 5):
+            for size in (48, 200, 768):
+                self.embedder.embed(["warm up text " * (size // 13 + 1)][:1] * n)
+
+    def run(self, item: Item) -> Item:
+        if not isinstance(item.get("content"), str) or not item.get("name"):
+            raise StageError(self.name, f"the item needs a page's 'name' and 'content' (keys: {sorted(item)})")
+        start = time.perf_counter()
+        with self.lock:
+            self.first = self.first or start
+        texts = document_passages(item["content"], item["name"])
+        chunked = time.perf_counter()
+        vectors = self.embedder.embed(texts)
+        embedded = time.perf_counter()
+        metas = [{"source": item["name"], "passage_id": i, "original_url": item.get("url", "")}
+                 for i in range(len(texts))]
+        total = int(self.documents or item.get("total") or 0)
+        with self.lock:
+            if item["name"] in self.seen:  # a page again: the SUT's warm-up and calibration plays, or a repeat
+                self.db = index.VectorDB(index.new_index(self.embedder.dim), info={"embedder": self.embedder.path})
+                self.seen, self.completed, self.md5 = set(), 0, None
+            self.seen.add(item["name"])
+            self.db.add(texts, vectors, metas)
+            added = time.perf_counter()
+            self.times["chunk_s"] += chunked - start
+            self.times["embed_s"] += embedded - chunked
+            self.times["index_s"] += added - embedded
+            self.passages += len(texts)
+            self.completed += 1
+            last = self.completed == total
+            if last:
+                self.db.save(self.folder)
+                self.md5 = database_md5(self.folder)
+                self.times["save_s"] = time.perf_counter() - added
+            self.last = time.perf_counter()
+            md5 = self.md5 if last else None  # read under the lock: a next page may start a new database
+        item["passages_indexed"] = len(texts)
+        item["response"] = list(md5.encode()) if md5 else [1]
+        item["result"] = {"name": item["name"], "passages": len(texts), "md5": md5}
+        return item
+
+    def close(self) -> None:
+        self.embedder = None
+
+    def describe(self) -> dict[str, Any]:
+        wall = (self.last - self.first) if self.first and self.last else 0.0
+        return {"database": str(self.folder), "documents_indexed": self.completed, "passages": self.passages,
+                "md5": self.md5, "timings": dict(self.times),
+                "passages_per_s": self.passages / wall if wall > 0 else None,
+                "index_params": self.db.params() if self.db else None}
+
+
+@register_stage("rag-db-build")
+def db_build_stage(spec: StageSpec, ctx: StageContext) -> DbBuildStage:
+    return DbBuildStage(spec, ctx)
+
+
+def db_pages(ctx: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's pages (e2e-rag-db's samples, the reference's ``DatasetupQSLInMemory``: the ``*.html`` files of the
+    corpus in name order, each with its URL and the data set's count as ``total``): ``--dataset-path`` names the
+    ``doc_html`` folder or the folder holding it; without it a manifest with the attribute ``synthetic_e2e_rag``
+    uses the synthetic set in the cache (``dataset synth e2e-rag``), written there the first time."""
+    from mlharness.pipeline.retrieval import corpus_documents
+
+    root = ctx.get("dataset_path")
+    if not root and (ctx.get("attributes") or {}).get("synthetic_e2e_rag"):
+        from mlharness.tasks.e2e_rag.synth import DOCS, write_synthetic_frames
+        from mlharness.tasks.generative import synthetic_cache
+
+        root = synthetic_cache("e2e-rag")
+        if not (Path(root) / DOCS / "url_mapping.json").is_file():
+            write_synthetic_frames(Path(root))
+    if not root:
+        raise FileNotFoundError("e2e-rag-db needs the corpus: --dataset-path names a doc_html folder (or the folder "
+                                "holding it), as 'mlharness dataset synth e2e-rag' or the official download leave it")
+    folder = Path(root) / "doc_html" if (Path(root) / "doc_html").is_dir() else Path(root)
+    pages = corpus_documents(folder)
+    return [{**page, "total": len(pages)} for page in pages]
