@@ -99,3 +99,27 @@ def test_e2e_rag_db_random_is_valid_offline_and_answers_the_saved_databases_md5(
                                                       .glob("*.html")}
     (database / "passages.jsonl").write_text((database / "passages.jsonl").read_text() + "\n")
     assert not dbmanifest.db_accuracy(entries, database)["md5_match"]  # a database changed after the run
+
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "e2e_rag_db"
+
+
+def test_our_manifest_is_byte_identical_to_the_official_writers(tmp_path, monkeypatch):
+    """tests/fixtures/e2e_rag_db/COMMANDS.md: the official db_manifest.py wrote db_manifest_official.json from this
+    database (as LangChain's vector.db), and verified ours against it (its stdout kept)."""
+    monkeypatch.chdir(tmp_path)  # the embedder is named by the relative path the official run used
+    docs, tsv = write_corpus(tmp_path / "data")
+    models.ensure_random_embedder(tmp_path / "tiny-e5")
+    emb = index.Embedder("tiny-e5")
+    db = index.build(emb, corpus_documents(docs))
+    dbmanifest.write(db, emb, tsv, tmp_path / "ours.json", "tiny-e5")
+    assert (tmp_path / "ours.json").read_bytes() == (FIXTURES / "db_manifest_official.json").read_bytes()
+    assert "[verify] OK" in (FIXTURES / "db_manifest_verify.stdout.txt").read_text()
+    assert dbmanifest.verify(db, emb, tmp_path / "ours.json")["passed"]
+    # without its first page: the official verify said FAILED, with these two findings and this overlap
+    official = (FIXTURES / "db_manifest_verify_perturbed.stdout.txt").read_text()
+    ours = dbmanifest.verify(index.build(emb, corpus_documents(docs)[1:]), emb, tmp_path / "ours.json")
+    assert not ours["passed"] and "[verify] FAILED:" in official
+    assert f"  - {ours['failures'][0]}" in official.splitlines()  # total_passages mismatch: local=10 manifest=12
+    assert f"mean overlap={ours['metrics']['retrieval_accuracy']:.4f} (threshold 0.95)" in official
+    assert ours["failures"][1].split(" —")[0] in official  # retrieval overlap below threshold: 0.8333 < 0.95
