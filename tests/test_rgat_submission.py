@@ -129,3 +129,26 @@ def test_official_checker_has_the_same_findings(tree):
                       f"accurcy run does not cover all dataset, accuracy samples: {COUNT}, dataset size: 788379"}, \
         errors
     assert "accuracy score not found" not in out  # its "acc" pattern read accuracy.txt
+
+
+@pytest.mark.skipif(_official_checker() is None, reason="MLHARNESS_INFERENCE_REPO names no mlcommons/inference "
+                                                        "checkout")
+def test_rules_row_is_the_checkers():
+    """rgat's row in submission/rules.py against the checker's v6.1 constants: target, pattern, dataset size,
+    required scenarios and audits."""
+    from mlharness.submission import rules
+
+    path = _official_checker() / "submission_checker" / "constants.py"
+    spec = importlib.util.spec_from_file_location("official_constants", path)
+    constants = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(constants)  # plain data: no imports
+    v61 = constants.MODEL_CONFIG["v6.1"]
+    row = rules.BENCHMARKS["rgat"]
+    assert v61["accuracy-target"]["rgat"] == (row.accuracy_kind, row.accuracy_target)
+    assert v61["dataset-size"]["rgat"] == row.dataset_size
+    assert v61["required-scenarios-datacenter"]["rgat"] == list(rules.REQUIRED_SCENARIOS["datacenter"]["rgat"])
+    assert "rgat" in v61["models_TEST01"] and "rgat" not in v61["models_TEST04"]
+    assert rules.compliance_tests_for_model("rgat") == row.compliance == ("TEST01",)
+    line = "accuracy=72.860%, good=5744, total=7884"  # accuracy_igbh.py's format
+    ours, theirs = (re.match(p, line) for p in (rules.ACC_PATTERNS["acc"], constants.ACC_PATTERN["acc"]))
+    assert ours and theirs and ours.group(1) == theirs.group(1) == "72.860"
