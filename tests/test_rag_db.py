@@ -97,6 +97,14 @@ def test_e2e_rag_db_random_is_valid_offline_and_answers_the_saved_databases_md5(
     saved = index.VectorDB.load(database)
     assert {m["source"] for m in saved.metadatas} == {p.name for p in (database.parents[1] / "e2e-rag" / "doc_html")
                                                       .glob("*.html")}
+    # the oracle check: the saved database verifies against the manifest shipped for the synthetic corpus
+    shipped = MANIFEST.parent / "db_manifest_synthetic.json"
+    embedder = index.Embedder(tmp_path / "cache" / "generated" / "e2e-rag-embedder-random")
+    verdict = dbmanifest.verify(saved, embedder, shipped)
+    assert verdict["passed"], verdict["failures"]
+    assert verdict["metrics"]["corpus_set_sha256"] == verdict["metrics"]["manifest_corpus_set_sha256"]
+    assert dbmanifest.main(["verify", "--db", str(database), "--embedder", embedder.path, "--manifest",
+                            str(shipped)]) == 0
     (database / "passages.jsonl").write_text((database / "passages.jsonl").read_text() + "\n")
     assert not dbmanifest.db_accuracy(entries, database)["md5_match"]  # a database changed after the run
 

@@ -150,3 +150,49 @@ def db_accuracy(entries: list[dict[str, Any]], database: str | Path) -> dict[str
     return {"passed": rate >= 0.99 and md5 is not None and md5 == actual, "total_files": ok + bad,
             "successful_files": ok, "failed_files": bad, "success_rate": rate, "min_success_rate_required": 0.99,
             "md5_response": md5, "md5_actual": actual, "md5_match": md5 is not None and md5 == actual}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m mlharness.pipeline.dbmanifest write|verify``: ``db_manifest.py``'s two commands over a database
+    folder mlharness saved (``scripts/write_db_manifest.sh`` / ``verify_db_manifest.sh``); verify exits 1 on a
+    failure, printing the failures as the reference does."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m mlharness.pipeline.dbmanifest", description=main.__doc__)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    w = sub.add_parser("write", help="write a manifest from a database")
+    w.add_argument("--db", required=True)
+    w.add_argument("--embedder", required=True, help="the sentence-transformers folder the database was built with")
+    w.add_argument("--dataset", required=True, help="frames_dataset.tsv (the probe questions)")
+    w.add_argument("--output", required=True, help="the manifest (.json or .json.gz)")
+    w.add_argument("--model-name", help="the retriever_model recorded (default: --embedder as given)")
+    w.add_argument("--num-queries", type=int, default=NUM_PROBE_QUERIES)
+    v = sub.add_parser("verify", help="verify a database against a manifest")
+    v.add_argument("--db", required=True)
+    v.add_argument("--embedder", required=True)
+    v.add_argument("--manifest", required=True)
+    v.add_argument("--retrieval-threshold", type=float, default=RETRIEVAL_THRESHOLD)
+    args = parser.parse_args(argv)
+    db, embedder = VectorDB.load(args.db), Embedder(args.embedder)
+    if args.cmd == "write":
+        m = write(db, embedder, args.dataset, args.output, args.model_name or args.embedder, args.num_queries)
+        print(f"[manifest] wrote {args.output} ({len(m['reference_queries'])} reference queries, top-{PROBE_TOP_K})")
+        return 0
+    result = verify(db, embedder, args.manifest, args.retrieval_threshold)
+    m = result["metrics"]
+    print(f"[verify] index params: {m.get('index_params')}")
+    if "retrieval_accuracy" in m:
+        print(f"[verify] retrieval vs reference ({m['probe_queries_total']} queries): mean overlap="
+              f"{m['retrieval_accuracy']:.4f} (threshold {args.retrieval_threshold}), top-1 match="
+              f"{m['retrieval_top1_rate']:.3f} [reported]")
+    if not result["passed"]:
+        print("\n[verify] FAILED:")
+        for f in result["failures"]:
+            print(f"  - {f}")
+        return 1
+    print("\n[verify] OK — DB is behaviourally equivalent to the reference")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
