@@ -34,9 +34,14 @@ class Embedder:
 
     def __init__(self, path: str | Path, device: str = "cpu", batch_size: int = 32):
         from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
 
         self.path = str(path)
-        self.model = SentenceTransformer(self.path, device=device, local_files_only=True)
+        hf_logging.disable_progress_bar()  # no "Loading weights" bar in a run's output
+        try:
+            self.model = SentenceTransformer(self.path, device=device, local_files_only=True)
+        finally:
+            hf_logging.enable_progress_bar()
         self.batch_size = batch_size
         self.lock = threading.Lock()
         self.dim = int(self.model.get_embedding_dimension() if hasattr(self.model, "get_embedding_dimension")

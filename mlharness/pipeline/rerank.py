@@ -45,6 +45,7 @@ class RerankStage:
         path = asset_path(self.spec, self.ctx)
         self.model = AutoModel.from_pretrained(str(path)).to(self.ctx.device).eval()
         self.tokenizer = AutoTokenizer.from_pretrained(str(path))
+        self.scores("warm up", ["warm up " * 64, "warm up"])  # torch's first call is slow: not a sample's
 
     def scores(self, query: str, texts: list[str]) -> list[float]:
         import torch

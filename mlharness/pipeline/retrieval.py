@@ -86,6 +86,7 @@ class RetrievalStage:
     def load(self) -> None:
         self.embedder = index.Embedder(asset_path(self.spec, self.ctx), device=self.ctx.device)
         self.db = open_or_build(self.spec, self.ctx, self.embedder)
+        self.db.search(self.embedder.embed(["warm up"]), self.top_k)  # torch's and FAISS's first call, untimed
         if self.db.params()["dim"] != self.embedder.dim:
             raise StageError(self.name, f"the database holds {self.db.params()['dim']}-dimensional vectors but the "
                                         f"embedder {self.embedder.path} makes {self.embedder.dim}")
