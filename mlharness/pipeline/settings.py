@@ -21,7 +21,7 @@ PIPELINE_INPUT = "pipeline"
 # modules registering built-in stages with @register_stage; imported before a stage list is checked (a module a
 # missing optional package keeps out is skipped: its frameworks are then unknown, and named as such)
 STAGE_MODULES = ("mlharness.pipeline.toy", "mlharness.pipeline.retrieval", "mlharness.pipeline.rerank",
-                 "mlharness.pipeline.index", "mlharness.pipeline.dbbuild")
+                 "mlharness.pipeline.index", "mlharness.pipeline.dbbuild", "mlharness.tasks.e2e_rag.oracle")
 SPEC_FIELDS = {f.name for f in fields(StageSpec)}
 NOT_A_STAGE = ("pipeline",)  # a pipeline is not one of its own stages
 

@@ -240,6 +240,17 @@ DEFAULT_BENCHMARK_FOR_MODEL["qwen3.6-27b"] = "qwen3.6-27b"
 for _system_type in REQUIRED_SCENARIOS:
     if _system_type != "datacenter":
         REQUIRED_SCENARIOS[_system_type]["qwen3.6-27b"] = ("SingleStream",)
+# e2e-rag-qna and e2e-rag-db (datacenter Offline only; v6.1): accuracy_eval.py writes "Accuracy: 34.1234" (the judge's
+# answer accuracy in percent) to accuracy.txt, read by the checker's E2E_ACCURACY pattern against 33.95 over 824
+# questions; e2e-rag-db's line is the same pattern, the percentage of pages built (mlharness's db metric prints 100.0
+# for a database datasetup_accuracy_eval.py passes, see docs/rag.md) against 98 over 2515 pages. TEST09 (mean
+# answer length) is qna's only audit (models_TEST09); db has none.
+ACC_PATTERNS["E2E_ACCURACY"] = r"Accuracy:\s*([\d\.]+)"
+BENCHMARKS["e2e-rag-qna"] = Benchmark("e2e-rag-qna", "e2e-rag-qna", 824, "E2E_ACCURACY", 33.95, 1.0, ("TEST09",))
+BENCHMARKS["e2e-rag-db"] = Benchmark("e2e-rag-db", "e2e-rag-db", 2515, "E2E_ACCURACY", 98.0, 1.0, ())
+for _rag in ("e2e-rag-qna", "e2e-rag-db"):
+    DEFAULT_BENCHMARK_FOR_MODEL[_rag] = _rag
+    REQUIRED_SCENARIOS["datacenter"][_rag] = REQUIRED_SCENARIOS["datacenter,edge"][_rag] = ("Offline",)
 # The smallest Offline query of a closed result, by benchmark: the official checker's OFFLINE_MIN_SPQ_SINCE_V4
 # (submission_checker/constants.py), the same in v6.0 and v6.1; its min_query_count_check applies it to the
 # performance run and to the TEST01 and TEST04 runs of the closed division only.
@@ -289,7 +300,8 @@ def rules_for(round_name: str | None) -> RoundRules:
 
 def compliance_tests_for_model(mlperf_model: str | None) -> tuple[str, ...]:
     """Audits `submission run` performs: TEST01 for every benchmark (and for models that are not official
-    MLPerf benchmarks), TEST04 for ResNet50, stable-diffusion-xl and wan-2.2-t2v-a14b, TEST08 alone for dlrm-v3;
+    MLPerf benchmarks), TEST04 for ResNet50, stable-diffusion-xl and wan-2.2-t2v-a14b, TEST08 alone for dlrm-v3,
+    TEST09 alone for e2e-rag-qna and none for e2e-rag-db;
     LLMs: TEST06 only (none for llama3.1-8b-edge)."""
     if mlperf_model in TEST06_MODELS:
         return ("TEST06",)
@@ -301,6 +313,8 @@ def compliance_tests_for_model(mlperf_model: str | None) -> tuple[str, ...]:
         return ("TEST01", "TEST04")
     if mlperf_model == "dlrm-v3":
         return ("TEST08",)
+    if mlperf_model in ("e2e-rag-qna", "e2e-rag-db"):  # models_TEST09 has qna; db is in no audit list
+        return ("TEST09",) if mlperf_model == "e2e-rag-qna" else ()
     return ("TEST01",)
 
 

@@ -42,6 +42,8 @@ OFFICIAL_METRICS = {
     "yolo": "coco_map",
     "qwen3-vl-235b-a22b": "qwen3_vl_f1",
     "rgat": "igbh_accuracy",
+    "e2e-rag-qna": "e2e_rag_qna",
+    "e2e-rag-db": "e2e_rag_db",
 }
 
 
