@@ -86,3 +86,23 @@ def read_frames(path: Path) -> list[Question]:
 def ground_truth_by_query(questions: list[Question]) -> dict[str, Question]:
     """``accuracy_eval.py``'s ``query_to_gt``: keyed by the prompt text, a later duplicate wins as in its dict."""
     return {q.query: q for q in questions}
+
+
+def run_questions(ctx: dict[str, Any]) -> list[Question]:
+    """The questions of a run (the e2e-rag-qna manifests' ``dataset.init``): ``--dataset-path`` names
+    frames_dataset.tsv or its folder; without it a manifest with the attribute ``synthetic_e2e_rag`` uses the
+    synthetic set in the cache (``dataset synth e2e-rag``, written there the first time), and ``ctx["dataset_path"]``
+    is set to it, which the accuracy metric then scores against."""
+    root = ctx.get("dataset_path")
+    if not root and (ctx.get("attributes") or {}).get("synthetic_e2e_rag"):
+        from mlharness.tasks.e2e_rag.synth import DOCS, TSV, write_synthetic_frames
+        from mlharness.tasks.generative import synthetic_cache
+
+        root = synthetic_cache("e2e-rag")
+        if not (Path(root) / TSV).is_file() or not (Path(root) / DOCS / "url_mapping.json").is_file():
+            write_synthetic_frames(Path(root))
+        ctx["dataset_path"] = str(root)
+    if not root:
+        raise DatasetError("e2e-rag-qna needs its questions: --dataset-path names frames_dataset.tsv or the folder "
+                           "holding it, as 'mlharness dataset synth e2e-rag' or the official download leave it")
+    return read_frames(Path(root))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -163,6 +164,9 @@ def accuracy_line(metrics: dict[str, Any]) -> str:
     return f"Accuracy: {metrics['answer_accuracy'] * 100:.4f}\n"
 
 
+JUDGE_URL_ENV = "MLHARNESS_JUDGE_URL"  # overrides a manifest's accuracy.options.judge_url (a run's judge elsewhere)
+
+
 def judge_from_options(options: dict[str, Any]) -> JudgeClient:
     return JudgeClient(url=str(options.get("judge_url", DEFAULT_JUDGE_URL)),
                        model=str(options.get("judge_model", DEFAULT_JUDGE_MODEL)),
@@ -195,4 +199,7 @@ class E2ERagQnaMetric(AccuracyMetric):
     def score(self, accuracy_log: Path, ctx: AccuracyContext) -> AccuracyResult:
         if ctx.dataset_path is None:
             raise AccuracyError(f"{NAME}: needs the dataset path (frames_dataset.tsv or its folder)")
-        return score_log(accuracy_log, ctx.dataset_path, ctx.options)
+        options = dict(ctx.options)
+        if os.environ.get(JUDGE_URL_ENV):  # a run's judge: wins over the manifest's accuracy.options.judge_url
+            options["judge_url"] = os.environ[JUDGE_URL_ENV]
+        return score_log(accuracy_log, ctx.dataset_path, options)
