@@ -12,8 +12,16 @@ Such a run is sized the way LoadGen sizes a run of any other model: from the exp
 given with ``--target-qps`` / a user.conf line). Offline asks for ``1.1 x min_duration x expected QPS`` samples (its
 ``min_query_count`` lowered to 1), and the loaded set shrinks to what the run issues so that the padding adds
 nothing. The run says what it changed and which flag restores the official count. A run that names
-``--min-query-count`` or ``--performance-sample-count``, a compliance run (audit config) and every run at the
-official duration keep mlperf.conf's figures.
+``--min-query-count`` or ``--performance-sample-count`` and every run at the official duration keep mlperf.conf's
+figures.
+
+An audit run of a development submission (``submission run --min-duration-ms``: its duration is in the user.conf
+the performance run used) is sized as the performance run it audits (:func:`audit_counts`): the counts its audit
+config sets for the official duration (TEST04's ``min_query_count = 20`` for wan-2.2, a minimum of ten minutes'
+worth) give way to the performance run's, and Offline is then sized from the same expected rate (:func:`size`),
+so its audit is VALID wherever its performance run is. An audit that states its own duration (TEST06, TEST07,
+TEST09: ``min_duration = 0`` and the count of responses they compare) keeps its lines, as does every audit at the
+official duration.
 
 A Server run is sized by min_duration and by early stopping (:data:`~mlharness.calibration.estimate.EARLY_STOPPING_QUERIES`
 queries, which calibration asks for when min_duration at the calibrated rate holds fewer). The development shortcut
@@ -24,20 +32,66 @@ so in one line before it starts (:func:`short_count_note`) and is recorded as no
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 from mlharness.calibration import estimate
+from mlharness.calibration.stated import count_given_by
 from mlharness.loadgen import settings as lgs
 from mlharness.rounds import MIN_DURATION_MS
 
 
-def applies(plan: lgs.SettingsPlan) -> bool:
-    """A performance run with a development duration, no count of its own and no audit config."""
+def applies(plan: lgs.SettingsPlan, settings: Any = None) -> bool:
+    """A performance run with a development duration, no count of its own and no audit config; or an audit run
+    that keeps the development duration of the performance run it audits (``settings``: the audit's) and whose
+    user.conf states no count (a count stated for the performance run is kept for its audits too)."""
     o = plan.overrides
-    return (plan.mode == "performance" and plan.audit_config is None and o.min_duration_ms is not None
-            and o.min_duration_ms < MIN_DURATION_MS and o.min_query_count is None
-            and o.performance_sample_count is None)
+    if plan.mode != "performance" or o.min_query_count is not None or o.performance_sample_count is not None:
+        return False
+    if plan.audit_config is None:
+        return o.min_duration_ms is not None and o.min_duration_ms < MIN_DURATION_MS
+    return (settings is not None and development_audit(plan, settings) is not None
+            and count_given_by(plan, plan.user_conf) is None)
+
+
+SIZE_KEYS = ("min_query_count", "max_query_count", "performance_sample_count_override")
+
+
+def development_audit(plan: lgs.SettingsPlan, settings: Any) -> Any:
+    """The settings of the performance run an audit run audits (the same user.conf and flags, no audit config),
+    when that run has a development duration and the audit keeps it; else None (an official audit, or one that
+    states its own duration)."""
+    if plan.mode != "performance" or plan.audit_config is None:
+        return None
+    audited = lgs.build_test_settings(dataclasses.replace(plan, audit_config=None, not_submittable=[]))
+    duration = int(audited.min_duration_ms)
+    return audited if duration < MIN_DURATION_MS and int(settings.min_duration_ms) == duration else None
+
+
+def audit_counts(plan: lgs.SettingsPlan, settings: Any) -> str | None:
+    """In an audit run of a development submission: the counts the audit config changed (min_query_count,
+    max_query_count, performance_sample_count) set back to those of the performance run it audits; returns the
+    line that says so (recorded as not submittable), or None when nothing changed."""
+    audited = development_audit(plan, settings)
+    if audited is None:
+        return None
+    changes = []
+    for key in SIZE_KEYS:
+        was, now = int(getattr(settings, key)), int(getattr(audited, key))
+        if was != now:
+            setattr(settings, key, now)
+            changes.append(f"{key.removesuffix('_override')} {was:,} -> {now:,}")
+    if not changes:
+        return None
+    message = (f"development audit run (min_duration {int(settings.min_duration_ms)} ms): sized as the performance "
+               f"run it audits, not by the counts of {plan.audit_config} ({', '.join(changes)}); "
+               f"{OFFICIAL_AUDIT} restores the audit config's counts")
+    plan.not_submittable.append(message)
+    return message
+
+
+OFFICIAL_AUDIT = f"the official duration (no --min-duration-ms, or --min-duration-ms {MIN_DURATION_MS})"
 
 
 def size(plan: lgs.SettingsPlan, settings: Any, perf_count: int, floor: int = 1) -> dict[str, Any] | None:
@@ -45,7 +99,7 @@ def size(plan: lgs.SettingsPlan, settings: Any, perf_count: int, floor: int = 1)
     needs in min_duration, ``floor`` samples at least (the burst the rate was measured on: an engine generates
     fewer side by side in about the same time, so fewer would end before min_duration); returns what changed
     (None when nothing did or the run keeps the official counts)."""
-    if not applies(plan):
+    if not applies(plan, settings):
         return None
     official_queries = int(settings.min_query_count)
     official_count = int(settings.performance_sample_count_override) or perf_count
@@ -58,6 +112,8 @@ def size(plan: lgs.SettingsPlan, settings: Any, perf_count: int, floor: int = 1)
         queries = official_queries  # Server and the streams: min_duration and early stopping size them
         needed = estimate.estimate_run(settings).samples
     count = min(official_count, max(1, needed))
+    if int(settings.performance_issue_same):  # TEST04 issues one loaded sample over and over: it must be loaded
+        count = min(official_count, max(count, int(settings.performance_issue_same_index) + 1))
     if queries == official_queries and count == official_count:
         return None
     settings.min_query_count = queries
@@ -65,7 +121,10 @@ def size(plan: lgs.SettingsPlan, settings: Any, perf_count: int, floor: int = 1)
     what = "samples" if plan.scenario == "Offline" else "queries"
     flag = f"--min-query-count {official_queries}" if queries != official_queries else (
         f"--performance-sample-count {official_count}")
-    message = (f"development run (min_duration {int(settings.min_duration_ms)} ms): sized from the expected "
+    run = "development run"
+    if plan.audit_config is not None:  # the flags size its performance run; the official duration both
+        flag, run = OFFICIAL_AUDIT, "development audit run, sized as the performance run it audits"
+    message = (f"{run} (min_duration {int(settings.min_duration_ms)} ms): sized from the expected "
                f"rate to {needed:,} {what}")
     changes = []
     if queries != official_queries:
@@ -99,4 +158,4 @@ def short_count_note(plan: lgs.SettingsPlan, settings: Any, stated: str | None) 
     return message
 
 
-__all__ = ["applies", "short_count_note", "size"]
+__all__ = ["OFFICIAL_AUDIT", "SIZE_KEYS", "applies", "audit_counts", "development_audit", "short_count_note", "size"]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mlharness.calibration import calibrate_dev
 from mlharness.calibration.asked import Asked
 from mlharness.errors import SettingsError, suggest
 from mlharness.loadgen import bounds
@@ -179,8 +180,12 @@ class LoadgenSettings:
 
 
 def loadgen_settings(run: RunPlan) -> LoadgenSettings:
-    """The embedded mlperf.conf, the user.conf and the overrides for this model and scenario (the round's seeds)."""
+    """The embedded mlperf.conf, the user.conf and the overrides for this model and scenario (the round's seeds);
+    an audit run of a development submission is sized as the performance run it audits (calibrate_dev)."""
     settings = lgs.build_test_settings(run.settings)
+    restored = calibrate_dev.audit_counts(run.settings, settings)
+    if restored is not None:
+        run.asked.tell(restored)
     return LoadgenSettings(run.settings, settings, performance_count(settings, run.total, run.settings))
 
 
