@@ -41,21 +41,47 @@ def stage_model_path(spec: StageSpec, ctx: StageContext) -> str | None:
     return str(path)
 
 
+def stage_generation(spec: StageSpec, generation: Any) -> Any:
+    """The stage's ``options.generation`` (the manifest ``generation`` section's fields: max_new_tokens,
+    min_new_tokens, do_sample, temperature, ...) as the predictor's GenerationConfig; a field the section does not
+    have, or a value out of range, names the stage's option."""
+    from pydantic import ValidationError
+
+    from mlharness.manifest.schema import GenerationSpec
+    from mlharness.predictors.generative import generation_config
+
+    if generation is None:
+        return None
+    if not isinstance(generation, dict):
+        raise StageError(spec.name, f"options.generation: expected a mapping of generation settings; got "
+                         f"{type(generation).__name__}")
+    try:
+        return generation_config(GenerationSpec(**generation))
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise StageError(spec.name, f"options.generation.{'.'.join(map(str, first['loc']))}: {first['msg']}") from e
+
+
 class PredictorStage:
     def __init__(self, spec: StageSpec, ctx: StageContext):
         from mlharness.predictors import PREDICTORS
 
         self.spec, self.ctx, self.name = spec, ctx, spec.name
         self.cls = PREDICTORS.get(spec.framework)
+        generation = spec.options.get("generation")
+        # a chat turn's max_tokens: options.max_tokens, else the generation settings' max_new_tokens, else 1024
+        self.max_tokens = int(generation.get("max_new_tokens", 1024)) if isinstance(generation, dict) else 1024
         self.predictor: Any = None
         self.engine: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._turns = 0
 
     def load(self) -> None:
+        options = dict(self.spec.options)
+        generation = options.pop("generation", None)
         config = PredictorConfig(model_path=stage_model_path(self.spec, self.ctx), input_names=[], output_names=[],
-                                 device=self.ctx.device, threads=self.ctx.threads, options=dict(self.spec.options),
-                                 model_name=self.spec.name)
+                                 device=self.ctx.device, threads=self.ctx.threads, options=options,
+                                 model_name=self.spec.name, generation=stage_generation(self.spec, generation))
         self.predictor = self.cls(config)
         self.predictor.load()
         if callable(getattr(self.predictor, "chat_engine", None)):
@@ -87,7 +113,7 @@ class PredictorStage:
         self._turns += 1
         request = TurnRequest(session_id=str(item.get("index", self._turns)), turn=0, messages=messages,
                               tools=list(item.get("tools") or []),
-                              max_tokens=int(self.spec.options.get("max_tokens", 1024)),
+                              max_tokens=int(self.spec.options.get("max_tokens", self.max_tokens)),
                               extra_body=dict(self.spec.options.get("extra_body") or {}))
         answer = asyncio.run_coroutine_threadsafe(self.engine.answer(request, _NoTiming()), self._loop).result()
         item["answer"] = answer.content or ""

@@ -4,7 +4,8 @@ distance, higher is nearer).
 
 Stage options: ``database`` (a folder :class:`~mlharness.pipeline.index.VectorDB` saved) or ``corpus`` (a
 ``doc_html`` folder of ``*.html`` pages with ``url_mapping.json``, as ``dataset synth e2e-rag`` and the official
-download leave it: built into the cache at load, timed, and reused while its marker matches), ``top_k`` (default 10).
+download leave it: built into the cache at load, timed, and reused while its marker matches) or
+``synthetic_corpus: true`` (the synthetic set's pages in the cache), ``top_k`` (default 10).
 The stage's ``model`` is the embedder (``graph_path`` beside the manifest, or made by its ``generator``). The item's
 ``query`` is read; ``passages`` is added: ``[{"text", "url", "source", "score"}, ...]``, nearest first.
 """
@@ -53,6 +54,18 @@ def corpus_documents(folder: str | Path) -> list[dict[str, Any]]:
              "url": mapping.get(p.name[: -len(".html")], "")} for p in pages]
 
 
+def synthetic_corpus() -> Path:
+    """The synthetic FRAMES set's ``doc_html`` in the cache (``dataset synth e2e-rag``, written the first time):
+    the corpus of ``options.synthetic_corpus: true``, the one the e2e-rag test manifests' questions are about."""
+    from mlharness.tasks.e2e_rag.synth import DOCS, write_synthetic_frames
+    from mlharness.tasks.generative import synthetic_cache
+
+    root = synthetic_cache("e2e-rag")
+    if not (root / DOCS / "url_mapping.json").is_file():
+        write_synthetic_frames(root)
+    return root / DOCS
+
+
 def open_or_build(spec: StageSpec, ctx: StageContext, embedder: index.Embedder) -> index.VectorDB:
     """The stage's database: ``options.database`` loaded, or ``options.corpus`` built into the cache (keyed by the
     corpus's and embedder's identity) and saved, then reused."""
@@ -61,8 +74,11 @@ def open_or_build(spec: StageSpec, ctx: StageContext, embedder: index.Embedder) 
     if opts.get("database"):
         return index.VectorDB.load(base / opts["database"])
     corpus = opts.get("corpus") or ctx.attributes.get("corpus")
+    if not corpus and opts.get("synthetic_corpus"):
+        corpus = synthetic_corpus()
     if not corpus:
-        raise StageError(spec.name, "set options.database (a saved database) or options.corpus (a doc_html folder)")
+        raise StageError(spec.name, "set options.database (a saved database), options.corpus (a doc_html folder) "
+                         "or options.synthetic_corpus: true")
     docs = corpus_documents(base / corpus)
     key = hashlib.sha256(json.dumps([[d["name"], d["url"], d["content"]] for d in docs]).encode()
                          + embedder.path.encode()).hexdigest()[:16]

@@ -38,6 +38,46 @@ def finish(item: dict[str, Any]) -> dict[str, Any]:
     return item
 
 
+# multi_shot_retrieval.py's generate_answer prompt, byte for byte ({question}; {documents}: "\n[DOC i] text\n" each)
+ANSWER_PROMPT = """Answer the question based ONLY on the provided documents.
+
+QUESTION: {question}
+
+DOCUMENTS:
+{documents}
+
+INSTRUCTIONS:
+- Provide a specific, concise answer
+- Base your answer ONLY on facts from the documents
+- If documents don't contain enough information, answer "Unknown"
+- Do NOT guess or make assumptions
+
+Answer:"""
+
+
+def answer_messages(item: dict[str, Any], max_documents: int | None = None) -> list[dict[str, str]]:
+    """The answering LLM's one user message, as ``generate_answer`` builds it from the kept documents (here the
+    item's ``passages``, reranked, at most ``max_documents`` of them), numbered from 1."""
+    passages = list(item.get("passages") or [])[:max_documents]
+    documents = "".join(f"\n[DOC {i + 1}] {p.get('text', '')}\n" for i, p in enumerate(passages))
+    return [{"role": "user", "content": ANSWER_PROMPT.format(question=item["query"], documents=documents)}]
+
+
+def before_answer(ctx: Any, item: dict[str, Any]) -> dict[str, Any]:
+    """The generation stage's ``before`` hook: ``item["messages"]`` from the passages, and the retrieved URLs
+    (the passages' pages, in order, once each) that the retrieval metrics score."""
+    item["messages"] = answer_messages(item)
+    urls = [p.get("url") for p in item.get("passages", []) if p.get("url")]
+    item["retrieved_urls"] = list(dict.fromkeys(urls))
+    return item
+
+
+def after_answer(ctx: Any, item: dict[str, Any]) -> dict[str, Any]:
+    """The generation stage's ``after`` hook: an empty answer is "Unknown", as ``generate_answer`` returns it."""
+    item["answer"] = str(item.get("answer") or "").strip() or "Unknown"
+    return item
+
+
 def postprocess(ctx: Any, item: dict[str, Any]) -> dict[str, Any]:
     """The manifest hook's shape: ``postprocess(ctx, item) -> item``."""
     return finish(item)
