@@ -203,3 +203,55 @@ class E2ERagQnaMetric(AccuracyMetric):
         if os.environ.get(JUDGE_URL_ENV):  # a run's judge: wins over the manifest's accuracy.options.judge_url
             options["judge_url"] = os.environ[JUDGE_URL_ENV]
         return score_log(accuracy_log, ctx.dataset_path, options)
+
+
+DB_NAME = "e2e_rag_db"
+
+
+def db_score(accuracy_log: Path, options: dict[str, Any]) -> AccuracyResult:
+    """e2e-rag-db's accuracy: ``datasetup_accuracy_eval.py``'s verdict (at least 99% of the pages built and the MD5
+    the last page answered equal to the saved database's), and where ``db_manifest`` names a manifest, its
+    verification as ``verify_db_manifest.sh`` runs it (``embedder``: the model folder the database was built with).
+    The official script prints no figure; the checker reads ``Accuracy:`` against 98, so the line here is the
+    pages' success rate in percent when every check passed and 0 when one failed: the checker then passes exactly
+    the databases the reference's verdict passes."""
+    from mlharness.manifest.assets import cache_dir
+    from mlharness.paths import MANIFESTS_DIR
+    from mlharness.pipeline.dbmanifest import db_accuracy
+
+    entries = [{"qsl_idx": e.qsl_idx, "data": e.raw.get("data", "")} for e in accuracy_log_entries(accuracy_log)]
+    database = cache_dir() / str(options.get("database", "e2e-rag-db/built"))
+    r = db_accuracy(entries, database)
+    lines = [BAR, "Accuracy Results:", BAR, f"  Total files processed: {r['total_files']}",
+             f"  Successful: {r['successful_files']}", f"  Failed: {r['failed_files']}",
+             f"  Success rate: {100.0 * r['success_rate']:.2f}%", "", f"  MD5 returned: {r['md5_response']}",
+             f"  MD5 actual:   {r['md5_actual']}", f"  MD5 match: {'PASS' if r['md5_match'] else 'FAIL'}", ""]
+    passed = r["passed"]
+    if options.get("db_manifest"):
+        from mlharness.pipeline.dbmanifest import verify
+        from mlharness.pipeline.index import Embedder, VectorDB
+
+        manifest = Path(str(options["db_manifest"]))
+        if not manifest.is_absolute() and not manifest.exists():
+            manifest = MANIFESTS_DIR / "e2e-rag-db" / manifest  # beside the built-in manifests
+        embedder = Path(str(options.get("embedder", "")))
+        embedder = embedder if embedder.is_absolute() else cache_dir() / embedder
+        if not database.is_dir():
+            v = {"passed": False, "failures": [f"database not found: {database}"]}
+        else:
+            v = verify(VectorDB.load(database), Embedder(str(embedder)), manifest)
+        lines += ["DB Manifest Verification", f"Manifest: {manifest}",
+                  "  Manifest verification PASSED" if v["passed"] else "  Manifest verification FAILED"]
+        lines += [f"  - {f}" for f in v["failures"]] + [""]
+        passed = passed and v["passed"]
+        r["manifest_passed"] = v["passed"]
+    figure = 100.0 * r["success_rate"] if passed else 0.0
+    lines += [f"Overall: {'PASSED' if passed else 'FAILED'}", BAR, f"Accuracy: {figure:.4f}"]
+    return AccuracyResult(text="\n".join(lines) + "\n", value=round(figure, 4), name="E2E_ACCURACY", details=r)
+
+
+class E2ERagDbMetric(AccuracyMetric):
+    name = DB_NAME
+
+    def score(self, accuracy_log: Path, ctx: AccuracyContext) -> AccuracyResult:
+        return db_score(accuracy_log, ctx.options)
