@@ -34,6 +34,9 @@ REAL_MODELS = {
 
 EMBEDDER_DOC = "tiny random e5-like embedder v3 (BERT 2x32, mean pooling, normalised)"
 RERANKER_DOC = "tiny random ColBERT-like reranker v3 (BERT 2x32, token embeddings)"
+MINILM_DOC = "tiny random MiniLM-like embedder v1 (BERT 1x24, CLS pooling, normalised)"
+MINILM = {"hidden_size": 24, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 48,
+          "max_position_embeddings": 256, "initializer_range": 1.0}
 BERT = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
         "max_position_embeddings": 512, "initializer_range": 1.0}
 
@@ -56,13 +59,13 @@ def _tokenizer(folder: Path) -> Any:
     return BertTokenizerFast(vocab={w: i for i, w in enumerate(_vocab())}, do_lower_case=True, model_max_length=512)
 
 
-def _bert(seed: int, folder: Path) -> Any:
+def _bert(seed: int, folder: Path, shape: dict[str, Any] | None = None) -> Any:
     import torch
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(seed)
     tok = _tokenizer(folder)
-    model = BertModel(BertConfig(vocab_size=len(tok), **BERT)).eval()
+    model = BertModel(BertConfig(vocab_size=len(tok), **(shape or BERT))).eval()
     model.save_pretrained(str(folder), safe_serialization=True)
     tok.save_pretrained(str(folder))
     return model
@@ -83,6 +86,23 @@ def build_embedder(folder: Path) -> None:
     (folder / "mlharness.json").write_text(json.dumps({"doc": EMBEDDER_DOC}))
 
 
+def build_minilm(folder: Path) -> None:
+    """A tiny all-MiniLM-like embedder for pipelines that are not MLPerf's (rag-minilm): a 1-layer BERT of width 24
+    (not the e5 stand-in's 32) with CLS pooling (not mean), normalised, as a sentence-transformers folder."""
+    _bert(2, folder, MINILM)
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": MINILM["hidden_size"], "pooling_mode_cls_token": True,
+         "pooling_mode_mean_tokens": False}))
+    (folder / "2_Normalize").mkdir()
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+               {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 256, "do_lower_case": False}))
+    (folder / "mlharness.json").write_text(json.dumps({"doc": MINILM_DOC}))
+
+
 def build_reranker(folder: Path) -> None:
     """The tiny ColBERT-like reranker: a BERT whose ``last_hidden_state`` rows are the token embeddings."""
     _bert(1, folder)
@@ -92,6 +112,11 @@ def build_reranker(folder: Path) -> None:
 def ensure_random_embedder(target: Path | str) -> Path:
     """``model.generator`` of the random e2e-rag manifests' embedder: built at ``target`` unless it is there."""
     return ensure_checkpoint(target, EMBEDDER_DOC, build_embedder, "the tiny random e5-like embedder")
+
+
+def ensure_random_minilm(target: Path | str) -> Path:
+    """``model.generator`` of rag-minilm's embedder: built at ``target`` unless it is there."""
+    return ensure_checkpoint(target, MINILM_DOC, build_minilm, "the tiny random MiniLM-like embedder")
 
 
 def ensure_random_reranker(target: Path | str) -> Path:

@@ -32,6 +32,7 @@ from mlharness.tasks.base import (
     accuracy_log_entries,
 )
 from mlharness.tasks.generic import dataset
+from mlharness.tasks.generic.rag import RagQa  # noqa: F401 - registered from here, as every metric of the task
 from mlharness.tasks.generic.text import texts
 
 
