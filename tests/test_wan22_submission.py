@@ -78,11 +78,11 @@ def test_test01_and_test04_compare_the_videos_and_the_rates(tree, scenario):
         summary = (scen / test / "performance" / "run_1" / "mlperf_log_summary.txt").read_text()
         assert f"Scenario : {scenario}" in summary
         detail = (scen / test / "performance" / "run_1" / "mlperf_log_detail.txt").read_text()
-        # TEST04 asks for the official audit.config's 20 queries (over the user.conf's 64): in a 1 s run too few
-        # to last the minimum duration or for early stopping's 64, which the real 600 s run has
-        twenty = '"key": "requested_min_query_count", "value": 20,' in detail
-        assert twenty is (test == "TEST04"), test
-        assert test == "TEST04" or "Result is : VALID" in summary, summary
+        # a development audit is sized as the performance run it audits: TEST04 asks for the performance run's 64,
+        # not the official audit.config's 20 (meant for 600 s: in 1 s too few for the minimum duration or for early
+        # stopping), so it is VALID too
+        assert f'"key": "requested_min_query_count", "value": {QUERIES},' in detail, test
+        assert "Result is : VALID" in summary, summary
     detail = (scen / "TEST04" / "performance" / "run_1" / "mlperf_log_detail.txt").read_text()
     assert '"key": "requested_performance_issue_same_index", "value": 3,' in detail  # one sample over and over
 
