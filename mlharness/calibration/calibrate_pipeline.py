@@ -6,7 +6,9 @@ plays after a warm-up play of them all (every worker's first call untimed), the 
 That is an upper bound of what the pipeline sustains, never under it (a few samples' plays are mostly the filling
 and emptying of the stages), so an Offline development run sized from it lasts at least ``--min-duration-ms``
 (a run sized from a rate under the real one ends early and is INVALID). SingleStream's expected latency is one
-sample's time through every stage; Server's rate is half the bound, its latency bound derived like a session's.
+sample's time through every stage; Server's rate is half the rate the stages sustained together (the lower of
+the bound and the play's throughput), its latency bound derived like a session's, its query count raised for early
+stopping as a model's Server calibration raises it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from typing import Any
 from mlharness.calibration import server_bound
 from mlharness.calibration.asked import Asked
 from mlharness.calibration.calibrate import Calibration, apply, effective_conf
-from mlharness.calibration.stated import given_by
+from mlharness.calibration.estimate import EARLY_STOPPING_QUERIES
+from mlharness.calibration.stated import count_given_by, given_by
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.pipeline_report import summarize
 
@@ -94,12 +97,18 @@ def for_run(asked: Asked, plan: lgs.SettingsPlan, settings: Any, sut: Any, loade
         key, value, headroom = "target_latency", one_s * 1e3, 1.0
     elif scenario == "Offline":
         key, value, headroom = "target_qps", rate, 1.0
-    else:
-        key, value, headroom = "target_qps", SERVER_SHARE * rate, SERVER_SHARE
+    else:  # the latency tail counts: half of what the stages sustained together, never of a bound above it
+        key, value, headroom = "target_qps", SERVER_SHARE * min(rate, summary["throughput"] or rate), SERVER_SHARE
     cal = Calibration(scenario, key, value, measured=one_s * 1e3 if key == "target_latency" else rate,
                       headroom=headroom, samples_measured=summary["samples"], queries_measured=1,
                       seconds=time.perf_counter() - t0, batch=1,
                       extra={"sample_ms": one_s * 1e3, "slowest_stage_bound_per_s": rate})
+    # a Server run too short for early stopping is INVALID whatever its latencies: ask for enough queries, as a
+    # model's Server calibration does, unless the user stated the count
+    if (scenario == "Server" and count_given_by(plan, asked.user_conf) is None
+            and int(settings.min_query_count) < EARLY_STOPPING_QUERIES
+            and value * int(settings.min_duration_ms) / 1000.0 < EARLY_STOPPING_QUERIES):
+        cal.extra["min_query_count"] = EARLY_STOPPING_QUERIES
     apply(cal, settings)
     asked.tell(f"calibrated: {'expected latency' if key == 'target_latency' else 'target QPS'} {value:.4g} "
                f"{cal.unit}, from {summary['samples']} samples played through the stages (the slowest stage's "
