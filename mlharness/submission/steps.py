@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -220,7 +221,9 @@ def result_line(scen_dir: Path, step: str, scenario: str, record: Path | None = 
         # dlrm-v3's accuracy.py logs torchrec's metric/<name>/rating lines: its lifetime NE, ACC and gAUC together
         lifetime = [line.split("metric/", 1)[1] for line in lines if "metric/lifetime_" in line
                     and "_num_samples" not in line]
-        lines = [line for line in lines if line.startswith("Accuracy Results:")] or lines
+        # e2e-rag's accuracy_eval.py ends its summary with the checker's "Accuracy: 34.1234" (E2E_ACCURACY)
+        lines = [line for line in lines if line.startswith("Accuracy Results:")] or \
+            [line for line in lines if re.fullmatch(r"Accuracy:\s*[\d.]+", line)] or lines
         return ", ".join(lifetime) if lifetime else lines[0] if lines else "-"
     folder = scen_dir / ("performance" if step == "performance" else f"{step}/performance") / "run_1"
     try:
