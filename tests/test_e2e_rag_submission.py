@@ -129,6 +129,9 @@ def test_official_checker_has_the_same_findings(tree):
                      f"accurcy run does not cover all dataset, accuracy samples: {QUESTIONS}, dataset size: 824",
                      f"accurcy run does not cover all dataset, accuracy samples: {PAGES}, dataset size: 2515"}, words
     assert "Test duration less than 600s" not in out and "accuracy score not found" not in out
+    kept = (Path(__file__).parent / "fixtures" / "e2e_rag" / "official_checker_output.txt").read_text()
+    assert {re.sub(r"^\[[^]]*\] PACKAGE\S+ ", "", line) for line in kept.splitlines()
+            if " ERROR] PACKAGE/" in line} == words  # the kept output (COMMANDS.md) says the same
 
 
 @pytest.mark.skipif(_official_checker() is None, reason="MLHARNESS_INFERENCE_REPO names no mlcommons/inference "
