@@ -63,19 +63,9 @@ def answer_messages(item: dict[str, Any], max_documents: int | None = None) -> l
     return [{"role": "user", "content": ANSWER_PROMPT.format(question=item["query"], documents=documents)}]
 
 
-def before_answer(ctx: Any, item: dict[str, Any]) -> dict[str, Any]:
-    """The generation stage's ``before`` hook: ``item["messages"]`` from the passages, and the retrieved URLs
-    (the passages' pages, in order, once each) that the retrieval metrics score."""
-    item["messages"] = answer_messages(item)
-    urls = [p.get("url") for p in item.get("passages", []) if p.get("url")]
-    item["retrieved_urls"] = list(dict.fromkeys(urls))
-    return item
-
-
-def after_answer(ctx: Any, item: dict[str, Any]) -> dict[str, Any]:
-    """The generation stage's ``after`` hook: an empty answer is "Unknown", as ``generate_answer`` returns it."""
-    item["answer"] = str(item.get("answer") or "").strip() or "Unknown"
-    return item
+def retrieved_urls(item: dict[str, Any]) -> list[str]:
+    """The pages of the item's passages, in order, each once: what the retrieval metrics score."""
+    return list(dict.fromkeys(p.get("url") for p in item.get("passages", []) if p.get("url")))
 
 
 def postprocess(ctx: Any, item: dict[str, Any]) -> dict[str, Any]:
