@@ -86,3 +86,35 @@ def test_the_answer_prompt_is_the_references():
     kept = "".join(f"\n[DOC {i + 1}] {t}\n" for i, t in enumerate(["alpha", "beta"]))
     expected = official.replace("{question}", "Q?").replace("{kept_docs_text}", kept)
     assert answer_messages(item) == [{"role": "user", "content": expected}]
+
+
+def test_the_real_manifests_generation_through_an_openai_endpoint(env, tmp_path):
+    """e2e-rag-qna's own manifest with its two checkpoints swapped for the tiny random ones, the synthetic corpus,
+    and its generate stage pointed at a stand-in OpenAI-compatible server: the answering stage is the `openai`
+    predictor's chat engine, each request carries the reference's answer prompt and the manifest's sampling and
+    reasoning effort, and the server's usage.completion_tokens is each response's length in LoadGen's log."""
+    import yaml
+
+    from mlharness.paths import MANIFESTS_DIR
+    from tests.helpers.session_server import ChatServer
+
+    doc = yaml.safe_load((MANIFESTS_DIR / "e2e-rag-qna" / "e2e-rag-qna.yaml").read_text())
+    retrieve, rerank, generate = doc["inputs"][0]["parameters"]["stages"]
+    retrieve["model"] = {"graph_path": "e2e-rag-embedder-random",
+                         "generator": "mlharness.pipeline.models:ensure_random_embedder"}
+    retrieve["options"] = {"synthetic_corpus": True, "top_k": 5}
+    rerank["model"] = {"graph_path": "e2e-rag-reranker-random",
+                       "generator": "mlharness.pipeline.models:ensure_random_reranker"}
+    doc["attributes"] = {"synthetic_e2e_rag": True}
+    manifest = tmp_path / "e2e-rag-qna-served.yaml"
+    with ChatServer() as server, running_judge() as judge:
+        generate["options"].update(endpoints=[server.url], model="chat-model")
+        manifest.write_text(yaml.safe_dump(doc, sort_keys=False))
+        _run({**env, "MLHARNESS_JUDGE_URL": judge.url}, tmp_path / "acc", str(manifest), "--mode", "accuracy")
+    assert len(server.requests) >= QUESTIONS and judge.requests == QUESTIONS  # plus the warm-up play's
+    body = server.requests[0]["body"]
+    prompt = body["messages"][0]["content"]
+    assert prompt.startswith("Answer the question based ONLY on the provided documents.") and "[DOC 1]" in prompt
+    assert body.get("reasoning_effort") == "medium" and body.get("temperature") == 1.0, body
+    entries = json.loads((tmp_path / "acc" / "mlperf_log_accuracy.json").read_text())
+    assert {len(bytes.fromhex(e["data"])) // 4 for e in entries} == {2}  # "answer N" in two fragments: 2 tokens
