@@ -37,20 +37,37 @@ import math
 from typing import Any
 
 from mlharness.calibration import estimate
-from mlharness.calibration.stated import count_given_by
+from mlharness.calibration.stated import conf_states, count_given_by
 from mlharness.loadgen import settings as lgs
 from mlharness.rounds import MIN_DURATION_MS
 
 
+def development_duration(plan: lgs.SettingsPlan, settings: Any) -> int | None:
+    """The min_duration (ms) the user shortened this run to, or None for a run at the official duration. The one
+    place that says what a development run is: ``--min-duration-ms`` under the official 600 s, or a ``min_duration``
+    line of the user.conf the run was given (``settings``: the run's, which hold it). The second is how a
+    development submission's later runs carry the flag: ``submission run`` gives its performance retries and its
+    audits the effective user.conf, which states the flag as a line, and no setting flag. A duration that only
+    mlperf.conf or the round sets (e2e-rag's 0) is the official one: it is no development shortcut."""
+    if plan.overrides.min_duration_ms is not None:
+        duration = int(plan.overrides.min_duration_ms)
+    elif settings is not None and conf_states(plan.user_conf, plan.model, plan.scenario, "min_duration"):
+        duration = int(settings.min_duration_ms)
+    else:
+        return None
+    return duration if duration < MIN_DURATION_MS else None
+
+
 def applies(plan: lgs.SettingsPlan, settings: Any = None) -> bool:
-    """A performance run with a development duration, no count of its own and no audit config; or an audit run
-    that keeps the development duration of the performance run it audits (``settings``: the audit's) and whose
-    user.conf states no count (a count stated for the performance run is kept for its audits too)."""
+    """A performance run with a development duration (:func:`development_duration`), no count of its own and no
+    audit config; or an audit run that keeps the development duration of the performance run it audits
+    (``settings``: the audit's) and whose user.conf states no count (a count stated for the performance run is
+    kept for its audits too)."""
     o = plan.overrides
     if plan.mode != "performance" or o.min_query_count is not None or o.performance_sample_count is not None:
         return False
     if plan.audit_config is None:
-        return o.min_duration_ms is not None and o.min_duration_ms < MIN_DURATION_MS
+        return development_duration(plan, settings) is not None
     return (settings is not None and development_audit(plan, settings) is not None
             and count_given_by(plan, plan.user_conf) is None)
 
@@ -64,9 +81,10 @@ def development_audit(plan: lgs.SettingsPlan, settings: Any) -> Any:
     states its own duration)."""
     if plan.mode != "performance" or plan.audit_config is None:
         return None
-    audited = lgs.build_test_settings(dataclasses.replace(plan, audit_config=None, not_submittable=[]))
-    duration = int(audited.min_duration_ms)
-    return audited if duration < MIN_DURATION_MS and int(settings.min_duration_ms) == duration else None
+    audited_plan = dataclasses.replace(plan, audit_config=None, not_submittable=[])
+    audited = lgs.build_test_settings(audited_plan)
+    duration = development_duration(audited_plan, audited)
+    return audited if duration is not None and int(settings.min_duration_ms) == duration else None
 
 
 def audit_counts(plan: lgs.SettingsPlan, settings: Any) -> str | None:
@@ -158,4 +176,5 @@ def short_count_note(plan: lgs.SettingsPlan, settings: Any, stated: str | None) 
     return message
 
 
-__all__ = ["OFFICIAL_AUDIT", "SIZE_KEYS", "applies", "audit_counts", "development_audit", "short_count_note", "size"]
+__all__ = ["OFFICIAL_AUDIT", "SIZE_KEYS", "applies", "audit_counts", "development_audit", "development_duration",
+           "short_count_note", "size"]
