@@ -14,14 +14,7 @@ retrieval-based categories), then the ones it does, and soundfile, which qwen-ag
 
 from __future__ import annotations
 
-import functools
-import os
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
-
-from mlharness.errors import AccuracyError
+from mlharness.tasks.side_env import SideEnv, venv_python
 
 PYTHON_ENV = "MLHARNESS_BFCL_PYTHON"  # the Python of the environment that has bfcl-eval (it holds the real data)
 BFCL_EVAL_VERSION = "2026.3.23"
@@ -36,101 +29,21 @@ DEPENDENCIES = (
 )
 CHECK_TIMEOUT_S = 180.0  # importing the AST checker takes a few seconds (tree-sitter, pandas)
 SETUP_TIMEOUT_S = 3600.0
-# what the checker imports, and the version it reports (checker.py)
-_PROBE = ("from importlib.metadata import version; import bfcl_eval.eval_checker.ast_eval.ast_checker; "
-          "print(version('bfcl-eval'))")
 HOW_TO_FIX = (f"run 'mlharness accuracy bfcl-v4 --setup' (it makes the environment in mlharness's cache, which "
               f"is then found by itself) or set {PYTHON_ENV} to the Python of an environment with {BFCL_EVAL}")
-
-
-def default_venv() -> Path:
-    """The environment ``--setup`` makes: ``<mlharness cache>/bfcl-eval-<version>``."""
-    from mlharness.manifest.assets import cache_dir
-
-    return cache_dir() / f"bfcl-eval-{BFCL_EVAL_VERSION}"
-
-
-def venv_python(venv: Path) -> Path:
-    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-
-
-def find_python(explicit: str | None = None) -> str | None:
-    """bfcl-eval's Python: ``explicit`` (an option), else ``MLHARNESS_BFCL_PYTHON``, else the cache's environment
-    where it exists; None when there is none."""
-    if explicit:
-        return str(explicit)
-    value = os.environ.get(PYTHON_ENV, "").strip()
-    if value:
-        return value
-    cached = venv_python(default_venv())
-    return str(cached) if cached.is_file() else None
-
-
-def where_from(explicit: str | None = None) -> str:
-    """Which of the three ways named the Python :func:`find_python` returns (for messages)."""
-    if explicit:
-        return "the option bfcl_python"
-    if os.environ.get(PYTHON_ENV, "").strip():
-        return PYTHON_ENV
-    return f"the environment in mlharness's cache ({default_venv()})"
-
-
-@functools.lru_cache(maxsize=8)
-def check_python(python: str) -> str:
-    """bfcl-eval's version as ``python`` imports it with the AST checker; raises AccuracyError naming what is wrong
-    when it cannot, or when it is not the pinned version. Cached per process: the import takes seconds."""
-    if os.sep in python:
-        python = os.path.abspath(python)
-    with tempfile.TemporaryDirectory(prefix="mlharness-bfcl-check-") as tmp:
-        # bfcl-eval makes result folders under BFCL_PROJECT_ROOT when imported: keep them in the temporary folder
-        try:
-            done = subprocess.run([python, "-I", "-c", _PROBE], cwd=tmp, env={**os.environ, "BFCL_PROJECT_ROOT": tmp},
-                                  capture_output=True, text=True, timeout=CHECK_TIMEOUT_S)
-        except subprocess.TimeoutExpired as e:
-            raise AccuracyError(f"{python} did not import bfcl-eval's AST checker in {CHECK_TIMEOUT_S:g} s") from e
-        except OSError as e:
-            raise AccuracyError(f"{python} cannot be run: {e}") from e
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["(no output)"]
-        raise AccuracyError(f"{python} cannot import bfcl-eval's AST checker: {tail[0]}")
-    version = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
-    if version != BFCL_EVAL_VERSION:
-        raise AccuracyError(f"{python} has bfcl-eval {version or '(unknown version)'}, not the pinned "
-                            f"{BFCL_EVAL_VERSION} the reference scores with")
-    return version
-
-
-def require_python(explicit: str | None, who: str) -> str:
-    """The Python that will score, checked now; AccuracyError saying what is missing and how to fix it."""
-    python = find_python(explicit)
-    if python is None:
-        raise AccuracyError(f"{who}: scoring needs bfcl-eval's AST checker, and no environment has it: "
-                            f"{PYTHON_ENV} is not set and {default_venv()} does not exist; {HOW_TO_FIX}")
-    try:
-        check_python(python)
-    except AccuracyError as e:
-        raise AccuracyError(f"{who}: scoring needs bfcl-eval's AST checker: {e} (named by {where_from(explicit)}); "
-                            f"{HOW_TO_FIX}") from e
-    return python
-
-
-def setup_commands(venv: Path, base_python: str = sys.executable) -> list[list[str]]:
-    """The commands that make ``venv``: a virtual environment, bfcl-eval without its dependencies, then the ones
-    its AST checker imports (the pins of .ci/run's .ci-bfcl block)."""
-    pip = [str(venv_python(venv)), "-m", "pip", "install", "-q"]
-    return [[base_python, "-m", "venv", str(venv)], [*pip, "--no-deps", BFCL_EVAL], [*pip, *DEPENDENCIES]]
-
-
-def setup(venv: Path | None = None, say=print) -> Path:  # noqa: ANN001 - a print-like callable
-    """Make bfcl-eval's environment (downloads from PyPI; minutes) and check it; returns its Python."""
-    venv = Path(venv) if venv is not None else default_venv()
-    for command in setup_commands(venv):
-        say("$ " + " ".join(command))
-        try:
-            subprocess.run(command, check=True, timeout=SETUP_TIMEOUT_S)
-        except (OSError, subprocess.SubprocessError) as e:
-            raise AccuracyError(f"bfcl_v4: making bfcl-eval's environment in {venv} failed: {e}") from e
-    python = venv_python(venv)
-    check_python.cache_clear()
-    check_python(str(python))
-    return python
+# what the checker imports, and the version it reports (checker.py); bfcl-eval makes result folders under
+# BFCL_PROJECT_ROOT when imported: the probe keeps them in its temporary folder
+ENV = SideEnv(package="bfcl-eval", version=BFCL_EVAL_VERSION, env_var=PYTHON_ENV, option="bfcl_python",
+              venv_name=f"bfcl-eval-{BFCL_EVAL_VERSION}",
+              probe=("from importlib.metadata import version; import bfcl_eval.eval_checker.ast_eval.ast_checker; "
+                     "print(version('bfcl-eval'))"),
+              installs=(("--no-deps", BFCL_EVAL), DEPENDENCIES), what="bfcl-eval's AST checker",
+              needs="scoring needs bfcl-eval's AST checker", how_to_fix=HOW_TO_FIX, owner="bfcl_v4",
+              check_timeout_s=CHECK_TIMEOUT_S, setup_timeout_s=SETUP_TIMEOUT_S,
+              pinned_note=" the reference scores with", scratch_env="BFCL_PROJECT_ROOT")
+# the environment's functions, as the metric, the dataset, the CLI and the tests call them
+default_venv, find_python, where_from = ENV.default_venv, ENV.find_python, ENV.where_from
+check_python = ENV.check_python
+require_python, setup_commands, setup = ENV.require_python, ENV.setup_commands, ENV.setup
+__all__ = ["BFCL_EVAL", "BFCL_EVAL_VERSION", "DEPENDENCIES", "ENV", "HOW_TO_FIX", "PYTHON_ENV", "check_python",
+           "default_venv", "find_python", "require_python", "setup", "setup_commands", "venv_python", "where_from"]

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -48,6 +47,7 @@ from mlharness.tasks.bfcl_v4.dataset import (
 from mlharness.tasks.bfcl_v4.env import HOW_TO_FIX, find_python, require_python
 from mlharness.tasks.bfcl_v4.extract import bfcl_calls, extract, has_native_tool_calls, scoring_output
 from mlharness.tasks.generative import guarded
+from mlharness.tasks.side_env import run_captured
 
 log = logging.getLogger(__name__)
 
@@ -102,14 +102,10 @@ def run_checker(items: list[dict[str, Any]], python: str, timeout_s: float = DEF
         src.write_text(json.dumps({"items": items}), encoding="utf-8")
         # bfcl-eval makes result folders under BFCL_PROJECT_ROOT when imported: keep them in the temporary folder
         env = {**os.environ, "BFCL_PROJECT_ROOT": tmp}
-        try:
-            done = subprocess.run([python, "-I", str(CHECKER), str(src), str(dst)], cwd=tmp, env=env,
-                                  capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired as e:
-            raise AccuracyError(f"{who}: bfcl-eval's AST checker ({python}) did not finish {len(items)} calls in "
-                                f"{timeout_s:g} s") from e
-        except OSError as e:
-            raise AccuracyError(f"{who}: cannot run bfcl-eval's AST checker with {python}: {e}") from e
+        done = run_captured([python, "-I", str(CHECKER), str(src), str(dst)], timeout_s, cwd=tmp, env=env,
+                            timed_out=f"{who}: bfcl-eval's AST checker ({python}) did not finish {len(items)} "
+                                      f"calls in {timeout_s:g} s",
+                            cannot_run=f"{who}: cannot run bfcl-eval's AST checker with {python}")
         if done.returncode != 0 or not dst.is_file():
             tail = (done.stderr or done.stdout).strip()[-1500:]
             raise AccuracyError(f"{who}: bfcl-eval's AST checker ({python}) failed with exit status "

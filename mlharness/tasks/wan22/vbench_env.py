@@ -18,14 +18,11 @@ the Hugging Face hub at run time (``HF_HOME``), which VBench does itself.
 
 from __future__ import annotations
 
-import functools
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from mlharness.errors import AccuracyError
+from mlharness.tasks.side_env import SideEnv
 
 PYTHON_ENV = "MLHARNESS_VBENCH_PYTHON"  # the Python of an environment that has vbench
 CACHE_ENV = "VBENCH_CACHE_DIR"  # where VBench reads its networks (vbench/utils.py's CACHE_DIR)
@@ -33,10 +30,18 @@ VBENCH_VERSION = "0.1.5"
 PACKAGES = (f"vbench=={VBENCH_VERSION}", "torch==2.5.1", "torchvision==0.20.1")
 CHECK_TIMEOUT_S = 300.0  # importing vbench imports torch, transformers, timm
 SETUP_TIMEOUT_S = 3600.0
-_PROBE = "from importlib.metadata import version; import vbench; print(version('vbench'))"
 HOW_TO_FIX = (f"run 'mlharness accuracy wan-2.2 --setup' (it makes the environment and fetches the networks in "
               f"mlharness's cache, where runs find them) or set {PYTHON_ENV} to the Python of an environment with "
               f"vbench=={VBENCH_VERSION}")
+ENV = SideEnv(package="vbench", version=VBENCH_VERSION, env_var=PYTHON_ENV, option="vbench_python",
+              venv_name=f"vbench-{VBENCH_VERSION}",
+              probe="from importlib.metadata import version; import vbench; print(version('vbench'))",
+              installs=(PACKAGES,), what="vbench", needs="real VBench scoring needs vbench", how_to_fix=HOW_TO_FIX,
+              owner="wan22", check_timeout_s=CHECK_TIMEOUT_S, setup_timeout_s=SETUP_TIMEOUT_S)
+# the environment's functions, as the metric, the CLI and the tests call them
+default_venv, find_python, check_python = ENV.default_venv, ENV.find_python, ENV.check_python
+require_python, setup_commands, setup = ENV.require_python, ENV.setup_commands, ENV.setup
+
 _CLIP_B32 = ("https://openaipublic.azureedge.net/clip/models/"
              "40d365715913c9da98579312b702a82c18be219cc2a73407c4526f58eba950af/ViT-B-32.pt")
 
@@ -74,83 +79,11 @@ WEIGHTS = (
 DIMENSIONS_ALL = tuple(sorted({d for w in WEIGHTS for d in w.dimensions}))
 
 
-def default_venv() -> Path:
-    from mlharness.manifest.assets import cache_dir
-
-    return cache_dir() / f"vbench-{VBENCH_VERSION}"
-
-
 def default_weights_dir() -> Path:
     """VBench's cache folder as mlharness lays it out: ``<mlharness cache>/vbench-weights``."""
     from mlharness.manifest.assets import cache_dir
 
     return cache_dir() / "vbench-weights"
-
-
-def venv_python(venv: Path) -> Path:
-    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-
-
-def find_python(explicit: str | None = None) -> str | None:
-    """vbench's Python: ``explicit``, else ``MLHARNESS_VBENCH_PYTHON``, else the cache's environment; or None."""
-    if explicit:
-        return str(explicit)
-    value = os.environ.get(PYTHON_ENV, "").strip()
-    if value:
-        return value
-    cached = venv_python(default_venv())
-    return str(cached) if cached.is_file() else None
-
-
-@functools.lru_cache(maxsize=8)
-def check_python(python: str) -> str:
-    """vbench's version as ``python`` imports it; AccuracyError naming what is wrong when it cannot, or when it
-    is not the pinned version. Cached per process."""
-    try:
-        done = subprocess.run([python, "-I", "-c", _PROBE], capture_output=True, text=True, timeout=CHECK_TIMEOUT_S)
-    except subprocess.TimeoutExpired as e:
-        raise AccuracyError(f"{python} did not import vbench in {CHECK_TIMEOUT_S:g} s") from e
-    except OSError as e:
-        raise AccuracyError(f"{python} cannot be run: {e}") from e
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["(no output)"]
-        raise AccuracyError(f"{python} cannot import vbench: {tail[0]}")
-    version = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
-    if version != VBENCH_VERSION:
-        raise AccuracyError(f"{python} has vbench {version or '(unknown version)'}, not the pinned {VBENCH_VERSION}")
-    return version
-
-
-def require_python(explicit: str | None, who: str) -> str:
-    python = find_python(explicit)
-    if python is None:
-        raise AccuracyError(f"{who}: real VBench scoring needs vbench, and no environment has it: {PYTHON_ENV} is "
-                            f"not set and {default_venv()} does not exist; {HOW_TO_FIX}")
-    try:
-        check_python(python)
-    except AccuracyError as e:
-        raise AccuracyError(f"{who}: {e}; {HOW_TO_FIX}") from e
-    return python
-
-
-def setup_commands(venv: Path, base_python: str = sys.executable) -> list[list[str]]:
-    """A virtual environment, then vbench with its dependencies and the reference's torch."""
-    pip = [str(venv_python(venv)), "-m", "pip", "install", "-q"]
-    return [[base_python, "-m", "venv", str(venv)], [*pip, *PACKAGES]]
-
-
-def setup(venv: Path | None = None, say=print) -> Path:  # noqa: ANN001 - a print-like callable
-    """Make vbench's environment (downloads from PyPI; minutes, gigabytes) and check it; returns its Python."""
-    venv = Path(venv) if venv is not None else default_venv()
-    for command in setup_commands(venv):
-        say("$ " + " ".join(command))
-        try:
-            subprocess.run(command, check=True, timeout=SETUP_TIMEOUT_S)
-        except (OSError, subprocess.SubprocessError) as e:
-            raise AccuracyError(f"wan22: making vbench's environment in {venv} failed: {e}") from e
-    check_python.cache_clear()
-    check_python(str(venv_python(venv)))
-    return venv_python(venv)
 
 
 def fetch_weight(weight: Weight, weights_dir: Path, say=print) -> Path:  # noqa: ANN001 - a print-like callable

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from mlharness.errors import AccuracyError
+from mlharness.tasks.side_env import run_captured
 
 CHILD = Path(__file__).with_name("vbench_child.py")
 TIMEOUT_S = 24 * 3600.0  # 248 videos of 81 frames at 720p on one GPU take hours
@@ -38,13 +38,9 @@ def score_files(python: str, folder: Path, dimensions: tuple[str, ...], scorer: 
     env = dict(os.environ)
     if weights_dir is not None:
         env["VBENCH_CACHE_DIR"] = str(weights_dir)
-    try:
-        done = subprocess.run([python, str(CHILD), str(work / JOB), str(out)], capture_output=True, text=True,
-                              timeout=timeout_s, env=env, cwd=work)
-    except subprocess.TimeoutExpired as e:
-        raise AccuracyError(f"the VBench scorer ({python}) did not finish in {timeout_s:g} s over {folder}") from e
-    except OSError as e:
-        raise AccuracyError(f"the VBench scorer's Python {python} cannot be run: {e}") from e
+    done = run_captured([python, str(CHILD), str(work / JOB), str(out)], timeout_s, env=env, cwd=work,
+                        timed_out=f"the VBench scorer ({python}) did not finish in {timeout_s:g} s over {folder}",
+                        cannot_run=f"the VBench scorer's Python {python} cannot be run")
     if done.returncode != 0:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-5:]) or "(no output)"
         raise AccuracyError(f"the VBench scorer failed over {folder} (exit status {done.returncode}):\n{tail}")
