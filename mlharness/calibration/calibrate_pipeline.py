@@ -17,17 +17,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mlharness.calibration import server_bound
+from mlharness.calibration import played
 from mlharness.calibration.asked import Asked
-from mlharness.calibration.calibrate import Calibration, apply, effective_conf
-from mlharness.calibration.estimate import EARLY_STOPPING_QUERIES
-from mlharness.calibration.stated import count_given_by, given_by
+from mlharness.calibration.played import SERVER_SHARE
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.pipeline_report import summarize
 
 PLAYED = 8  # samples played together (fewer where fewer are in the dataset)
 TIMED_PLAYS = 2  # timed plays of them; the fastest reading is kept
-SERVER_SHARE = 0.5
 
 
 def stage_bound(summary: dict[str, Any]) -> float | None:
@@ -72,47 +69,16 @@ def measure(sut: Any, loader: Any, perf_count: int, warmup: int) -> tuple[float,
 
 def for_run(asked: Asked, plan: lgs.SettingsPlan, settings: Any, sut: Any, loader: Any, perf_count: int,
             warmup: int, outdir: Path, official: bool) -> dict[str, Any]:
-    if plan.mode != "performance":
-        return {"calibrated": False, "reason": "accuracy mode"}
-    b = (plan.latency_bound or {}).get("target_latency") if plan.scenario == "Server" else None
-    derive = b is not None and b.get("kind") == "default" and not official
-    source = given_by(plan.scenario, plan.model, plan.overrides, asked.user_conf)
-    if not asked.calibrate and not derive:
-        return {"calibrated": False, "reason": "--no-calibrate"}
-    if source is not None and not derive:
-        return {"calibrated": False, "reason": f"expected performance given by {source}"}
-    t0 = time.perf_counter()
-    one_s, rate, summary = measure(sut, loader, perf_count, warmup)
-    if derive:
-        ms = server_bound.derived_ms(one_s * 1e3)
-        settings.server_target_latency_ns = int(ms * 1e6)
-        b.update(ms=ms, kind="derived", single_sample_p99_ms=one_s * 1e3,
-                 source=f"one sample's measured latency through the stages: max(10 ms, 5 x {one_s * 1e3:.4g} ms)")
-        plan.not_submittable.append(f"the Server latency bound {ms:g} ms was derived from one sample's latency")
-        asked.tell(f"Server latency bound: p99 <= {ms:g} ms, from {b['source']}")
-    if source is not None or not asked.calibrate:
-        return {"calibrated": False, "reason": f"expected performance given by {source or '--no-calibrate'}"}
-    scenario = plan.scenario
-    if scenario == "SingleStream":
-        key, value, headroom = "target_latency", one_s * 1e3, 1.0
-    elif scenario == "Offline":
-        key, value, headroom = "target_qps", rate, 1.0
-    else:  # the latency tail counts: half of what the stages sustained together, never of a bound above it
-        key, value, headroom = "target_qps", SERVER_SHARE * min(rate, summary["throughput"] or rate), SERVER_SHARE
-    cal = Calibration(scenario, key, value, measured=one_s * 1e3 if key == "target_latency" else rate,
-                      headroom=headroom, samples_measured=summary["samples"], queries_measured=1,
-                      seconds=time.perf_counter() - t0, batch=1,
-                      extra={"sample_ms": one_s * 1e3, "slowest_stage_bound_per_s": rate})
-    # a Server run too short for early stopping is INVALID whatever its latencies: ask for enough queries, as a
-    # model's Server calibration does, unless the user stated the count
-    if (scenario == "Server" and count_given_by(plan, asked.user_conf) is None
-            and int(settings.min_query_count) < EARLY_STOPPING_QUERIES
-            and value * int(settings.min_duration_ms) / 1000.0 < EARLY_STOPPING_QUERIES):
-        cal.extra["min_query_count"] = EARLY_STOPPING_QUERIES
-    apply(cal, settings)
-    asked.tell(f"calibrated: {'expected latency' if key == 'target_latency' else 'target QPS'} {value:.4g} "
-               f"{cal.unit}, from {summary['samples']} samples played through the stages (the slowest stage's "
-               "workers over its median call time)")
-    (outdir / "user.conf").write_text(effective_conf(plan.user_conf, plan.model, plan.scenario,
-                                                     plan.overrides.given(), cal))
-    return cal.as_dict()
+    """The runner's step for a pipeline model (:func:`mlharness.calibration.played.for_run`): Server at half of
+    what the stages sustained together, never of a bound above it, with enough queries for early stopping."""
+    def play() -> played.Played:
+        one_s, rate, summary = measure(sut, loader, perf_count, warmup)
+        return played.Played(
+            one_s, offline_qps=rate, server_qps=SERVER_SHARE * min(rate, summary["throughput"] or rate),
+            measured_qps=rate, samples=summary["samples"], one="one sample",
+            bound_from="one sample's measured latency through the stages",
+            how=f"from {summary['samples']} samples played through the stages (the slowest stage's workers over "
+                "its median call time)",
+            extra={"sample_ms": one_s * 1e3, "slowest_stage_bound_per_s": rate}, early_stopping=True)
+
+    return played.for_run(asked, plan, settings, outdir, official, play)

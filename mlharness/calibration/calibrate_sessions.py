@@ -16,13 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mlharness.calibration import server_bound
+from mlharness.calibration import played, server_bound
 from mlharness.calibration.asked import Asked
-from mlharness.calibration.calibrate import Calibration, apply, effective_conf
-from mlharness.calibration.stated import given_by
+from mlharness.calibration.played import SERVER_SHARE
 from mlharness.loadgen import settings as lgs
-
-SERVER_SHARE = 0.5  # Server's planned rate: this share of one session at a time
 
 
 def time_one_session(sut: Any, loader: Any, warmup: int) -> float:
@@ -47,44 +44,16 @@ def bound(asked: Asked, plan: lgs.SettingsPlan, settings: Any, official: bool) -
 
 def for_run(asked: Asked, plan: lgs.SettingsPlan, settings: Any, sut: Any, loader: Any, perf_count: int,
             warmup: int, outdir: Path, official: bool) -> dict[str, Any]:
-    """The runner's step for a session model: time one session where the run needs an expected performance (or a
-    Server bound), set it, say so and write the effective user.conf; returns what the run metadata keeps."""
-    if plan.mode != "performance":
-        return {"calibrated": False, "reason": "accuracy mode"}
-    b = (plan.latency_bound or {}).get("target_latency") if plan.scenario == "Server" else None
-    derive = b is not None and b.get("kind") == "default" and not official
-    source = given_by(plan.scenario, plan.model, plan.overrides, asked.user_conf)
-    if not asked.calibrate and not derive:
-        return {"calibrated": False, "reason": "--no-calibrate"}
-    if source is not None and not derive:
-        return {"calibrated": False, "reason": f"expected performance given by {source}"}
-    t0 = time.perf_counter()
-    session_s = time_one_session(sut, loader, warmup)
-    if derive:
-        ms = server_bound.derived_ms(session_s * 1e3)
-        settings.server_target_latency_ns = int(ms * 1e6)
-        b.update(ms=ms, kind="derived", single_sample_p99_ms=session_s * 1e3,
-                 source=f"one session's measured latency: max(10 ms, 5 x {session_s * 1e3:.4g} ms), as the model is "
-                        "not an MLPerf benchmark and no --target-latency-ms or user.conf line sets one")
-        plan.not_submittable.append(f"the Server latency bound {ms:g} ms was derived from one session's latency")
-        asked.tell(f"Server latency bound: whole sessions p99 <= {ms:g} ms, from {b['source']}")
-    if source is not None or not asked.calibrate:
-        return {"calibrated": False, "reason": f"expected performance given by {source or '--no-calibrate'}",
-                "session_ms": session_s * 1e3}
-    scenario = plan.scenario
-    if scenario == "SingleStream":
-        key, value, headroom = "target_latency", session_s * 1e3, 1.0
-    elif scenario == "Offline":
-        key, value, headroom = "target_qps", max(1, perf_count) / session_s, 1.0
-    else:
-        key, value, headroom = "target_qps", SERVER_SHARE / session_s, SERVER_SHARE
-    cal = Calibration(scenario, key, value, measured=session_s * 1e3 if key == "target_latency" else 1 / session_s,
-                      headroom=headroom, samples_measured=1, queries_measured=1,
-                      seconds=time.perf_counter() - t0, batch=1, extra={"session_ms": session_s * 1e3})
-    apply(cal, settings)
-    asked.tell(f"calibrated: {'expected latency' if key == 'target_latency' else 'target QPS'} "
-               f"{value:.4g} {cal.unit}, from one session played in {session_s * 1e3:.4g} ms (think times "
-               "included) after a warm-up play")
-    (outdir / "user.conf").write_text(effective_conf(plan.user_conf, plan.model, plan.scenario,
-                                                     plan.overrides.given(), cal))
-    return cal.as_dict()
+    """The runner's step for a session model (:func:`mlharness.calibration.played.for_run`): time one session
+    where the run needs an expected performance (or a Server bound); returns what the run metadata keeps."""
+    def play() -> played.Played:
+        session_s = time_one_session(sut, loader, warmup)
+        return played.Played(
+            session_s, offline_qps=max(1, perf_count) / session_s, server_qps=SERVER_SHARE / session_s,
+            measured_qps=1 / session_s, samples=1, one="one session", bound_from="one session's measured latency",
+            bound_why=", as the model is not an MLPerf benchmark and no --target-latency-ms or user.conf line sets one",
+            judged="whole sessions ",
+            how=f"from one session played in {session_s * 1e3:.4g} ms (think times included) after a warm-up play",
+            extra={"session_ms": session_s * 1e3}, given_extra={"session_ms": session_s * 1e3})
+
+    return played.for_run(asked, plan, settings, outdir, official, play)
