@@ -169,10 +169,10 @@ class Flow:
                 failure: BaseException | None = None
             except BaseException as e:  # noqa: BLE001 - the sample fails, the stage goes on
                 failure = e
-            with self._calls_lock:
+            with self._calls_lock:  # the lane's other workers add their calls' time too
                 mine = self._calls.pop(wid, None) is not None  # None: the watchdog timed the call out
-            visit.leave = time.perf_counter()
-            lane.busy_s += visit.leave - visit.enter
+                visit.leave = time.perf_counter()
+                lane.busy_s += visit.leave - visit.enter
             if not mine:
                 break  # abandoned: a new worker took this one's place
             if failure is not None:
