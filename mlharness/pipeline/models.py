@@ -71,36 +71,33 @@ def _bert(seed: int, folder: Path, shape: dict[str, Any] | None = None) -> Any:
     return model
 
 
-def build_embedder(folder: Path) -> None:
-    """The tiny e5-like embedder as a sentence-transformers folder (modules.json, Pooling, Normalize)."""
-    _bert(0, folder)
+def _sentence_transformer(folder: Path, seed: int, shape: dict[str, Any], pooling: dict[str, bool],
+                          max_seq_length: int, doc: str) -> None:
+    """A random BERT as a sentence-transformers folder: the transformer, ``pooling``, then normalisation."""
+    _bert(seed, folder, shape)
     (folder / "1_Pooling").mkdir()
     (folder / "1_Pooling" / "config.json").write_text(json.dumps(
-        {"word_embedding_dimension": BERT["hidden_size"], "pooling_mode_mean_tokens": True}))
+        {"word_embedding_dimension": shape["hidden_size"], **pooling}))
     (folder / "2_Normalize").mkdir()
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
                {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]
     (folder / "modules.json").write_text(json.dumps(modules))
-    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 512, "do_lower_case": False}))
-    (folder / "mlharness.json").write_text(json.dumps({"doc": EMBEDDER_DOC}))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq_length,
+                                                                  "do_lower_case": False}))
+    (folder / "mlharness.json").write_text(json.dumps({"doc": doc}))
+
+
+def build_embedder(folder: Path) -> None:
+    """The tiny e5-like embedder as a sentence-transformers folder (modules.json, Pooling, Normalize)."""
+    _sentence_transformer(folder, 0, BERT, {"pooling_mode_mean_tokens": True}, 512, EMBEDDER_DOC)
 
 
 def build_minilm(folder: Path) -> None:
     """A tiny all-MiniLM-like embedder for pipelines that are not MLPerf's (rag-minilm): a 1-layer BERT of width 24
     (not the e5 stand-in's 32) with CLS pooling (not mean), normalised, as a sentence-transformers folder."""
-    _bert(2, folder, MINILM)
-    (folder / "1_Pooling").mkdir()
-    (folder / "1_Pooling" / "config.json").write_text(json.dumps(
-        {"word_embedding_dimension": MINILM["hidden_size"], "pooling_mode_cls_token": True,
-         "pooling_mode_mean_tokens": False}))
-    (folder / "2_Normalize").mkdir()
-    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-               {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]
-    (folder / "modules.json").write_text(json.dumps(modules))
-    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 256, "do_lower_case": False}))
-    (folder / "mlharness.json").write_text(json.dumps({"doc": MINILM_DOC}))
+    _sentence_transformer(folder, 2, MINILM, {"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False},
+                          256, MINILM_DOC)
 
 
 def build_reranker(folder: Path) -> None:
