@@ -5,11 +5,18 @@ not by mlperf.conf's counts (rgat's 788,379 samples); official runs and a durati
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import pytest
+import yaml
 
 from mlharness.calibration import calibrate_dev
 from mlharness.loadgen import settings as lgs
+from mlharness.loadgen.logs import detail_values
 from mlharness.rounds import MIN_DURATION_MS
+from tests.helpers.cli import cli
+from tests.test_submission_development import OVERRIDES
 
 
 def _plan(conf: Path | None, model: str = "rgat", **overrides) -> tuple[lgs.SettingsPlan, object]:
@@ -55,3 +62,72 @@ def test_official_runs_keep_mlperf_confs_counts(tmp_path):
 def test_a_count_given_on_the_command_line_is_kept(tmp_path):
     plan, settings = _plan(_retry_conf(tmp_path, 1000), min_query_count=500)
     assert calibrate_dev.size(plan, settings, 1024) is None and int(settings.min_query_count) == 500
+
+
+# rgat's mlperf.conf counts (788,379 samples) over an echo model whose predict is slow only inside calibration: the
+# calibrated rate is far below what the run then does, so the first performance try ends before its min_duration
+# (INVALID, whatever the host) and submission run repeats it with a higher expected rate
+SLOW_CALIBRATION = """\
+name: slowcalibration
+framework: {name: echo}
+inputs: [{name: x, element_type: int64, shape: [1]}]
+outputs: [{name: y, element_type: int64, shape: [1]}]
+response: {element_type: bytes}
+mlperf: {model: rgat}
+attributes: {measurements: {starting_weights_filename: "none: an echo"}}
+dataset:
+  name: indices
+  init: |
+    def init(count):
+        return 64
+preprocess: |
+  import numpy as np
+
+  def preprocess(ctx, index):
+      return np.array([index], dtype=np.int64)
+predict: |
+  import sys
+  import time
+
+  def calibrating():
+      frame = sys._getframe(1)
+      while frame is not None:
+          if frame.f_code.co_filename.endswith("calibrate.py"):
+              return True
+          frame = frame.f_back
+      return False
+
+  def predict(ctx, run, inputs):
+      time.sleep(0.03 if calibrating() else 0.0002)
+      return run(inputs)
+postprocess: |
+  def postprocess(ctx, outputs):
+      return [b"label-%d" % i for i in outputs[0][:, 0]]
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_submission_runs_retry_of_an_invalid_development_run_stays_development_sized(env, tmp_path):
+    manifest, overrides = tmp_path / "slowcalibration.yaml", tmp_path / "system.yaml"
+    manifest.write_text(SLOW_CALIBRATION)
+    overrides.write_text(yaml.safe_dump(OVERRIDES))
+    results = tmp_path / "results"
+    # without the fix the retry asks for 788,379 samples: the timeout ends it
+    proc = cli(env, "submission", "run", "--manifest", str(manifest), "--scenarios", "Offline", "--division", "open",
+               "--submitter", "Acme", "--system-name", "box", "--results", str(results), "--system-overrides",
+               str(overrides), "--min-duration-ms", "1000", timeout=90)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "rgat/Offline performance INVALID (min duration not met): again with --target-qps" in " ".join(out.split())
+    record = results / ".mlharness" / "runs" / "box" / "rgat" / "Offline" / "performance"
+    meta = json.loads((record / "mlharness_run.json").read_text())  # the last try's
+    argv = json.loads((record / "step.json").read_text())["argv"]
+    # the retry runs from the effective user.conf and the fix alone: its duration is a line there, not a flag
+    assert "--min-duration-ms" not in argv and ".retry" in Path(argv[argv.index("--user-conf") + 1]).name, argv
+    assert meta["calibration"]["calibrated"] is False  # the retry's rate is the fix's, stated in its user.conf
+    sized = meta["calibration"]["development_sizing"]
+    assert sized["min_query_count"][0] == 788379 and sized["min_query_count"][1] < 100_000, sized  # a second of this echo
+    run = results / "box" / "rgat" / "Offline" / "performance" / "run_1"
+    assert "Result is : VALID" in (run / "mlperf_log_summary.txt").read_text()
+    assert detail_values(run / "mlperf_log_detail.txt")["requested_min_query_count"] == sized["min_query_count"][1]

@@ -13,7 +13,10 @@ given with ``--target-qps`` / a user.conf line). Offline asks for ``1.1 x min_du
 ``min_query_count`` lowered to 1), and the loaded set shrinks to what the run issues so that the padding adds
 nothing. The run says what it changed and which flag restores the official count. A run that names
 ``--min-query-count`` or ``--performance-sample-count`` and every run at the official duration keep mlperf.conf's
-figures.
+figures. A development run is one whose user shortened its duration (:func:`development_duration`): the flag, or
+a ``min_duration`` line of the user.conf it was given, which is how ``submission run`` passes the flag to the
+repeat of an INVALID performance run (the effective user.conf and the fix, no setting flag), so the repeat is
+sized as the first try was.
 
 An audit run of a development submission (``submission run --min-duration-ms``: its duration is in the user.conf
 the performance run used) is sized as the performance run it audits (:func:`audit_counts`): the counts its audit
