@@ -11,7 +11,8 @@ connections opened, the requests, the streams open now and the most that were op
 zeroes the counters, open streams excepted). ``POST /v1/chat/completions`` takes chat messages with images (each
 data URL checked to decode) and streams an oracle table's answer or an echo naming each image's sha256
 (:mod:`mlharness.measurement.fake_openai_server`); ``--prefix-cache`` makes it report cached prompt tokens as a
-server with prefix caching on does.
+server with prefix caching on does; ``--slots K`` streams at most K answers at once, the others waiting for a free
+slot (an accelerator's batch: ``scripts/bench_pipeline.py --served``).
 
 It is HTTP/1.1 over bare asyncio streams (uvloop when installed; :mod:`mlharness.measurement.fake_openai_server`),
 one task per connection and one loop timer per chunk: one core streams tens of thousands of chunks a second and
@@ -63,9 +64,13 @@ def main(argv: list[str] | None = None) -> int:
                    "(chat conversations it lacks are refused); without it a chat is answered by an echo")
     p.add_argument("--prefix-cache", action="store_true", help="report cached prompt tokens in chat answers and "
                    "enable_prefix_caching=\"True\" in /metrics")
+    p.add_argument("--slots", type=int, default=None, help="stream at most this many answers at once; the others "
+                   "wait for a free slot before their first byte (an accelerator's batch)")
     a = p.parse_args(argv)
     if a.tokens < 0 or a.delay_ms < 0 or a.vocab < 4 or (a.eos_after is not None and a.eos_after < 0):
         p.error("--tokens, --delay-ms and --eos-after must be >= 0 and --vocab >= 4")
+    if a.slots is not None and a.slots < 1:
+        p.error(f"--slots {a.slots}: expected at least 1 (or no --slots: no bound)")
     if a.cpu is not None:
         try:
             os.sched_setaffinity(0, {a.cpu})
@@ -84,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--chat-answers {a.chat_answers}: {e}")
         if not isinstance(answers, dict) or not all(isinstance(v, str) for v in answers.values()):
             p.error(f"--chat-answers {a.chat_answers}: not a JSON object of answer strings")
-    server = FakeServer(a.tokens, a.delay_ms / 1000.0, a.eos_after, a.vocab, a.model, answers, a.prefix_cache)
+    server = FakeServer(a.tokens, a.delay_ms / 1000.0, a.eos_after, a.vocab, a.model, answers, a.prefix_cache,
+                        a.slots)
     coro = serve(server, a.port, a.port_file)
     if uvloop is not None:
         uvloop.run(coro)
@@ -99,13 +105,14 @@ class FakeOpenAI:
 
     def __init__(self, tokens: int = 128, delay_s: float = 0.01, cpu: int | None = None, eos_after: int | None = None,
                  vocab: int = DEFAULT_VOCAB, model: str = "fake-model", start_timeout_s: float = 30.0,
-                 chat_answers: Path | None = None, prefix_cache: bool = False):
+                 chat_answers: Path | None = None, prefix_cache: bool = False, slots: int | None = None):
         self.args = [sys.executable, "-m", "mlharness.measurement.fake_openai", "--port", "0", "--tokens",
                      str(tokens), "--delay-ms", repr(delay_s * 1000.0), "--vocab", str(vocab), "--model", model]
         self.args += [] if cpu is None else ["--cpu", str(cpu)]
         self.args += [] if eos_after is None else ["--eos-after", str(eos_after)]
         self.args += [] if chat_answers is None else ["--chat-answers", str(chat_answers)]
         self.args += ["--prefix-cache"] if prefix_cache else []
+        self.args += [] if slots is None else ["--slots", str(slots)]
         self.model, self.start_timeout_s = model, start_timeout_s
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""

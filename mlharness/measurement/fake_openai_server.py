@@ -8,7 +8,9 @@ conversation it lacks), or without a table an echo naming the sha256 of every im
 client sent, byte for byte) and the start of the last text part. The answer streams as ``delta.content`` chunks of up to
 :data:`CHAT_CHARS` characters, one token each, then a usage chunk with ``completion_tokens``; with ``prefix_cache``
 every answer after the first says that 8 of its prompt tokens came from the cache, as vLLM's does with prefix
-caching on, and ``GET /metrics`` says ``enable_prefix_caching="True"`` (``"False"`` otherwise)."""
+caching on, and ``GET /metrics`` says ``enable_prefix_caching="True"`` (``"False"`` otherwise). With ``slots``, at
+most that many answers stream at once; the others wait, before their first byte, for a free slot, as requests wait
+for a batch slot of an accelerator (``peak_streams`` never exceeds it)."""
 
 from __future__ import annotations
 
@@ -62,9 +64,10 @@ class FakeServer:
 
     def __init__(self, tokens: int = 128, delay_s: float = 0.01, eos_after: int | None = None,
                  vocab: int = DEFAULT_VOCAB, model: str = "fake-model", chat_answers: dict[str, str] | None = None,
-                 prefix_cache: bool = False):
+                 prefix_cache: bool = False, slots: int | None = None):
         self.tokens, self.delay_s, self.eos_after, self.vocab, self.model = tokens, delay_s, eos_after, vocab, model
-        self.chat_answers, self.prefix_cache = chat_answers, prefix_cache
+        self.chat_answers, self.prefix_cache, self.slots = chat_answers, prefix_cache, slots
+        self._slots = asyncio.Semaphore(slots) if slots else None  # binds to the serving loop at first use
         self.streams = 0  # open now
         self.open_connections = 0
         self._next_id = 0
@@ -81,7 +84,7 @@ class FakeServer:
                 "peak_streams": self.peak_streams, "completed": self.completed, "aborted": self.aborted,
                 "tokens": self.tokens_sent, "tokens_per_request": self.tokens, "chats": self.chats,
                 "images": self.images, "eos_after": self.eos_after,
-                "delay_s": self.delay_s, "pid": os.getpid()}
+                "delay_s": self.delay_s, "slots": self.slots, "pid": os.getpid()}
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -236,6 +239,12 @@ class FakeServer:
                                                                    usage if include else None))
 
     async def _stream(self, writer: asyncio.StreamWriter, keep: bool, chunks: list[bytes], tail: bytes) -> bool:
+        if self._slots is None:
+            return await self._stream_now(writer, keep, chunks, tail)
+        async with self._slots:  # a request past the slots waits here, before its first byte
+            return await self._stream_now(writer, keep, chunks, tail)
+
+    async def _stream_now(self, writer: asyncio.StreamWriter, keep: bool, chunks: list[bytes], tail: bytes) -> bool:
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
                      b"Transfer-Encoding: chunked\r\n" + (b"" if keep else b"Connection: close\r\n") + b"\r\n")
         self.streams += 1
