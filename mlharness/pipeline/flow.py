@@ -7,6 +7,12 @@ queue (or on an earlier stage's, where the item's ``route`` names one), so while
 another is in the second: stages of different samples overlap, and a stage of several workers serves several
 samples at once.
 
+Threads: a stage's ``threads`` sets torch's intra-op threads of each of its workers, in the worker (OpenMP's and
+MKL's counts are the calling thread's own), so CPU stages sharing the cores each take their share instead of each
+spreading a call over every core (two stages of 2 workers with torch's default pool of a thread per core put 8
+spinning threads on a 2-core host; docs/pipelines.md has the bench). torch keeps the last count set as the default of threads that have not called it yet, so a
+pipeline sets ``threads`` on all its torch stages or on none.
+
 Deadlines: a watchdog thread looks at every call in progress; one past its stage's ``timeout_s`` fails its sample
 naming the stage, and the stage gets a new worker in place of the one that is stuck, which is abandoned (a daemon
 thread, never joined; when its call ever returns, the result is dropped and the thread ends). Failures: whatever a
@@ -80,6 +86,17 @@ class Lane:
     load_s: float = 0.0
 
 
+def worker_threads(n: int) -> None:
+    """This thread's torch intra-op threads (no-op without torch). torch reads its process default into a thread at
+    the thread's first call: asked for first, so that first read is not a later call's and cannot undo ``n``."""
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.get_num_threads()
+    torch.set_num_threads(int(n))
+
+
 class Flow:
     """The stages' worker pools; ``submit`` jobs, each ends once through ``on_done(job)``."""
 
@@ -149,6 +166,8 @@ class Flow:
 
     def _work(self, k: int, wid: int) -> None:
         lane = self.lanes[k]
+        if lane.spec.threads:
+            worker_threads(lane.spec.threads)
         while True:
             job = lane.queue.get()
             if job is None or self._stop.is_set():

@@ -11,6 +11,7 @@ The item's ``query`` and ``passages`` are read; ``passages`` comes back reordere
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
@@ -37,7 +38,10 @@ class RerankStage:
         self.top_k = spec.options.get("top_k")
         self.model: Any = None
         self.tokenizer: Any = None
-        self.lock = threading.Lock()  # one forward at a time on the shared model (torch threads within it)
+        self.lock = threading.Lock()  # the tokenizer's (a fast tokenizer refuses concurrent calls)
+        # one forward at a time on the shared model, torch's threads within it, unless the stage sets its workers'
+        # threads: then each worker's forward has its own share of the cores and they run side by side
+        self.forward_lock = threading.Lock() if not spec.threads else contextlib.nullcontext()
 
     def load(self) -> None:
         from transformers import AutoModel, AutoTokenizer
@@ -50,14 +54,15 @@ class RerankStage:
     def scores(self, query: str, texts: list[str]) -> list[float]:
         import torch
 
-        with self.lock, torch.no_grad():
+        with self.lock:
             q = self.tokenizer(query, return_tensors="pt", truncation=True, max_length=QUERY_TOKENS,
                                padding="max_length")
-            q = {k: v.to(self.ctx.device) for k, v in q.items()}
+            d = self.tokenizer(texts, return_tensors="pt", truncation=True, max_length=PASSAGE_TOKENS, padding=True)
+        q = {k: v.to(self.ctx.device) for k, v in q.items()}
+        d = {k: v.to(self.ctx.device) for k, v in d.items()}
+        with self.forward_lock, torch.no_grad():
             q_emb = self.model(**q).last_hidden_state.squeeze(0)
             q_emb = q_emb[q["attention_mask"].squeeze(0).bool()]
-            d = self.tokenizer(texts, return_tensors="pt", truncation=True, max_length=PASSAGE_TOKENS, padding=True)
-            d = {k: v.to(self.ctx.device) for k, v in d.items()}
             d_emb = self.model(**d).last_hidden_state
             return maxsim(q_emb, d_emb, d["attention_mask"]).float().tolist()
 

@@ -4,8 +4,9 @@ and the field path (``inputs[0].parameters.stages[2].workers``), refused before 
 
 Checked: each entry is a mapping of StageSpec's fields only; names are unique; the framework is a built-in stage
 (:data:`~mlharness.pipeline.stage.STAGES`, filled by the modules of :data:`STAGE_MODULES`) or a predictor name;
-``workers`` and ``max_visits`` are whole numbers >= 1; ``timeout_s`` is positive; an ``options.route_to`` (the
-stage declaring that its ``after`` hook or itself sends items back) names this stage or an earlier one.
+``workers``, ``max_visits`` and ``threads`` (each worker's torch threads; null: torch's default) are whole numbers
+>= 1; ``timeout_s`` is positive; an ``options.route_to`` (the stage declaring that its ``after`` hook or itself
+sends items back) names this stage or an earlier one.
 """
 
 from __future__ import annotations
@@ -79,8 +80,8 @@ def stage_specs(params: dict[str, Any] | None, manifest: Any, where: str = "inpu
         if not isinstance(framework, str) or framework not in frameworks:
             raise ManifestError(manifest, f"{at}.framework", f"unknown stage framework {framework!r}; expected a "
                                 f"built-in stage or a predictor: {', '.join(frameworks)}")
-        for key in ("workers", "max_visits"):
-            if key in entry and not (_whole(entry[key]) and entry[key] >= 1):
+        for key in ("workers", "max_visits", "threads"):
+            if (key in entry and (key != "threads" or entry[key] is not None)) and not (_whole(entry[key]) and entry[key] >= 1):
                 raise ManifestError(manifest, f"{at}.{key}", f"{entry[key]!r}: expected a whole number, at least 1")
         t = entry.get("timeout_s", 600.0)
         if not isinstance(t, int | float) or isinstance(t, bool) or t <= 0:
@@ -102,5 +103,5 @@ def stage_specs(params: dict[str, Any] | None, manifest: Any, where: str = "inpu
         specs.append(StageSpec(name=name, framework=framework, options=dict(options), model=model,
                                workers=entry.get("workers", 1), timeout_s=float(t),
                                max_visits=entry.get("max_visits", 1), before=entry.get("before"),
-                               after=entry.get("after")))
+                               after=entry.get("after"), threads=entry.get("threads")))
     return specs

@@ -56,6 +56,7 @@ class StageSpec:
     max_visits: int = 1  # how many times one sample may enter this stage (a retrieval loop's bound)
     before: Any = None  # hook source: before(ctx, item) -> item, run before the stage on its worker
     after: Any = None  # hook source: after(ctx, item) -> item, run after it (may set item["route"])
+    threads: int | None = None  # torch intra-op threads of each worker (its own); None: the process's default
 
 
 @dataclass
