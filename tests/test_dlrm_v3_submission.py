@@ -9,17 +9,22 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from tests.helpers.cli import cli
-from tests.helpers.llm_submission import OVERRIDES, package, summary_row
-from tests.test_sdxl_submission import _official_checker
+from tests.helpers.llm_submission import (
+    lenient_findings,
+    needs_official_checker,
+    official_error_lines,
+    package,
+    run_official,
+    strict_errors,
+    submission_tree,
+    summary_row,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -35,20 +40,15 @@ def tree(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[
     data = work / "ds"
     made = cli(env, "dataset", "synth", "dlrm-v3", "--out", str(data), timeout=120)
     assert made.returncode == 0, made.stderr[-3000:]
-    overrides = work / "system.yaml"
-    overrides.write_text(yaml.safe_dump(OVERRIDES))
-    results = work / "results"
-    proc = cli(env, "submission", "run", "--manifest", "dlrm-v3-random", "--scenarios", *SCENARIOS, "--division",
-               "open", "--submitter", "Acme", "--system-name", SYSTEM, "--results", str(results),
-               "--system-overrides", str(overrides), "--min-duration-ms", "1000", "--dataset-path", str(data),
-               timeout=240)
+    made_tree = submission_tree(env, work, "dlrm-v3-random", SYSTEM, SCENARIOS, "--dataset-path", str(data),
+                                timeout=240)
+    proc = made_tree["proc"]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # the random model answers the same in both modes: TEST08's NE comparison passes whatever the host does
     assert proc.stdout.count("TEST08 accuracy: PASS") == 2, proc.stdout[-3000:]
     for scenario in SCENARIOS:  # the headline is accuracy.py's lifetime NE, ACC and gAUC
         assert re.search(rf"{scenario} accuracy \([\d.]+ s\): lifetime_ne/rating: [\d.]+, "
                          r"lifetime_accuracy/rating: [\d.]+, lifetime_gauc/rating: [\d.]+", proc.stdout), proc.stdout
-    made_tree: dict[str, object] = {"work": work, "results": results, "proc": proc}
     made_tree["package"] = package(env, made_tree)
     return made_tree
 
@@ -95,18 +95,14 @@ def _development_findings(scenario_dir: str) -> set[str]:
 
 def test_check_passes_with_only_development_findings(env, tree):
     out = tree["package"]
-    lenient = cli(env, "submission", "check", str(out), "--allow-development")
-    assert lenient.returncode == 0 and "PASSED: 0 problem(s)" in lenient.stdout, lenient.stdout + lenient.stderr
-    tolerated = {line.removeprefix("WARNING ").removesuffix(" (tolerated: --allow-development)")
-                 for line in lenient.stdout.splitlines() if line.endswith("(tolerated: --allow-development)")}
+    lenient, tolerated = lenient_findings(env, out)
     expected = set()
     for scenario in SCENARIOS:
         expected |= _development_findings(f"open/Acme/results/{SYSTEM}/dlrm-v3/{scenario}")
-        row = summary_row(lenient.stdout, "dlrm-v3", scenario)
+        row = summary_row(lenient, "dlrm-v3", scenario)
         assert "DLRM_NE" in row and "TEST08 PASS" in row, row
     assert tolerated == expected, tolerated ^ expected
-    strict = cli(env, "submission", "check", str(out))
-    errors = {line.removeprefix("ERROR ") for line in strict.stdout.splitlines() if line.startswith("ERROR ")}
+    strict, errors = strict_errors(env, out)
     assert strict.returncode == 2 and errors == tolerated, strict.stdout
 
 
@@ -118,16 +114,8 @@ def _closed(tree, tmp_path: Path) -> Path:
     return closed
 
 
-def _official(root: Path) -> str:
-    proc = subprocess.run([sys.executable, "-m", "submission_checker.main", "--input", str(root), "--version",
-                           "v6.1"], capture_output=True, text=True, timeout=120, cwd=_official_checker())
-    out = proc.stdout + proc.stderr
-    assert "Traceback" not in out and "SUMMARY: submission has errors" in out, out[-3000:]
-    return out
-
-
 def _official_errors(out: str, root: Path) -> set[str]:
-    lines = [re.sub(r"^\[[^]]*\] ", "", line) for line in out.splitlines() if " ERROR] " in line]
+    lines = official_error_lines(out)
     return {line.replace(f"{root}/", "") for line in lines if line.startswith("/")}
 
 
@@ -135,8 +123,7 @@ def test_closed_check_holds_ne_acc_and_gauc_to_their_targets(env, tree, tmp_path
     """Closed, our check reads the three figures as the checker does (ACC and gAUC of the random model are below
     99.9% of the reference, its NE passes the checker's '>=' although NE is better lower) and TEST08's PASS."""
     closed = _closed(tree, tmp_path)
-    proc = cli(env, "submission", "check", str(closed))
-    errors = {line.removeprefix("ERROR ") for line in proc.stdout.splitlines() if line.startswith("ERROR ")}
+    proc, errors = strict_errors(env, closed)
     assert proc.returncode == 2 and not any("DLRM_NE" in e or "TEST08" in e for e in errors), errors
     for scenario in SCENARIOS:
         acc = f"closed/Acme/results/{SYSTEM}/dlrm-v3/{scenario}/accuracy/accuracy.txt"
@@ -145,14 +132,13 @@ def test_closed_check_holds_ne_acc_and_gauc_to_their_targets(env, tree, tmp_path
         assert "TEST08 PASS" in summary_row(proc.stdout, "dlrm-v3", scenario)
 
 
-@pytest.mark.skipif(_official_checker() is None, reason="MLHARNESS_INFERENCE_REPO names no mlcommons/inference "
-                                                        "checkout")
+@needs_official_checker
 def test_official_checker_has_the_same_findings(tree, tmp_path):
     """The official v6.1 checker on the package: no traceback, its errors are ours (the partial dataset, the short
     runs, performance_sample_count under 349,823); relabelled closed, it also finds ACC and gAUC below target (not
     NE), the Offline query under 349,823 samples, and reads TEST08's verify_accuracy.txt as passed."""
     root = tree["package"]
-    out = _official(root)
+    out = run_official(root)
     expected = set()
     for scenario in SCENARIOS:
         scen = f"open/Acme/results/{SYSTEM}/dlrm-v3/{scenario}"
@@ -165,7 +151,7 @@ def test_official_checker_has_the_same_findings(tree, tmp_path):
     errors = _official_errors(out, root)
     assert errors == expected, errors ^ expected
     closed = _closed(tree, tmp_path)
-    out = _official(closed)
+    out = run_official(closed)
     for scenario in SCENARIOS:
         test08 = closed / "closed" / "Acme" / "results" / SYSTEM / "dlrm-v3" / scenario / "TEST08"
         assert f"Compliance test TEST08 accuracy check in {test08} passed" in out, out[-3000:]

@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.helpers.cli import cli
 from tests.helpers.judge_server import running_judge
-from tests.helpers.llm_submission import OVERRIDES, package, summary_row
-from tests.test_sdxl_submission import _official_checker
+from tests.helpers.llm_submission import (
+    lenient_findings,
+    needs_official_checker,
+    official_constants,
+    official_error_lines,
+    package,
+    run_args,
+    run_official,
+    strict_errors,
+    summary_row,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240),
               pytest.mark.skipif(importlib.util.find_spec("faiss") is None, reason="needs faiss-cpu (the rag extra)")]
@@ -33,12 +39,8 @@ OFFICIAL = "https://github.com/mlcommons/inference tools/submission/submission_c
 @pytest.fixture(scope="module")
 def tree(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     work = tmp_path_factory.mktemp("e2e-rag-submission")
-    overrides = work / "system.yaml"
-    overrides.write_text(yaml.safe_dump(OVERRIDES))
-    results = work / "results"
-    common = ("--scenarios", "Offline", "--division", "open", "--submitter", "Acme", "--system-name", SYSTEM,
-              "--results", str(results), "--system-overrides", str(overrides))
-    made: dict[str, object] = {"work": work, "results": results}
+    common = run_args(work, SYSTEM, ("Offline",))  # no development overrides: the round's settings
+    made: dict[str, object] = {"work": work, "results": work / "results"}
     with running_judge() as judge:
         qna = cli({**env, "MLHARNESS_JUDGE_URL": judge.url}, "submission", "run", "--manifest", "e2e-rag-qna-oracle",
                   *common, timeout=180)
@@ -94,28 +96,20 @@ FINDINGS = {  # (benchmark, file): finding; the same in ours and the official ch
 
 def test_check_passes_with_only_the_data_sets_sizes_as_findings(env, tree):
     out = tree["package"]
-    lenient = cli(env, "submission", "check", str(out), "--allow-development")
-    assert lenient.returncode == 0 and "PASSED: 0 problem(s)" in lenient.stdout, lenient.stdout + lenient.stderr
-    tolerated = {line.removeprefix("WARNING ").removesuffix(" (tolerated: --allow-development)")
-                 for line in lenient.stdout.splitlines() if line.endswith("(tolerated: --allow-development)")}
+    lenient, tolerated = lenient_findings(env, out)
     expected = {f"{_scenario(Path(), b, f)}: {finding}" for (b, f), finding in FINDINGS.items()}
     assert tolerated == expected, tolerated  # no 600 s finding: the checker waives it for e2e-rag
-    assert re.search(r"E2E_ACCURACY 100 .*TEST09 PASS", summary_row(lenient.stdout, "e2e-rag-qna", "Offline"))
-    assert "E2E_ACCURACY 100" in summary_row(lenient.stdout, "e2e-rag-db", "Offline")
-    strict = cli(env, "submission", "check", str(out))
-    errors = {line.removeprefix("ERROR ") for line in strict.stdout.splitlines() if line.startswith("ERROR ")}
+    assert re.search(r"E2E_ACCURACY 100 .*TEST09 PASS", summary_row(lenient, "e2e-rag-qna", "Offline"))
+    assert "E2E_ACCURACY 100" in summary_row(lenient, "e2e-rag-db", "Offline")
+    strict, errors = strict_errors(env, out)
     assert strict.returncode == 2 and errors == tolerated, strict.stdout
 
 
-@pytest.mark.skipif(_official_checker() is None, reason="MLHARNESS_INFERENCE_REPO names no mlcommons/inference "
-                                                        "checkout")
+@needs_official_checker
 def test_official_checker_has_the_same_findings(tree):
     root = tree["package"]
-    proc = subprocess.run([sys.executable, "-m", "submission_checker.main", "--input", str(root), "--version",
-                           "v6.1"], capture_output=True, text=True, timeout=120, cwd=_official_checker())
-    out = proc.stdout + proc.stderr
-    assert "Traceback" not in out and "SUMMARY: submission has errors" in out, out[-3000:]
-    lines = [re.sub(r"^\[[^]]*\] ", "", line) for line in out.splitlines() if " ERROR] " in line]
+    out = run_official(root)
+    lines = official_error_lines(out)
     errors = {tuple(line.split(" ", 1)) for line in lines if line.startswith("/")}
     prefix = str(_scenario(root, "X")).rsplit("/X/", 1)[0]
     ours = {(b, f) for b, f in FINDINGS}
@@ -134,16 +128,12 @@ def test_official_checker_has_the_same_findings(tree):
             if " ERROR] PACKAGE/" in line} == words  # the kept output (COMMANDS.md) says the same
 
 
-@pytest.mark.skipif(_official_checker() is None, reason="MLHARNESS_INFERENCE_REPO names no mlcommons/inference "
-                                                        "checkout")
+@needs_official_checker
 def test_rules_rows_are_the_checkers():
     """The e2e-rag rows of submission/rules.py against the checker's v6.1 constants (OFFICIAL)."""
     from mlharness.submission import rules
 
-    path = _official_checker() / "submission_checker" / "constants.py"
-    spec = importlib.util.spec_from_file_location("official_constants", path)
-    constants = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(constants)  # plain data: no imports
+    constants = official_constants()
     v61 = constants.MODEL_CONFIG["v6.1"]
     for name in ("e2e-rag-qna", "e2e-rag-db"):
         row = rules.BENCHMARKS[name]

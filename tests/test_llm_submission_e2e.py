@@ -14,11 +14,10 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 
 from mlharness.calibration.explain import summary_sections
 from tests.helpers.cli import cli
-from tests.helpers.llm_submission import check_development_only, package, summary_row
+from tests.helpers.llm_submission import check_development_only, package, run_args, summary_row
 
 pytest.importorskip("rouge_score")
 pytest.importorskip("punkt")
@@ -45,15 +44,11 @@ LIMITS = {"Server": ("llama3_1-8b", 2000, 100), "Interactive": ("llama3_1-8b-int
 @pytest.fixture(scope="module")
 def tree(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     work = tmp_path_factory.mktemp("llm-submission")
-    overrides = work / "system.yaml"
-    overrides.write_text(yaml.safe_dump(OVERRIDES))
-    results = work / "results"
     procs = {}
     for manifest, scenarios in (DATACENTER, EDGE):
-        procs[manifest] = cli(env, "submission", "run", "--manifest", manifest, "--scenarios", *scenarios,
-                              "--division", "open", "--submitter", "Acme", "--system-name", SYSTEM, "--results",
-                              str(results), "--system-overrides", str(overrides), *DEV)
-    return {"work": work, "results": results, "procs": procs}
+        procs[manifest] = cli(env, "submission", "run", "--manifest", manifest,
+                              *run_args(work, SYSTEM, scenarios, OVERRIDES), *DEV)
+    return {"work": work, "results": work / "results", "procs": procs}
 
 
 def scenario_dirs(results: Path):

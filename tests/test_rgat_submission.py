@@ -8,17 +8,23 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from mlharness.loadgen.logs import detail_values
-from tests.helpers.cli import cli
-from tests.helpers.llm_submission import OVERRIDES, package, pattern_values, summary_row
-from tests.test_sdxl_submission import _official_checker
+from tests.helpers.llm_submission import (
+    lenient_findings,
+    needs_official_checker,
+    official_constants,
+    official_error_lines,
+    package,
+    pattern_values,
+    run_official,
+    strict_errors,
+    submission_tree,
+    summary_row,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300),
               pytest.mark.skipif(importlib.util.find_spec("torch_geometric") is None, reason="needs torch-geometric")]
@@ -38,17 +44,12 @@ def tree(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[
     work = tmp_path_factory.mktemp("rgat-submission")
     data = work / "igbh"
     assert main(["dataset", "synth", "rgat", "--out", str(data), "--papers", str(PAPERS)]) == 0
-    overrides = work / "system.yaml"
-    overrides.write_text(yaml.safe_dump(OVERRIDES))
-    results = work / "results"
-    proc = cli(env, "submission", "run", "--manifest", "rgat-random", "--scenarios", SCENARIO[1], "--division", "open",
-               "--submitter", "Acme", "--system-name", SYSTEM, "--results", str(results), "--system-overrides",
-               str(overrides), "--min-duration-ms", "1000", "--dataset-path", str(data), timeout=240)
+    made = submission_tree(env, work, "rgat-random", SYSTEM, (SCENARIO[1],), "--dataset-path", str(data), timeout=240)
+    proc, results = made["proc"], made["results"]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # the answers' comparison must pass whatever the host does; a performance band missed between 1 s runs on a
     # busy host is a development finding
     assert "TEST01 accuracy: PASS" in proc.stdout, proc.stdout[-3000:]
-    made: dict[str, object] = {"work": work, "results": results, "proc": proc}
     made["performance_passed"] = "TEST01 performance: PASS" in proc.stdout
     made["scenario"] = results / SYSTEM / SCENARIO[0] / SCENARIO[1]
     made["package"] = package(env, made)
@@ -112,10 +113,7 @@ def _scenario_path(root: Path, *rest: str) -> str:
 
 def test_check_passes_with_only_development_findings(env, tree):
     out = tree["package"]
-    lenient = cli(env, "submission", "check", str(out), "--allow-development")
-    assert lenient.returncode == 0 and "PASSED: 0 problem(s)" in lenient.stdout, lenient.stdout + lenient.stderr
-    tolerated = {line.removeprefix("WARNING ").removesuffix(" (tolerated: --allow-development)")
-                 for line in lenient.stdout.splitlines() if line.endswith("(tolerated: --allow-development)")}
+    lenient, tolerated = lenient_findings(env, out)
     scen = Path(_scenario_path(out)).relative_to(out)
     # the official checker's findings (test below), in ours
     assert f"{scen}/accuracy: the accuracy run covers {COUNT} samples; rgat needs the whole dataset (788379)" \
@@ -125,26 +123,21 @@ def test_check_passes_with_only_development_findings(env, tree):
     assert f"{perf}: performance_sample_count is {loaded}; at least 788379 required" in tolerated, tolerated
     assert any(f.startswith(f"{perf}: Test duration less than 600s in user config. expected=600000, found=1000")
                for f in tolerated), tolerated
-    assert re.search(r" acc [\d.]+ ", summary_row(lenient.stdout, *SCENARIO))
-    strict = cli(env, "submission", "check", str(out))
-    errors = {line.removeprefix("ERROR ") for line in strict.stdout.splitlines() if line.startswith("ERROR ")}
+    assert re.search(r" acc [\d.]+ ", summary_row(lenient, *SCENARIO))
+    strict, errors = strict_errors(env, out)
     # without the allowance the scenario's development findings are errors; its audit's stay warnings (an open
     # result needs no audit)
     assert strict.returncode == 2 and errors == {f for f in tolerated if "/TEST0" not in f}, strict.stdout
 
 
-@pytest.mark.skipif(_official_checker() is None, reason="MLHARNESS_INFERENCE_REPO names no mlcommons/inference "
-                                                        "checkout")
+@needs_official_checker
 def test_official_checker_has_the_same_findings(tree):
     """The official v6.1 checker on the package: no traceback, it reads accuracy.txt's figure, and its findings
     are the development sizes, each also a finding of ours (test above). Its output of such a tree is kept in
     tests/fixtures/rgat/official_checker_output.txt."""
     root = tree["package"]
-    proc = subprocess.run([sys.executable, "-m", "submission_checker.main", "--input", str(root), "--version",
-                           "v6.1"], capture_output=True, text=True, timeout=120, cwd=_official_checker())
-    out = proc.stdout + proc.stderr
-    assert "Traceback" not in out and "SUMMARY: submission has errors" in out, out[-3000:]
-    lines = [re.sub(r"^\[[^]]*\] ", "", line) for line in out.splitlines() if " ERROR] " in line]
+    out = run_official(root)
+    lines = official_error_lines(out)
     errors = {line.split(" ", 1)[1] for line in lines if line.startswith("/")}
     assert errors == {f"performance_sample_count, found {_loaded(tree)}, needs to be >= 788379",
                       "Test duration less than 600s in user config. expected=600000, found=1000",
@@ -153,17 +146,13 @@ def test_official_checker_has_the_same_findings(tree):
     assert "accuracy score not found" not in out  # its "acc" pattern read accuracy.txt
 
 
-@pytest.mark.skipif(_official_checker() is None, reason="MLHARNESS_INFERENCE_REPO names no mlcommons/inference "
-                                                        "checkout")
+@needs_official_checker
 def test_rules_row_is_the_checkers():
     """rgat's row in submission/rules.py against the checker's v6.1 constants: target, pattern, dataset size,
     required scenarios and audits."""
     from mlharness.submission import rules
 
-    path = _official_checker() / "submission_checker" / "constants.py"
-    spec = importlib.util.spec_from_file_location("official_constants", path)
-    constants = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(constants)  # plain data: no imports
+    constants = official_constants()
     v61 = constants.MODEL_CONFIG["v6.1"]
     row = rules.BENCHMARKS["rgat"]
     assert v61["accuracy-target"]["rgat"] == (row.accuracy_kind, row.accuracy_target)

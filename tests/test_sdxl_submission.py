@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -21,7 +20,7 @@ from mlharness.submission.rules import MAX_ACCURACY_LOG_SIZE, SYSTEM_DESC_REQUIR
 from mlharness.tasks.coco_t2i.clip_net import VOCAB_FILE
 from tests.helpers.cli import cli
 from tests.helpers.llm_submission import OVERRIDES as DATACENTER
-from tests.helpers.llm_submission import package, summary_row
+from tests.helpers.llm_submission import official_checker, package, summary_row
 
 spec = importlib.util.find_spec("open_clip")
 HAS_VOCAB = bool(spec and any((Path(p) / VOCAB_FILE).is_file() for p in spec.submodule_search_locations or []))
@@ -173,16 +172,10 @@ def test_a_loaded_set_without_test04s_sample_is_refused_before_any_run(env, tmp_
     assert not list((tmp_path / "results").glob("*/stable-diffusion-xl"))
 
 
-def _official_checker() -> Path | None:
-    repo = os.environ.get("MLHARNESS_INFERENCE_REPO")
-    tool = Path(repo) / "tools" / "submission" if repo else None
-    return tool if tool is not None and (tool / "submission_checker" / "main.py").is_file() else None
-
-
 @end_to_end
-@pytest.mark.skipif(_official_checker() is None, reason="MLHARNESS_INFERENCE_REPO names no mlcommons/inference "
+@pytest.mark.skipif(official_checker() is None, reason="MLHARNESS_INFERENCE_REPO names no mlcommons/inference "
                                                         "checkout")
-def test_official_checker_reads_the_tree_and_its_audits(tree, tmp_path):
+def testofficial_checker_reads_the_tree_and_its_audits(tree, tmp_path):
     """The package as it is (open: the checker skips the audits), then relabelled closed, where the checker
     reads TEST01's deterministic verdict and the performance verdicts: no traceback, and the only findings
     about files are the development sizes and the scenario the edge system lacks; a failed performance
@@ -193,7 +186,7 @@ def test_official_checker_reads_the_tree_and_its_audits(tree, tmp_path):
     desc.write_text(desc.read_text().replace('"division": "open"', '"division": "closed"'))
     for root in (tree["package"], closed):
         proc = subprocess.run([sys.executable, "-m", "submission_checker.main", "--input", str(root), "--version",
-                               "v6.1"], capture_output=True, text=True, timeout=120, cwd=_official_checker())
+                               "v6.1"], capture_output=True, text=True, timeout=120, cwd=official_checker())
         out = proc.stdout + proc.stderr
         assert "Traceback" not in out and "SUMMARY: submission has errors" in out, out[-3000:]
     assert "Compliance test accuracy check (deterministic mode)" in out and "TEST01 passed" in out, out[-3000:]

@@ -8,16 +8,20 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.helpers.cli import cli
-from tests.helpers.llm_submission import OVERRIDES, package, summary_row
-from tests.test_sdxl_submission import _official_checker
+from tests.helpers.llm_submission import (
+    lenient_findings,
+    needs_official_checker,
+    official_error_lines,
+    package,
+    run_official,
+    strict_errors,
+    submission_tree,
+    summary_row,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600),
               pytest.mark.skipif(importlib.util.find_spec("diffusers") is None, reason="needs diffusers"),
@@ -40,13 +44,9 @@ def tree(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[
     work = tmp_path_factory.mktemp("wan22-submission")
     data = work / "ds"
     assert main(["dataset", "synth", "vbench-prompts", "--out", str(data), "--count", str(COUNT)]) == 0
-    overrides = work / "system.yaml"
-    overrides.write_text(yaml.safe_dump(OVERRIDES))
-    results = work / "results"
-    proc = cli(env, "submission", "run", "--manifest", "wan-2.2-t2v-a14b-random", "--scenarios", *SCENARIOS,
-               "--division", "open", "--submitter", "Acme", "--system-name", SYSTEM, "--results", str(results),
-               "--system-overrides", str(overrides), "--min-duration-ms", "1000", "--dataset-path", str(data),
-               "--count", str(COUNT), "--min-query-count", str(QUERIES), timeout=540)
+    made = submission_tree(env, work, "wan-2.2-t2v-a14b-random", SYSTEM, SCENARIOS, "--dataset-path", str(data),
+                           "--count", str(COUNT), "--min-query-count", str(QUERIES), timeout=540)
+    proc = made["proc"]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # the video comparison must pass whatever the host does; a performance band missed between 1 s runs on a
     # busy host is a development finding
@@ -54,7 +54,6 @@ def tree(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[
     for scenario in SCENARIOS:
         assert re.search(rf"{scenario} accuracy \([\d.]+ s\): Accuracy Results: \{{'vbench_score': ", proc.stdout), \
             proc.stdout
-    made: dict[str, object] = {"work": work, "results": results, "proc": proc}
     made["package"] = package(env, made)
     return made
 
@@ -120,10 +119,7 @@ def test_each_audits_performance_verdict_is_the_one_submission_run_printed(tree)
 
 def test_check_passes_with_only_development_findings(env, tree):
     out = tree["package"]
-    lenient = cli(env, "submission", "check", str(out), "--allow-development")
-    assert lenient.returncode == 0 and "PASSED: 0 problem(s)" in lenient.stdout, lenient.stdout + lenient.stderr
-    tolerated = {line.removeprefix("WARNING ").removesuffix(" (tolerated: --allow-development)")
-                 for line in lenient.stdout.splitlines() if line.endswith("(tolerated: --allow-development)")}
+    lenient, tolerated = lenient_findings(env, out)
     for scenario in SCENARIOS:
         acc = out / "open" / "Acme" / "results" / SYSTEM / BENCHMARK / scenario / "accuracy"
         assert f"{acc.relative_to(out)}: {_missing_videos(str(acc))}" in tolerated, tolerated  # the checker's words
@@ -131,27 +127,22 @@ def test_check_passes_with_only_development_findings(env, tree):
         # the official checker's other findings (test below), in ours: its performance-sample-count of 50, not 248
         assert any(f.endswith("performance_sample_count is 13; at least 50 required") for f in mine), mine
         assert any("Test duration less than 600s in user config. expected=600000, found=1000" in f for f in mine)
-        assert "vbench_score" in summary_row(lenient.stdout, BENCHMARK, scenario)
-    strict = cli(env, "submission", "check", str(out))
-    errors = {line.removeprefix("ERROR ") for line in strict.stdout.splitlines() if line.startswith("ERROR ")}
+        assert "vbench_score" in summary_row(lenient, BENCHMARK, scenario)
+    strict, errors = strict_errors(env, out)
     # without the allowance the scenario's development findings are errors; its audits' stay warnings (an open
     # result needs no audit)
     assert strict.returncode == 2 and errors == {f for f in tolerated if "/TEST0" not in f}, strict.stdout
 
 
-@pytest.mark.skipif(_official_checker() is None, reason="MLHARNESS_INFERENCE_REPO names no mlcommons/inference "
-                                                        "checkout")
+@needs_official_checker
 def test_official_checker_has_the_same_findings(tree):
     """The official v6.1 checker on the package: no traceback, and its findings about each scenario's accuracy
     folder are ours, word for word (the missing sample videos and the partial dataset). Its output of this tree is
     kept in tests/fixtures/wan22/official_checker_output.txt."""
     root = tree["package"]
-    proc = subprocess.run([sys.executable, "-m", "submission_checker.main", "--input", str(root), "--version",
-                           "v6.1"], capture_output=True, text=True, timeout=120, cwd=_official_checker())
-    out = proc.stdout + proc.stderr
-    assert "Traceback" not in out, out[-3000:]
+    out = run_official(root, has_errors=False)
     (root.parent / "official_checker_output.txt").write_text(out)
-    lines = [re.sub(r"^\[[^]]*\] ", "", line) for line in out.splitlines() if " ERROR] " in line]
+    lines = official_error_lines(out)
     for scenario in SCENARIOS:
         acc = root / "open" / "Acme" / "results" / SYSTEM / BENCHMARK / scenario / "accuracy"
         assert f"{acc} {_missing_videos(str(acc))}" in out, out[-3000:]
