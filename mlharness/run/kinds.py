@@ -134,11 +134,14 @@ def _session_sut(p: Parts) -> Any:
     return p.sut
 
 
-def _session_calibration(p: Parts) -> dict[str, Any]:
-    run = p.run
-    return calibrate_sessions.for_run(run.asked, p.conf.plan, p.conf.settings, p.sut, p.loader,
-                                      p.conf.performance_count, run.loaded.model.framework.warmup, p.outdir,
-                                      run.official)
+def _played_calibration(for_run: Callable[..., dict[str, Any]]) -> Callable[[Parts], dict[str, Any]]:
+    """The calibration step of a kind whose SUT plays samples itself (calibration/played.py's skeleton)."""
+    def step(p: Parts) -> dict[str, Any]:
+        run = p.run
+        return for_run(run.asked, p.conf.plan, p.conf.settings, p.sut, p.loader, p.conf.performance_count,
+                       run.loaded.model.framework.warmup, p.outdir, run.official)
+
+    return step
 
 
 def _pipeline_sut(p: Parts) -> Any:
@@ -151,13 +154,6 @@ def _pipeline_sut(p: Parts) -> Any:
     attach_hooks(lanes, run.hooks)
     p.sut = PipelineSUT(lanes, p.store, run.hooks, run.ctx, p.dtype, outdir=p.outdir, on_failure=p.on_failure)
     return p.sut
-
-
-def _pipeline_calibration(p: Parts) -> dict[str, Any]:
-    run = p.run
-    return calibrate_pipeline.for_run(run.asked, p.conf.plan, p.conf.settings, p.sut, p.loader,
-                                      p.conf.performance_count, run.loaded.model.framework.warmup, p.outdir,
-                                      run.official)
 
 
 KINDS: dict[str, DataKind] = {
@@ -175,7 +171,8 @@ KINDS: dict[str, DataKind] = {
     "session": DataKind("session", tokens=False, interactive=False, make_sut=_session_sut,
                         server_bound=lambda p: calibrate_sessions.bound(p.run.asked, p.conf.plan, p.conf.settings,
                                                                         p.run.official),
-                        calibrate=_session_calibration, check_outputs=False, sut_warmup=True,
+                        calibrate=_played_calibration(calibrate_sessions.for_run), check_outputs=False,
+                        sut_warmup=True,
                         not_multistream="one sample is a whole session of turns, played in order with its think "
                         "times; run SingleStream (one session at a time), Server (sessions at a rate: "
                         "--target-qps, or mlharness replay --session-rate) or Offline (every session at once, or at "
@@ -184,7 +181,8 @@ KINDS: dict[str, DataKind] = {
     "pipeline": DataKind("pipeline", tokens=False, interactive=False, make_sut=_pipeline_sut,
                          server_bound=lambda p: calibrate_sessions.bound(p.run.asked, p.conf.plan, p.conf.settings,
                                                                          p.run.official),
-                         calibrate=_pipeline_calibration, check_outputs=False, sut_warmup=True),
+                         calibrate=_played_calibration(calibrate_pipeline.for_run), check_outputs=False,
+                         sut_warmup=True),
 }
 
 
