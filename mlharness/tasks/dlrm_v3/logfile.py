@@ -22,7 +22,7 @@ def predictions(stream: Stream, model: str, seed: int = 0) -> list[np.ndarray]:
 def write_log(path: Path, rows: list[np.ndarray], qsl: list[int] | None = None) -> Path:
     qsl = list(range(len(rows))) if qsl is None else qsl
     entries = [{"seq_id": i, "qsl_idx": q, "data": r.astype(np.float32).tobytes().hex().upper()}
-               for i, (q, r) in enumerate(zip(qsl, rows))]
+               for i, (q, r) in enumerate(zip(qsl, rows, strict=True))]
     Path(path).write_text(json.dumps(entries, indent=0))
     return Path(path)
 

@@ -64,7 +64,7 @@ def compute(entries: list[np.ndarray], where: list[str]) -> dict[str, float]:
     acc = {k: z() for k in ("accuracy_sum", "weighted_num_samples")}
     gauc = {k: z() for k in ("auc_sum", "num_samples")}
     total = 0
-    for data, w in zip(entries, where):
+    for data, w in zip(entries, where, strict=True):
         _, _, p, lab, wt = parse_entry(data, w)
         s_ne, s_acc, s_gauc = _states(p, lab, wt)
         for state, upd in ((ne, s_ne), (acc, s_acc), (gauc, s_gauc)):

@@ -51,5 +51,5 @@ class IgbhAccuracyMetric(AccuracyMetric):
         if total == 0:
             raise AccuracyError(f"igbh_accuracy: accuracy log {accuracy_log} has no entries; nothing to score")
         accuracy = good / total
-        text = "accuracy={:.3f}%, good={}, total={}".format(100.0 * accuracy, good, total)
+        text = f"accuracy={100.0 * accuracy:.3f}%, good={good}, total={total}"
         return AccuracyResult(text=text, value=100.0 * accuracy, name="acc", details={"good": good, "total": total})
