@@ -39,6 +39,22 @@ def test_the_oracle_scores_exactly_the_maximum(env, tmp_path):
     assert meta["accuracy"]["value"] == 100.0, meta["accuracy"]
 
 
+def test_an_accuracy_run_without_its_judge_is_refused_before_the_model_loads(env, tmp_path):
+    """Nothing listens at the judge's port: the run stops in its preflight, naming the judge's address and how to
+    start one, before any stage loads or any question is answered (exit 2, no accuracy log)."""
+    import socket
+
+    with socket.socket() as s:  # a free loopback port, closed again: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/v1/chat/completions"
+    proc = cli({**env, "MLHARNESS_JUDGE_URL": url}, "run", "--manifest", "e2e-rag-qna-oracle", "--scenario",
+               "Offline", "--mode", "accuracy", "--output", str(tmp_path / "acc"), "--no-progress", timeout=120)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert f"the judge at {url} does not answer" in proc.stderr, proc.stderr
+    assert "mlharness.tasks.e2e_rag.judge_server" in proc.stderr, proc.stderr
+    assert not (tmp_path / "acc" / "mlperf_log_accuracy.json").exists()
+
+
 @pytest.mark.parametrize("manifest,samples", [("e2e-rag-qna-random", 824), ("e2e-rag-db-random", 2515)])
 def test_random_pipelines_are_valid_with_only_min_duration(env, tmp_path, manifest, samples):
     proc = _run(env, tmp_path / "perf", manifest, "--mode", "performance", "--min-duration-ms", "1000")

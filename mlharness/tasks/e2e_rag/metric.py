@@ -193,16 +193,43 @@ def score_log(accuracy_log: Path, dataset: Path, options: dict[str, Any] | None 
                           details={k: v for k, v in metrics.items() if k != "detailed_results"})
 
 
+def run_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's accuracy.options with the run's judge (MLHARNESS_JUDGE_URL), which wins over judge_url."""
+    options = dict(options)
+    if os.environ.get(JUDGE_URL_ENV):
+        options["judge_url"] = os.environ[JUDGE_URL_ENV]
+    return options
+
+
+def judge_listens(url: str, timeout_s: float = 5.0) -> None:
+    """AccuracyError unless something accepts connections at the judge's host and port: checked before the model
+    loads, so a judge that is not started fails in seconds, not after every question has been answered."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", port), timeout=timeout_s):
+            pass
+    except OSError as e:
+        raise AccuracyError(
+            f"{NAME}: the judge at {url} does not answer ({e}). Start an OpenAI-compatible judge there (the "
+            f"reference's is {DEFAULT_JUDGE_MODEL}), or the deterministic stand-in `python -m "
+            f"mlharness.tasks.e2e_rag.judge_server --port {port}` (not an LLM: its scores are no official figure), "
+            f"or name another with accuracy.options.judge_url or {JUDGE_URL_ENV}") from None
+
+
 class E2ERagQnaMetric(AccuracyMetric):
     name = NAME
+
+    def preflight(self, options: dict[str, Any]) -> None:
+        judge_listens(judge_from_options(run_options(options)).url)
 
     def score(self, accuracy_log: Path, ctx: AccuracyContext) -> AccuracyResult:
         if ctx.dataset_path is None:
             raise AccuracyError(f"{NAME}: needs the dataset path (frames_dataset.tsv or its folder)")
-        options = dict(ctx.options)
-        if os.environ.get(JUDGE_URL_ENV):  # a run's judge: wins over the manifest's accuracy.options.judge_url
-            options["judge_url"] = os.environ[JUDGE_URL_ENV]
-        return score_log(accuracy_log, ctx.dataset_path, options)
+        return score_log(accuracy_log, ctx.dataset_path, run_options(ctx.options))
 
 
 DB_NAME = "e2e_rag_db"
