@@ -53,7 +53,7 @@ def test_the_judge_is_asked_as_the_reference_asks():
                                "temperature": 0.0, "max_tokens": 1024}
 
 
-@pytest.mark.parametrize("mode", ["malformed", "hang", "http500"])
+@pytest.mark.parametrize("mode", ["malformed", "hang", "trickle", "http500"])
 def test_a_judge_failure_exits_3_naming_the_stage_and_the_sample(run_cli, mode):
     questions = read_frames(FIX)
     target = questions[4].query  # one sample's judge call fails; the others are judged

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -107,9 +108,17 @@ class JudgeClient:
         request = urllib.request.Request(self.url, data=json.dumps(body).encode("utf-8"), method="POST",
                                          headers={"Authorization": f"Bearer {self.api_key}",
                                                   "Content-Type": "application/json"})
+        deadline = time.monotonic() + self.timeout_s
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                raw = response.read()
+                # read in pieces against one deadline: the socket's timeout bounds each wait, so a server that
+                # trickles its reply byte by byte is still cut off (at most one more wait past the deadline)
+                chunks: list[bytes] = []
+                while chunk := response.read1(65536):
+                    chunks.append(chunk)
+                    if time.monotonic() > deadline:
+                        raise TimeoutError
+                raw = b"".join(chunks)
         except urllib.error.HTTPError as e:
             raise ValueError(f"{self.url} answered HTTP {e.code}") from e
         except TimeoutError as e:

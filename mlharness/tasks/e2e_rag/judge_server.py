@@ -9,7 +9,8 @@ answer is not empty or ``unknown``. The reply is a fenced JSON block, as chat mo
 code-block extraction is exercised.
 
 Modes, for testing the client's failures: ``malformed`` (a reply with no JSON in it), ``hang`` (no reply until
-the server stops, at most ``hang_s``), ``http500``. With ``target`` set, the mode applies only to questions that
+the server stops, at most ``hang_s``), ``trickle`` (a reply whose bytes come one every 0.2 s, for at most
+``hang_s``: each wait is short, the whole is not), ``http500``. With ``target`` set, the mode applies only to questions that
 contain it; the others are answered by the rule.
 """
 
@@ -22,7 +23,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-MODES = ("ok", "malformed", "hang", "http500")
+MODES = ("ok", "malformed", "hang", "trickle", "http500")
 _FIELDS = re.compile(r"QUESTION: (?P<q>.*?)\n\nGROUND TRUTH ANSWER: (?P<gt>.*?)\n\nLLM ANSWER: (?P<a>.*?)\n\n"
                      r"Grade in two steps\.", re.DOTALL)
 
@@ -69,13 +70,21 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet: the client reports what matters
         pass
 
-    def _send(self, status: int, body: dict[str, Any]) -> None:
+    def _send(self, status: int, body: dict[str, Any], trickle: bool = False) -> None:
         data = json.dumps(body).encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        self.wfile.write(data)
+        if not trickle:
+            self.wfile.write(data)
+            return
+        deadline = time.monotonic() + self.server.hang_s
+        for byte in data:
+            if self.server.stopping.wait(0.2) or time.monotonic() > deadline:
+                return
+            self.wfile.write(bytes([byte]))
+            self.wfile.flush()
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         with self.server.lock:
@@ -109,7 +118,8 @@ class _Handler(BaseHTTPRequestHandler):
             content = "```json\n" + json.dumps({"correct": correct, "reasoning": why}, indent=4) + "\n```"
         self._send(200, {"id": "judge-standin", "object": "chat.completion", "model": body.get("model", ""),
                          "choices": [{"index": 0, "finish_reason": "stop",
-                                      "message": {"role": "assistant", "content": content}}]})
+                                      "message": {"role": "assistant", "content": content}}]},
+                   trickle=mode == "trickle")
 
 
 def serve(port: int, mode: str = "ok", seconds: float | None = None) -> None:
