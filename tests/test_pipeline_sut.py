@@ -140,3 +140,29 @@ def test_a_tensor_predictor_is_a_stage_through_the_adapter(tmp_path):
     log = json.loads((tmp_path / "out" / "mlperf_log_accuracy.json").read_text())
     got = {e["qsl_idx"]: int.from_bytes(bytes.fromhex(e["data"]), "little") for e in log}
     assert got == {i: i * 10 for i in range(6)}
+
+
+def test_a_chat_stage_sends_its_turn_options_and_not_to_the_predictor(tmp_path):
+    """framework openai as a stage through the chat engine: options.max_tokens and options.extra_body are the
+    stage's per-turn request fields (each request carries them), not options of the predictor (which refuses
+    options it does not know), and the answer and its completion tokens land in the item."""
+    from tests.helpers.session_server import ChatServer
+
+    with ChatServer() as server:
+        stages = [{"name": "generate", "framework": "openai", "workers": 2, "timeout_s": 30,
+                   "options": {"endpoints": [server.url], "model": "chat-model", "max_tokens": 7,
+                               "extra_body": {"seed": 3, "temperature": 0}},
+                   "before": "def before(ctx, item):\n    item['messages'] = [{'role': 'user', 'content': "
+                             "'question %d' % item['index']}]\n    return item\n"}]
+        path = toy_manifest(tmp_path, stages, count=4)
+        doc = yaml.safe_load(path.read_text())
+        doc["postprocess"] = ("def postprocess(ctx, item):\n    item['response'] = [item['n_tokens']]\n"
+                              "    item['result'] = {'answer': item['answer']}\n    return item\n")
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        p = mlharness(tmp_path, path, "--mode", "accuracy")
+    assert p.returncode == 0, p.stdout + p.stderr
+    bodies = [r["body"] for r in server.requests]
+    assert bodies and all(b["max_tokens"] == 7 and b["seed"] == 3 and b["temperature"] == 0 for b in bodies), bodies
+    asked = {b["messages"][-1]["content"] for b in bodies}
+    assert {f"question {i}" for i in range(4)} <= asked
+    assert all(r["result"]["answer"] for r in results(tmp_path))

@@ -62,6 +62,9 @@ def stage_generation(spec: StageSpec, generation: Any) -> Any:
         raise StageError(spec.name, f"options.generation.{'.'.join(map(str, first['loc']))}: {first['msg']}") from e
 
 
+TURN_OPTIONS = ("max_tokens", "extra_body")  # a chat stage's per-turn request fields (options.max_tokens, ...)
+
+
 class PredictorStage:
     def __init__(self, spec: StageSpec, ctx: StageContext):
         from mlharness.predictors import PREDICTORS
@@ -79,6 +82,8 @@ class PredictorStage:
     def load(self) -> None:
         options = dict(self.spec.options)
         generation = options.pop("generation", None)
+        for key in TURN_OPTIONS:  # the stage's, for each chat turn it sends; no option of the predictor
+            options.pop(key, None)
         config = PredictorConfig(model_path=stage_model_path(self.spec, self.ctx), input_names=[], output_names=[],
                                  device=self.ctx.device, threads=self.ctx.threads, options=options,
                                  model_name=self.spec.name, generation=stage_generation(self.spec, generation))
