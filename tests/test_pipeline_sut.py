@@ -166,3 +166,29 @@ def test_a_chat_stage_sends_its_turn_options_and_not_to_the_predictor(tmp_path):
     asked = {b["messages"][-1]["content"] for b in bodies}
     assert {f"question {i}" for i in range(4)} <= asked
     assert all(r["result"]["answer"] for r in results(tmp_path))
+
+
+def test_endpoint_sends_the_generating_stages_to_the_server(tmp_path):
+    """--endpoint on a pipeline: its generating stage (e2e-rag-qna-random's in-process transformers chat model)
+    becomes an openai stage at the server, the other stages stay in-process, and each question's answer prompt
+    (over the reranked passages) reaches the server; a pipeline with no generating stage is refused naming the
+    field (exit 2)."""
+    pytest.importorskip("faiss", reason="needs faiss-cpu (the rag extra)")
+    from tests.helpers.judge_server import running_judge
+    from tests.helpers.session_server import ChatServer
+
+    with ChatServer() as server, running_judge() as judge:
+        env_judge = {**os.environ, "MLHARNESS_JUDGE_URL": judge.url, "MLHARNESS_CACHE": str(tmp_path / "cache")}
+        p = subprocess.run([sys.executable, "-m", "mlharness", "run", "--manifest", "e2e-rag-qna-random",
+                            "--scenario", "Offline", "--mode", "accuracy", "--endpoint", server.url, "--output",
+                            str(tmp_path / "out"), "--no-progress"], capture_output=True, text=True, timeout=200,
+                           env=env_judge, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    prompts = [r["body"]["messages"][0]["content"] for r in server.requests]
+    assert len(prompts) >= 8 and all(q.startswith("Answer the question based ONLY on the provided documents.")
+                                     for q in prompts), prompts[:1]
+    assert {r["result"]["answer"] for r in results(tmp_path)} == {"answer 1"}  # the server's, not the tiny LLM's
+    (tmp_path / "toy").mkdir()
+    refused = mlharness(tmp_path / "toy", TOY, "--mode", "accuracy", "--endpoint", server.url)
+    assert refused.returncode == 2 and "inputs[0].parameters.stages" in refused.stderr, refused.stderr
+    assert "has none" in refused.stderr, refused.stderr

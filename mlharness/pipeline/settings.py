@@ -12,7 +12,7 @@ sends items back) names this stage or an earlier one.
 from __future__ import annotations
 
 import importlib
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 from mlharness.errors import ManifestError
@@ -105,3 +105,29 @@ def stage_specs(params: dict[str, Any] | None, manifest: Any, where: str = "inpu
                                max_visits=entry.get("max_visits", 1), before=entry.get("before"),
                                after=entry.get("after"), threads=entry.get("threads")))
     return specs
+
+
+CHAT_FRAMEWORKS = ("openai", "transformers", "vllm")  # the stages that generate: what --endpoint sends elsewhere
+
+
+def endpoint_stages(loaded: Any, endpoints: list[str]) -> Any:
+    """A pipeline run's manifest with every generating stage (framework openai, transformers or vllm) made an
+    ``openai`` stage at ``endpoints`` (``--endpoint``), keeping its model folder (the tokenizer's, where a server
+    returns text only), its generation settings and its turn options; the other stages stay as they are. A pipeline
+    with no such stage is refused naming the field."""
+    from mlharness.pipeline.predictor_stage import TURN_OPTIONS
+    from mlharness.predictors.openai.options import KNOWN_OPTIONS
+
+    m = loaded.model
+    params = dict(m.inputs[0].parameters)
+    stages = [dict(s) for s in params.get("stages") or []]
+    chosen = [s for s in stages if isinstance(s, dict) and s.get("framework") in CHAT_FRAMEWORKS]
+    if not chosen:
+        raise ManifestError(loaded.path, "inputs[0].parameters.stages", f"--endpoint sends a pipeline's generating "
+                            f"stages to the servers, and this one has none (no stage of framework "
+                            f"{', '.join(CHAT_FRAMEWORKS)})")
+    for stage in chosen:
+        options = {k: v for k, v in (stage.get("options") or {}).items() if k in KNOWN_OPTIONS or k in TURN_OPTIONS}
+        stage.update(framework="openai", options={**options, "endpoints": list(endpoints)})
+    first = m.inputs[0].model_copy(update={"parameters": {**params, "stages": stages}})
+    return replace(loaded, model=m.model_copy(update={"inputs": [first, *m.inputs[1:]]}))

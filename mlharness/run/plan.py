@@ -141,7 +141,11 @@ def plan_run(loaded: LoadedManifest, opts: RunOptions) -> RunPlan:
 
         # after the hooks are built: ctx["framework"] stays the one the agents run
         loaded = remote_manifest(loaded, opts.agents, opts.network, opts.agent_options)
-    if opts.endpoints:
+    if opts.endpoints and m.framework.name == "pipeline":
+        from mlharness.pipeline.settings import endpoint_stages
+
+        loaded = endpoint_stages(loaded, opts.endpoints)  # the pipeline's generation stages to the servers
+    elif opts.endpoints:
         from mlharness.predictors.openai import endpoint_manifest
 
         loaded = endpoint_manifest(loaded, opts.endpoints)  # generation by OpenAI-compatible servers
