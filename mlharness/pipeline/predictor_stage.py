@@ -5,7 +5,8 @@ once per sample.
 - A predictor with ``chat_engine()`` (transformers, openai, vllm, session-oracle): the stage sends
   ``item["messages"]`` (which its ``before`` hook builds) as one turn through the engine, on an asyncio loop of the
   stage's own (a thread; the stage's workers share it, so a served engine sees their turns concurrently), and puts
-  ``answer`` (the text) and, where the engine counted them, ``n_tokens`` in the item.
+  ``answer`` (the text) and, where the engine counted them, ``n_tokens`` in the item. A ``before`` hook that sets
+  ``item["skip_call"]`` has the stage pass the item on without a call (its ``after`` hook sees the flag).
 - A tensor predictor (onnxruntime, pytorch, remote, echo): ``before`` puts ``item["inputs"]`` (a list of arrays
   with a batch of 1); the stage calls ``predict`` and puts ``item["outputs"]``.
 """
@@ -111,6 +112,8 @@ class PredictorStage:
     def _chat(self, item: Item) -> Item:
         from mlharness.sessions.engine import TurnRequest
 
+        if item.get("skip_call"):  # the before hook says this visit needs no call (a loop's round without one)
+            return item
         messages = item.get("messages")
         if not isinstance(messages, list) or not messages:
             raise StageError(self.name, "a chat stage needs item['messages'] (the turn's chat messages), which its "

@@ -6,7 +6,8 @@ tokenized to 32 tokens (``padding='max_length'``) and its padding rows dropped, 
 to the longest), ``sim = einsum('qd,bld->bql')``, the passages' padding masked to -inf, then the max over a passage's
 tokens summed over the query's tokens. No ColBERT linear projection and no normalisation. Passages are then
 reordered by score, highest first (``multi_shot_retrieval.py``), and the first ``top_k`` kept (option; default all).
-The item's ``query`` and ``passages`` are read; ``passages`` comes back reordered, each with ``rerank_score``.
+The item's ``query`` and ``passages`` are read; ``passages`` comes back reordered, each with ``rerank_score``. An
+item with ``query_passages`` (a multi-shot round) has each sub-query's reranked against it, to ``query_keep`` each.
 """
 
 from __future__ import annotations
@@ -67,17 +68,28 @@ class RerankStage:
             return maxsim(q_emb, d_emb, d["attention_mask"]).float().tolist()
 
     def run(self, item: Item) -> Item:
+        if item.get("query_passages") is not None:  # a multi-shot round: each sub-query's passages against it
+            keep = item.get("query_keep", self.top_k)
+            item["query_passages"] = [self.rerank(q, ps, keep, only_over=True) for q, ps in
+                                      zip(item["queries"], item["query_passages"], strict=True)]
+            return item
         query, passages = item.get("query"), item.get("passages")
         if not isinstance(query, str) or not isinstance(passages, list):
             raise StageError(self.name, f"the item needs 'query' and 'passages' (keys: {sorted(item)}): is a "
                                         "retrieval stage before it?")
-        if not passages:
-            return item
+        item["passages"] = self.rerank(query, passages, self.top_k) if passages else passages
+        return item
+
+    def rerank(self, query: str, passages: list[dict[str, Any]], keep: Any = None,
+               only_over: bool = False) -> list[dict[str, Any]]:
+        """``passages`` by MaxSim score, highest first (ties in their order), the first ``keep``. A multi-shot
+        round's sub-query is reranked only when it has more than ``keep`` passages, as the reference does."""
+        if not passages or (keep is not None and only_over and len(passages) <= int(keep)):
+            return passages
         scored = self.scores(query, [p["text"] for p in passages])
         order = sorted(range(len(passages)), key=lambda i: scored[i], reverse=True)
-        kept = order if self.top_k is None else order[: int(self.top_k)]
-        item["passages"] = [{**passages[i], "rerank_score": scored[i]} for i in kept]
-        return item
+        kept = order if keep is None else order[: int(keep)]
+        return [{**passages[i], "rerank_score": scored[i]} for i in kept]
 
     def close(self) -> None:
         self.model = self.tokenizer = None

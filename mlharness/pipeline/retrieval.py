@@ -7,7 +7,9 @@ Stage options: ``database`` (a folder :class:`~mlharness.pipeline.index.VectorDB
 download leave it: built into the cache at load, timed, and reused while its marker matches) or
 ``synthetic_corpus: true`` (the synthetic set's pages in the cache), ``top_k`` (default 10).
 The stage's ``model`` is the embedder (``graph_path`` beside the manifest, or made by its ``generator``). The item's
-``query`` is read; ``passages`` is added: ``[{"text", "url", "source", "score"}, ...]``, nearest first.
+``query`` is read; ``passages`` is added: ``[{"text", "url", "source", "score"}, ...]``, nearest first. An item
+with ``queries`` (a round of the multi-shot loop, :mod:`mlharness.tasks.e2e_rag.multishot`) gets ``query_passages``
+instead, each sub-query's ``query_top_k`` (else ``top_k``) passages, as the reference looks each one up.
 """
 
 from __future__ import annotations
@@ -108,14 +110,22 @@ class RetrievalStage:
                                         f"embedder {self.embedder.path} makes {self.embedder.dim}")
 
     def run(self, item: Item) -> Item:
+        queries = item.get("queries")
+        if queries is not None:  # a multi-shot round's sub-queries: each one's own top k
+            if not isinstance(queries, list) or not queries or not all(isinstance(q, str) for q in queries):
+                raise StageError(self.name, f"the item's 'queries' must be a non-empty list of texts; got {queries!r}")
+            k = int(item.get("query_top_k") or self.top_k)
+            item["query_passages"] = [self._passages(hits) for hits in self.db.search(self.embedder.embed(queries), k)]
+            return item
         query = item.get("query")
         if not isinstance(query, str):
             raise StageError(self.name, f"the item has no 'query' text (keys: {sorted(item)})")
-        hits = self.db.search(self.embedder.embed([query]), self.top_k)[0]
-        item["passages"] = [{"text": self.db.texts[row], "url": self.db.metadatas[row].get("original_url", ""),
-                             "source": self.db.metadatas[row].get("source", ""), "score": -dist}
-                            for row, dist in hits]
+        item["passages"] = self._passages(self.db.search(self.embedder.embed([query]), self.top_k)[0])
         return item
+
+    def _passages(self, hits: list[tuple[int, float]]) -> list[dict[str, Any]]:
+        return [{"text": self.db.texts[row], "url": self.db.metadatas[row].get("original_url", ""),
+                 "source": self.db.metadatas[row].get("source", ""), "score": -dist} for row, dist in hits]
 
     def close(self) -> None:
         self.embedder = self.db = None
