@@ -115,22 +115,26 @@ def test_the_real_manifests_generation_through_an_openai_endpoint(env, tmp_path)
     from tests.helpers.session_server import ChatServer
 
     doc = yaml.safe_load((MANIFESTS_DIR / "e2e-rag-qna" / "e2e-rag-qna.yaml").read_text())
-    retrieve, rerank, generate = doc["inputs"][0]["parameters"]["stages"]
+    stages = {s["name"]: s for s in doc["inputs"][0]["parameters"]["stages"]}  # the multi-shot loop's
+    retrieve, rerank = stages["retrieve"], stages["rerank"]
     retrieve["model"] = {"graph_path": "e2e-rag-embedder-random",
                          "generator": "mlharness.pipeline.models:ensure_random_embedder"}
-    retrieve["options"] = {"synthetic_corpus": True, "top_k": 5}
+    retrieve["options"] = {"synthetic_corpus": True, "top_k": 10}
     rerank["model"] = {"graph_path": "e2e-rag-reranker-random",
                        "generator": "mlharness.pipeline.models:ensure_random_reranker"}
     doc["attributes"] = {"synthetic_e2e_rag": True}
     manifest = tmp_path / "e2e-rag-qna-served.yaml"
     with ChatServer() as server, running_judge() as judge:
-        generate["options"].update(endpoints=[server.url], model="chat-model")
+        for name in ("plan", "grade", "decide", "generate"):  # replies without JSON: the reference's fallbacks
+            stages[name]["options"] = {**stages[name]["options"], "endpoints": [server.url], "model": "chat-model"}
         manifest.write_text(yaml.safe_dump(doc, sort_keys=False))
         _run({**env, "MLHARNESS_JUDGE_URL": judge.url}, tmp_path / "acc", str(manifest), "--mode", "accuracy")
     assert len(server.requests) >= QUESTIONS and judge.requests == QUESTIONS  # plus the warm-up play's
-    body = server.requests[0]["body"]
-    prompt = body["messages"][0]["content"]
-    assert prompt.startswith("Answer the question based ONLY on the provided documents.") and "[DOC 1]" in prompt
+    answers = [r["body"] for r in server.requests
+               if r["body"]["messages"][0]["content"].startswith("Answer the question based ONLY on the provided")]
+    assert len(answers) >= QUESTIONS  # one answer per question, after the loop's other calls
+    body = answers[0]
+    assert "[DOC 1]" in body["messages"][0]["content"]
     assert body.get("reasoning_effort") == "medium" and body.get("temperature") == 1.0, body
     entries = json.loads((tmp_path / "acc" / "mlperf_log_accuracy.json").read_text())
     assert {len(bytes.fromhex(e["data"])) // 4 for e in entries} == {2}  # "answer N" in two fragments: 2 tokens

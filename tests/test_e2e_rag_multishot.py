@@ -199,3 +199,88 @@ def test_unreadable_replies_fail_with_unreadable_fail():
         multishot.plan_after(item)
     with pytest.raises(ValueError, match="not known"):
         multishot.start({}, max_rounds=2)
+
+
+# -- the real manifest's loop through the CLI ---------------------------------------------------------------------
+MAX = 3
+BEHAVIOURS = ("one-round", "two-rounds", "keeps-nothing", "unreadable-plan")
+
+
+def _served_script():
+    """Each question, in the order the server first sees it, takes the next behaviour (round robin)."""
+    import threading
+
+    lock, assigned = threading.Lock(), {}
+
+    def reply(prompt: str) -> str:
+        question = re.search(r"^QUESTION: (.*)$", prompt, re.MULTILINE).group(1)
+        with lock:
+            kind = assigned.setdefault(question, BEHAVIOURS[len(assigned) % len(BEHAVIOURS)])
+        if kind == "unreadable-plan" and prompt.startswith("You generate search queries"):
+            return "Let me think about which pages to search."
+        return _script(kind)(prompt)
+
+    return reply, assigned
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(importlib.util.find_spec("faiss") is None, reason="needs faiss-cpu (the rag extra)")
+def test_the_real_manifests_loop_through_the_cli(env, tmp_path):
+    """e2e-rag-qna.yaml with tiny random embedder and reranker over the synthetic corpus, its chat stages on a
+    scripted local server, MAX_ITERATIONS 3 and ``unreadable: fail``: a question answered after one round visits
+    plan once, after two rounds twice, one whose pages are never relevant visits plan MAX times and ends
+    unanswered, and one whose decomposition cannot be read fails naming the plan stage; exit 3."""
+    import yaml
+
+    from mlharness.paths import MANIFESTS_DIR
+    from tests.helpers.cli import cli
+    from tests.helpers.judge_server import running_judge
+    from tests.helpers.multishot_server import ScriptedChat
+
+    doc = yaml.safe_load((MANIFESTS_DIR / "e2e-rag-qna" / "e2e-rag-qna.yaml").read_text())
+    stages = {s["name"]: s for s in doc["inputs"][0]["parameters"]["stages"]}
+    assert list(stages) == ["plan", "retrieve", "rerank", "grade", "decide", "generate"]
+    assert stages["plan"]["max_visits"] == 5 and "max_iterations=5" in stages["plan"]["before"]
+    stages["plan"]["max_visits"] = MAX
+    stages["plan"]["before"] = stages["plan"]["before"].replace("max_iterations=5", f"max_iterations={MAX}").replace(
+        'unreadable="fallback"', 'unreadable="fail"')
+    stages["retrieve"]["model"] = {"graph_path": "e2e-rag-embedder-random",
+                                   "generator": "mlharness.pipeline.models:ensure_random_embedder"}
+    stages["retrieve"]["options"] = {"synthetic_corpus": True, "top_k": 10}
+    stages["rerank"]["model"] = {"graph_path": "e2e-rag-reranker-random",
+                                 "generator": "mlharness.pipeline.models:ensure_random_reranker"}
+    doc["attributes"] = {"synthetic_e2e_rag": True}
+    manifest = tmp_path / "e2e-rag-qna-loop.yaml"
+    reply, assigned = _served_script()
+    with ScriptedChat(reply) as server, running_judge() as judge:
+        for name in ("plan", "grade", "decide", "generate"):
+            stages[name]["options"] = {**stages[name]["options"], "endpoints": [server.url], "model": "chat-model"}
+        manifest.write_text(yaml.safe_dump(doc, sort_keys=False))
+        proc = cli({**env, "MLHARNESS_JUDGE_URL": judge.url}, "run", "--manifest", str(manifest), "--scenario",
+                   "Offline", "--mode", "accuracy", "--output", str(tmp_path / "acc"), "--no-progress", timeout=200)
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "stage 'plan'" in proc.stdout + proc.stderr, proc.stdout[-3000:] + proc.stderr[-3000:]
+    failed = next(tmp_path.glob("acc.failed-*"))  # a failed run's partial output is kept aside
+    records = [json.loads(line) for line in (failed / "pipeline_results.jsonl").read_text().splitlines()]
+    assert len(records) == 8 and set(assigned.values()) == set(BEHAVIOURS)
+    seen = set()
+    for r in records:
+        kind = assigned[r["result"]["query"]] if r.get("result") else "unreadable-plan"
+        visits = r["visits"]
+        assert all(n <= MAX for n in visits.values()), visits  # the loop never passes its bound
+        if kind == "unreadable-plan":
+            assert r["error"]["stage"] == "plan" and "could not be read" in r["error"]["error"], r["error"]
+            assert visits == {"plan": 1}
+        else:
+            rounds = {"one-round": 1, "two-rounds": 2, "keeps-nothing": MAX}[kind]
+            assert r["error"] is None and visits["plan"] == rounds and visits["generate"] == 1, (kind, visits)
+            assert visits["retrieve"] == visits["rerank"] == rounds
+            urls = r["result"]["retrieved_urls"]
+            if kind == "keeps-nothing":
+                assert r["result"]["answer"] == "" and urls == []
+            else:
+                assert r["result"]["answer"].startswith("answer ") and 1 <= len(urls) <= 10
+                assert len(set(urls)) == len(urls) and all(u.startswith("https://") for u in urls)
+        seen.add(kind)
+    assert seen == set(BEHAVIOURS)
