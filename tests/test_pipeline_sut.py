@@ -192,3 +192,19 @@ def test_endpoint_sends_the_generating_stages_to_the_server(tmp_path):
     refused = mlharness(tmp_path / "toy", TOY, "--mode", "accuracy", "--endpoint", server.url)
     assert refused.returncode == 2 and "inputs[0].parameters.stages" in refused.stderr, refused.stderr
     assert "has none" in refused.stderr, refused.stderr
+
+
+def test_a_stage_begins_the_test_after_warm_up_with_its_state_reset(tmp_path):
+    """A stage's optional begin_test runs after the warm-up plays, right before LoadGen's test: the toy stage's call
+    count (state kept across samples, as e2e-rag-db's database build) numbers the test's samples 1..N, the warm-up's
+    calls not among them."""
+    stages = [{"name": "a", "framework": "toy-stage", "options": {"count_calls": True}}]
+    path = toy_manifest(tmp_path, stages, count=6)
+    doc = yaml.safe_load(path.read_text())
+    doc["framework"]["warmup"] = 2
+    doc["postprocess"] = ("def postprocess(ctx, item):\n    item['response'] = [len(item['trail'])]\n"
+                          "    item['result'] = {'call': item['calls']['a']}\n    return item\n")
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    p = mlharness(tmp_path, path, "--mode", "accuracy")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert sorted(r["result"]["call"] for r in results(tmp_path)) == list(range(1, 7))

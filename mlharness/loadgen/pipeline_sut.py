@@ -30,7 +30,7 @@ from mlharness.loadgen.pipeline_report import write_reports
 from mlharness.loadgen.qsl import SampleLoader, SampleStore
 from mlharness.loadgen.sut import run_fast_sut
 from mlharness.pipeline.flow import Flow, Job, Lane
-from mlharness.pipeline.stage import StageError
+from mlharness.pipeline.stage import StageError, begin_test
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +200,15 @@ class PipelineSUT(Completions):
             raise token.errors[0]
         return jobs
 
+    def begin_test(self) -> None:
+        """Every stage's optional ``begin_test`` (stage.py), in the stages' order; one that raises fails the run
+        naming its stage."""
+        for lane in self.lanes:
+            try:
+                begin_test(lane.stage)
+            except Exception as e:  # noqa: BLE001 - named with its stage
+                raise StageError(lane.spec.name, f"begin_test: {type(e).__name__}: {e}") from e
+
     # -- one LoadGen test ----------------------------------------------------------------------------------------
     def _end(self) -> None:
         with self._end_lock:
@@ -215,13 +224,15 @@ class PipelineSUT(Completions):
 
         def warm(indices: list[int]) -> None:
             """Untimed plays of the first loaded sample; one that fails is said, not the run's failure: the sample
-            fails again in the test, where it is recorded with its stage, and the other samples go on."""
+            fails again in the test, where it is recorded with its stage, and the other samples go on. Then each
+            stage's ``begin_test`` (after warm-up and calibration, before LoadGen's first query)."""
             for _ in range(max(0, warmup)):
                 try:
                     self.play([int(indices[0])], sum(lane.spec.timeout_s for lane in self.lanes) * 2)
                 except (StageError, RunFailed) as e:
                     log.warning("warming up the pipeline: %s", e)
-                    return
+                    break
+            self.begin_test()
 
         try:
             self._wall.append(time.perf_counter())

@@ -86,9 +86,26 @@ class Stage(Protocol):
 
     def close(self) -> None: ...
 
+    # Optional, not a member of the protocol (a stage without it is still a Stage):
+    #
+    #     def begin_test(self) -> None:
+    #         """Called once after warm-up and calibration, right before LoadGen's test starts (on every lane's stage
+    #         that has it, by ``PipelineSUT.run_test``); a stage that keeps state across samples — e2e-rag-db's
+    #         database build — resets it here, so the warm-up's and calibration's plays leave nothing in the test."""
+    #
+    # :func:`begin_test` calls it where a stage defines it.
+
     def describe(self) -> dict[str, Any]:
         """Facts for the run metadata and report (library versions, index size, model name)."""
         ...
+
+
+def begin_test(stage: Any) -> None:
+    """The stage's optional ``begin_test()`` (see :class:`Stage`), where it has one: called once after warm-up and
+    calibration, right before LoadGen's test starts; a stage that keeps state across samples resets it there."""
+    begin = getattr(stage, "begin_test", None)
+    if callable(begin):
+        begin()
 
 
 StageFactory = Callable[[StageSpec, StageContext], Stage]

@@ -5,6 +5,8 @@ call: a sleep, which releases the GIL as a library computing off the interpreter
 busy loop that holds the interpreter (a stage in pure Python). ``fail_sample`` (a sample's ``index``, as the
 ``preprocess`` hook put it in the item) raises for that sample; ``hang_sample`` sleeps past any deadline for it.
 ``route_to`` with ``route_times`` sends each item back to an earlier stage that many times (a retrieval loop).
+``count_calls`` numbers the stage's calls since its ``begin_test`` into ``item["calls"][name]`` (state kept across
+samples, reset before LoadGen's test as e2e-rag-db's database build is).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ class ToyStage:
         self.route_to = opts.get("route_to")
         self.route_times = int(opts.get("route_times", 1 if self.route_to else 0))
         self.load_ms = float(opts.get("load_ms", 0.0))
+        self.count_calls = bool(opts.get("count_calls", False))
+        self.calls = 0
 
     def load(self) -> None:
         if self.load_ms:
@@ -46,12 +50,18 @@ class ToyStage:
         elif self.delay_s:
             time.sleep(self.delay_s)
         item.setdefault("trail", []).append(self.name)
+        if self.count_calls:
+            self.calls += 1
+            item.setdefault("calls", {})[self.name] = self.calls
         if self.route_to is not None:
             sent = item.setdefault("routed", {})
             if sent.get(self.name, 0) < self.route_times:
                 sent[self.name] = sent.get(self.name, 0) + 1
                 item["route"] = self.route_to
         return item
+
+    def begin_test(self) -> None:
+        self.calls = 0
 
     def close(self) -> None:
         pass
