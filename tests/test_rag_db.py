@@ -131,3 +131,47 @@ def test_our_manifest_is_byte_identical_to_the_official_writers(tmp_path, monkey
     assert f"  - {ours['failures'][0]}" in official.splitlines()  # total_passages mismatch: local=10 manifest=12
     assert f"mean overlap={ours['metrics']['retrieval_accuracy']:.4f} (threshold 0.95)" in official
     assert ours["failures"][1].split(" —")[0] in official  # retrieval overlap below threshold: 0.8333 < 0.95
+
+
+def test_begin_test_drops_the_warm_up_pages_and_two_workers_build_every_page(tmp_path):
+    """The stage's own check of the reset (the SUT calls begin_test after warm-up and calibration): the warm-up's
+    pages are dropped, then two threads build every page once, and the last one saved answers the saved MD5."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mlharness.pipeline.dbbuild import DbBuildStage, database_md5
+    from mlharness.pipeline.stage import StageContext, StageSpec
+
+    docs, _ = write_corpus(tmp_path / "data")
+    pages = corpus_documents(docs)
+    emb = models.ensure_random_embedder(tmp_path / "emb")
+    spec = StageSpec(name="index", framework="rag-db-build", options={"database": "db", "documents": len(pages)},
+                     model={"graph_path": str(emb)}, workers=2)
+    stage = DbBuildStage(spec, StageContext(manifest_dir=tmp_path, cache_dir=tmp_path / "cache"))
+    stage.load()
+    for page in pages[:3]:  # the warm-up's and calibration's plays, pages the test plays again
+        stage.run(dict(page))
+    stage.begin_test()
+    assert stage.completed == 0 and len(stage.db) == 0
+    with ThreadPoolExecutor(2) as pool:
+        items = list(pool.map(lambda p: stage.run(dict(p)), pages))
+    answers = [bytes(i["response"]) for i in items]
+    assert sum(len(a) == 32 for a in answers) == 1 and answers.count(b"\x01") == len(pages) - 1
+    saved = index.VectorDB.load(stage.folder)
+    assert sorted(m["source"] for m in saved.metadatas if m["passage_id"] == 0) == sorted(p["name"] for p in pages)
+    assert next(a for a in answers if len(a) == 32).decode() == database_md5(stage.folder)
+
+
+def test_e2e_rag_db_with_two_workers_answers_the_md5_of_every_page(tmp_path):
+    """The warm-up plays the first page before the test; with two workers another page can be built before that
+    page comes again, which a reset on a repeated page wiped: every page must be in the database the MD5 names."""
+    manifest = tmp_path / "m" / MANIFEST.name
+    manifest.parent.mkdir()
+    manifest.write_text(MANIFEST.read_text().replace("workers: 1 ", "workers: 2 "))
+    (manifest.parent / "db_manifest_synthetic.json").write_bytes((MANIFEST.parent / "db_manifest_synthetic.json")
+                                                                  .read_bytes())
+    env = {**os.environ, "MLHARNESS_CACHE": str(tmp_path / "cache")}
+    p = subprocess.run([sys.executable, "-m", "mlharness", "run", "--manifest", str(manifest), "--scenario", "Offline",
+                        "--no-progress", "--mode", "accuracy", "--output", str(tmp_path / "acc")], capture_output=True,
+                       text=True, timeout=240, env=env, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "workers: 2" in manifest.read_text() and "Overall: PASSED" in (tmp_path / "acc" / "accuracy.txt").read_text()

@@ -8,8 +8,10 @@ at once), then adds them to the shared index under the database's lock, with the
 or the item's ``total``), that sample saves the database and answers the MD5 of what it saved (32 hexadecimal
 characters); every other sample answers one byte, 1 (0 is never answered: a failure fails the sample, exit 3). This
 is the response ``datasetup_accuracy_eval.py`` reads: all files successful, the returned MD5 equal to the saved
-database's. A page that comes again (the pipeline's warm-up and calibration play a few samples before LoadGen
-starts; a performance run repeats samples) starts a new database, so the one saved holds every page once. The
+database's. The pipeline's warm-up and calibration play a few pages before LoadGen starts: :meth:`begin_test`, which
+the SUT calls right before LoadGen's first query, starts a new database, so the one saved holds the test's pages and
+nothing else, whichever worker finishes which page first. As the reference, the database is saved when the completed
+pages reach the count, once; pages a performance run repeats after that are added but not saved again. The
 reference hashes its one ``.db`` file; here the MD5 runs over the saved folder's ``index.faiss``
 then ``passages.jsonl`` (:func:`database_md5`).
 
@@ -53,7 +55,6 @@ class DbBuildStage:
         self.db: index.VectorDB | None = None
         self.lock = threading.Lock()
         self.completed = 0
-        self.seen: set[str] = set()  # the pages of the database being built
         self.md5: str | None = None
         self.times = {"chunk_s": 0.0, "embed_s": 0.0, "index_s": 0.0, "save_s": 0.0}
         self.passages = 0
@@ -69,6 +70,15 @@ class DbBuildStage:
             for size in (48, 200, 768):
                 self.embedder.embed(["warm up text " * (size // 13 + 1)][:1] * n)
 
+    def begin_test(self) -> None:
+        """A new, empty database for LoadGen's test (the warm-up's and calibration's pages are dropped), its counts
+        and timings from zero."""
+        with self.lock:
+            self.db = index.VectorDB(index.new_index(self.embedder.dim), info={"embedder": self.embedder.path})
+            self.completed, self.passages, self.md5 = 0, 0, None
+            self.times = dict.fromkeys(self.times, 0.0)
+            self.first = self.last = None
+
     def run(self, item: Item) -> Item:
         if not isinstance(item.get("content"), str) or not item.get("name"):
             raise StageError(self.name, f"the item needs a page's 'name' and 'content' (keys: {sorted(item)})")
@@ -83,10 +93,6 @@ class DbBuildStage:
                  for i in range(len(texts))]
         total = int(self.documents or item.get("total") or 0)
         with self.lock:
-            if item["name"] in self.seen:  # a page again: the SUT's warm-up and calibration plays, or a repeat
-                self.db = index.VectorDB(index.new_index(self.embedder.dim), info={"embedder": self.embedder.path})
-                self.seen, self.completed, self.md5 = set(), 0, None
-            self.seen.add(item["name"])
             self.db.add(texts, vectors, metas)
             added = time.perf_counter()
             self.times["chunk_s"] += chunked - start
@@ -100,7 +106,7 @@ class DbBuildStage:
                 self.md5 = database_md5(self.folder)
                 self.times["save_s"] = time.perf_counter() - added
             self.last = time.perf_counter()
-            md5 = self.md5 if last else None  # read under the lock: a next page may start a new database
+            md5 = self.md5 if last else None
         item["passages_indexed"] = len(texts)
         item["response"] = list(md5.encode()) if md5 else [1]
         item["result"] = {"name": item["name"], "passages": len(texts), "md5": md5}
