@@ -208,3 +208,22 @@ def test_a_stage_begins_the_test_after_warm_up_with_its_state_reset(tmp_path):
     p = mlharness(tmp_path, path, "--mode", "accuracy")
     assert p.returncode == 0, p.stdout + p.stderr
     assert sorted(r["result"]["call"] for r in results(tmp_path)) == list(range(1, 7))
+
+
+def test_a_response_that_cannot_be_handed_to_loadgen_fails_its_sample_naming_postprocess(tmp_path):
+    """A postprocess whose response for one sample is not in response.element_type (['x'] for int32): that sample
+    fails naming postprocess and the sample, exit 3, the other samples completed, and no hang (LoadGen is handed
+    every sample; before, the sample was never completed and the run waited for it forever)."""
+    stages = [{"name": "a", "framework": "toy-stage"}]
+    path = toy_manifest(tmp_path, stages, count=6)
+    doc = yaml.safe_load(path.read_text())
+    doc["postprocess"] = ("def postprocess(ctx, item):\n"
+                          "    item['response'] = ['x'] if item['index'] == 4 else [len(item['trail'])]\n"
+                          "    item['result'] = {'trail': item['trail']}\n    return item\n")
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    p = mlharness(tmp_path, path, "--mode", "accuracy", timeout=60)
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert "stage 'postprocess' failed sample 4: ValueError" in p.stderr and "1 of 6 samples failed" in p.stderr
+    recs = {r["qsl_idx"]: r for r in results(tmp_path)}
+    assert sorted(recs) == list(range(6)) and [i for i in recs if recs[i]["error"]] == [4]
+    assert recs[4]["error"]["stage"] == "postprocess" and recs[4]["result"] is None

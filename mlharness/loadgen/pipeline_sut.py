@@ -100,7 +100,17 @@ class PipelineSUT(Completions):
         return dict(cell)
 
     def finish_item(self, job: Job) -> tuple[np.ndarray, int | None]:
-        """``postprocess`` (when defined) on the last item, and the response LoadGen is handed."""
+        """``postprocess`` (when defined) on the last item, and the response LoadGen is handed; whatever fails in
+        finishing (the hook, a response not in ``response.element_type``, a token count that is no integer) fails
+        the sample naming postprocess, so it is completed like any failed sample."""
+        try:
+            return self._finish(job)
+        except StageError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the sample fails naming what finishes it
+            raise StageError("postprocess", f"{type(e).__name__}: {e}", job.index) from e
+
+    def _finish(self, job: Job) -> tuple[np.ndarray, int | None]:
         item = job.item
         if "postprocess" in self.hooks:
             try:
@@ -143,20 +153,22 @@ class PipelineSUT(Completions):
         if isinstance(job.token, _Local):
             self._done_local(job)
             return
-        with self._open_lock:
-            self._open.pop(int(job.token), None)
         data = n = None
-        if job.error is None and not self.halted:
-            try:
-                data, n = self.finish_item(job)
-            except StageError as e:
-                job.error = e
-        if job.error is not None and job.error.stage != "drain":
-            with self._count_lock:
-                self.failures.append(job.error)
-            log.error("%s", job.error)
-        self.jobs.append(job)
-        self._complete_one(job, data, n)
+        try:  # LoadGen waits for every sample: whatever happens here, the sample is completed (finally)
+            with self._open_lock:
+                self._open.pop(int(job.token), None)
+            if job.error is None and not self.halted:
+                try:
+                    data, n = self.finish_item(job)
+                except StageError as e:
+                    job.error = e
+            if job.error is not None and job.error.stage != "drain":
+                with self._count_lock:
+                    self.failures.append(job.error)
+                log.error("%s", job.error)
+            self.jobs.append(job)
+        finally:
+            self._complete_one(job, data, n)
 
     def _complete_one(self, job: Job, data: np.ndarray | None, n: int | None) -> None:
         with self._end_lock:
@@ -176,16 +188,18 @@ class PipelineSUT(Completions):
     def _done_local(self, job: Job) -> None:
         token = job.token
         with token.lock:
-            if job.error is None:
-                try:
-                    self.finish_item(job)
-                except StageError as e:
-                    job.error = e
-            if job.error is not None:
-                token.errors.append(job.error)
-            token.left -= 1
-            if token.left == 0:
-                token.done.set()
+            try:
+                if job.error is None:
+                    try:
+                        self.finish_item(job)
+                    except StageError as e:
+                        job.error = e
+            finally:  # the play waits for every job: counted down whatever happened
+                if job.error is not None:
+                    token.errors.append(job.error)
+                token.left -= 1
+                if token.left == 0:
+                    token.done.set()
 
     def play(self, indices: list[int], timeout_s: float | None = None) -> list[Job]:
         """Play samples (loaded) through the stages together, outside LoadGen; raises the first failure."""
