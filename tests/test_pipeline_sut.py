@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -227,3 +228,56 @@ def test_a_response_that_cannot_be_handed_to_loadgen_fails_its_sample_naming_pos
     recs = {r["qsl_idx"]: r for r in results(tmp_path)}
     assert sorted(recs) == list(range(6)) and [i for i in recs if recs[i]["error"]] == [4]
     assert recs[4]["error"]["stage"] == "postprocess" and recs[4]["result"] is None
+
+
+
+class _LoadGenRecorder:
+    """What the SUT calls of mlperf_loadgen to complete samples, recording each completion (sample id, bytes)."""
+
+    def __init__(self):
+        self.completed, self.lock = [], threading.Lock()
+
+    @staticmethod
+    def QuerySampleResponse(token, ptr, size, n=None):  # noqa: N802 - LoadGen's name
+        return token, size
+
+    def QuerySamplesComplete(self, responses):  # noqa: N802 - LoadGen's name
+        with self.lock:
+            self.completed.extend(responses)
+
+
+def test_a_sample_whose_item_cannot_be_read_fails_alone_and_the_batch_goes_on():
+    """One batch of four samples, the third's item not in the store (never loaded): it is completed empty and
+    recorded as failed naming preprocess and the sample, and the batch's other samples still flow and complete,
+    each exactly once (before, the exception left the rest of the batch never completed)."""
+    import numpy as np
+
+    from mlharness.loadgen.pipeline_sut import PipelineSUT
+    from mlharness.loadgen.qsl import SampleStore
+    from mlharness.pipeline.flow import Lane
+    from mlharness.pipeline.stage import StageContext, StageSpec
+    from mlharness.pipeline.toy import ToyStage
+
+    store = SampleStore(4, 1)
+    cells = {}
+    for i in (0, 1, 3):
+        cells[i] = (np.empty((), dtype=object),)
+        cells[i][0][()] = {"index": i}
+    store.put_all(cells)
+    spec = StageSpec("a", "toy-stage", timeout_s=10)
+    lanes = [Lane(spec, ToyStage(spec, StageContext(Path("."), Path("."))),
+                  after=lambda item: {**item, "response": [len(item["trail"])]})]
+    sut = PipelineSUT(lanes, store, {}, {}, np.dtype(np.int32))
+    sut._lg = recorder = _LoadGenRecorder()
+    sut.start()
+    try:
+        sut.issue([10, 11, 12, 13], [0, 1, 2, 3])
+        deadline = time.monotonic() + 10
+        while len(recorder.completed) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        sut.flow.stop()
+    assert sorted(t for t, _ in recorder.completed) == [10, 11, 12, 13]  # each exactly once
+    assert dict(recorder.completed)[12] == 0 and all(dict(recorder.completed)[t] == 4 for t in (10, 11, 13))
+    (failure,) = sut.failures
+    assert (failure.stage, failure.sample) == ("preprocess", 2) and "could not be read" in failure.detail

@@ -134,7 +134,12 @@ class PipelineSUT(Completions):
             if self.halted:
                 self._complete_one(job, None, None)
                 continue
-            job.item = self.item_at(int(x))
+            try:
+                job.item = self.item_at(int(x))
+            except Exception as e:  # noqa: BLE001 - this sample fails; the batch's others go on
+                self.flow.end(job, StageError("preprocess", f"the sample's item could not be read: "
+                                              f"{type(e).__name__}: {e}", job.index))
+                continue
             with self._open_lock:
                 self._open[int(i)] = job
             self.flow.submit(job)
