@@ -49,17 +49,16 @@ def test_toy_pipeline_is_valid_with_only_min_duration(tmp_path, scenario):
 def test_sigint_drains_the_pipeline_every_sample_completed_once(tmp_path):
     """An accuracy run of 200 samples through a 40 ms stage (two workers: about 4 s); SIGINT once samples are
     flowing inside the LoadGen test: the run ends in seconds with 130, and LoadGen's accuracy log holds every sample
-    exactly once, those after the signal empty."""
+    exactly once, those after the signal empty, and the run's records carry a result for the answered samples only."""
     doc = yaml.safe_load(TOY.read_text())
     marker = tmp_path / "flowing"
     doc["inputs"][0]["parameters"]["stages"] = [
         {"name": "a", "framework": "toy-stage", "options": {"delay_ms": 1}},
         {"name": "slow", "framework": "toy-stage", "options": {"delay_ms": 40}, "workers": 2,
          "after": f"def after(ctx, item):\n    with open({str(marker)!r}, 'a') as f:\n        f.write('.')\n"
-                  "    return item\n"}]
+                  "    item['result'] = {'trail': item['trail']}\n    return item\n"}]  # the last stage's result
     doc["dataset"]["init"] = doc["dataset"]["init"].replace("range(64)", "range(200)")
-    doc["postprocess"] = ("def postprocess(ctx, item):\n    item['response'] = [len(item['trail'])]\n"
-                          "    item['result'] = {'trail': item['trail']}\n    return item\n")
+    doc["postprocess"] = "def postprocess(ctx, item):\n    item['response'] = [len(item['trail'])]\n    return item\n"
     manifest = tmp_path / "pipe.yaml"
     manifest.write_text(yaml.safe_dump(doc, sort_keys=False))
     err = tmp_path / "stderr.txt"
@@ -91,3 +90,8 @@ def test_sigint_drains_the_pipeline_every_sample_completed_once(tmp_path):
     answered = [e for e in entries if e["data"]]
     assert 0 < len(answered) < 200  # those before the signal answered, the rest drained empty
     assert all(int.from_bytes(bytes.fromhex(e["data"]), "little") == 2 for e in answered)
+    # a result only where LoadGen got the response: a sample drained after its stages finished has none to score
+    records = [json.loads(x) for x in (failed / "pipeline_results.jsonl").read_text().splitlines()]
+    assert {r["qsl_idx"] for r in records if r["result"] is not None} == {e["qsl_idx"] for e in answered}
+    assert all(r["drained"] and r["result"] is None for r in records if r["qsl_idx"] not in
+               {e["qsl_idx"] for e in answered}), records

@@ -1,8 +1,10 @@
 """A pipeline run's own records, beside LoadGen's logs: ``pipeline_results.jsonl`` (one line per completed sample:
-its QSL index, LoadGen's query id, the item's ``result``, each stage visit's queued/enter/leave times in seconds
-from the test's start, the visits per stage, the error) and ``pipeline_summary.json`` (per stage: samples, errors,
-latency p50/p90/p99/mean of a call, busy time, throughput over the test, load time; the pipeline's own throughput;
-the slowest stage's bound: its workers over its mean call time)."""
+its QSL index, LoadGen's query id, the item's ``result`` (null where the sample failed or was drained, i.e.
+completed empty after a signal, so nothing of it is scored), whether it was drained, each stage visit's
+queued/enter/leave times in seconds from the test's start, the visits per stage, the error) and
+``pipeline_summary.json`` (per stage: samples, errors, latency p50/p90/p99/mean of a call, busy time, throughput
+over the test, load time; the pipeline's own throughput; the slowest stage's bound: its workers over its mean call
+time)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ SUMMARY_FILE = "pipeline_summary.json"
 def record(job: Any, t0: float) -> dict[str, Any]:
     err = job.error
     return {"qsl_idx": job.index, "query_id": job.token,
-            "result": job.item.get("result") if err is None else None,
+            "result": job.item.get("result") if err is None and not job.drained else None,
+            "drained": job.drained,
             "stages": [{"stage": v.stage, "queued_s": v.queued - t0, "enter_s": (v.enter - t0) if v.enter else None,
                         "leave_s": (v.leave - t0) if v.leave else None} for v in job.visits],
             "visits": job.counts(),

@@ -9,7 +9,8 @@ with ``response`` in ``response.element_type`` (and its token count where set).
 
 A failing stage fails only its sample: the SUT records ``{stage, sample, error}``, completes the sample empty at
 once and goes on; at the end the run fails (exit 3) naming the first failing stage and sample and how many failed.
-A signal drains the SUT: every open sample and every later one completes empty at once. Every LoadGen sample
+A signal drains the SUT: every open sample and every later one completes empty at once (its record says
+``drained`` and carries no ``result``, even where its stages had finished). Every LoadGen sample
 completes exactly once. Beside LoadGen's logs: ``pipeline_results.jsonl`` (per sample: index, query id, the item's
 ``result``, each stage visit's times, the error) and ``pipeline_summary.json`` (loadgen/pipeline_report.py).
 """
@@ -162,12 +163,16 @@ class PipelineSUT(Completions):
         try:  # LoadGen waits for every sample: whatever happens here, the sample is completed (finally)
             with self._open_lock:
                 self._open.pop(int(job.token), None)
-            if job.error is None and not self.halted:
+            if job.error is None and self.halted:
+                job.drained = True  # LoadGen gets it empty: no result of it may be scored
+            elif job.error is None:
                 try:
                     data, n = self.finish_item(job)
                 except StageError as e:
                     job.error = e
-            if job.error is not None and job.error.stage != "drain":
+            if job.error is not None and job.error.stage == "drain":
+                job.drained = True
+            elif job.error is not None:
                 with self._count_lock:
                     self.failures.append(job.error)
                 log.error("%s", job.error)

@@ -54,6 +54,7 @@ class Job:
     visits: list[Visit] = field(default_factory=list)
     error: StageError | None = None
     ended: float = 0.0
+    drained: bool = False  # completed to LoadGen empty after a signal: its response (and result) never handed
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _done: bool = False
 
