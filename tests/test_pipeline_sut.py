@@ -281,3 +281,25 @@ def test_a_sample_whose_item_cannot_be_read_fails_alone_and_the_batch_goes_on():
     assert dict(recorder.completed)[12] == 0 and all(dict(recorder.completed)[t] == 4 for t in (10, 11, 13))
     (failure,) = sut.failures
     assert (failure.stage, failure.sample) == ("preprocess", 2) and "could not be read" in failure.detail
+
+
+def test_a_chat_turn_past_the_stages_deadline_is_cancelled_and_frees_its_thread(tmp_path):
+    """An openai stage whose server answers slowly (two fragments, 2 s before each): the stage's own call gives up
+    at its timeout_s, cancelling the turn, and raises naming the stage, instead of blocking its worker thread (and
+    the request's engine slot) until the server answers long after the watchdog abandoned it."""
+    from mlharness.pipeline.predictor_stage import PredictorStage
+    from mlharness.pipeline.stage import StageContext, StageError, StageSpec
+    from tests.helpers.session_server import ChatServer
+
+    with ChatServer(delay_s=2.0) as server:
+        spec = StageSpec("generate", "openai", options={"endpoints": [server.url], "model": "chat-model"},
+                         timeout_s=0.5)
+        stage = PredictorStage(spec, StageContext(tmp_path, tmp_path))
+        stage.load()
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(StageError, match=r"stage 'generate'.*took over 0.5 s \(timeout_s\); it was cancelled"):
+                stage.run({"messages": [{"role": "user", "content": "question"}]})
+            assert time.monotonic() - t0 < 1.5
+        finally:
+            stage.close()

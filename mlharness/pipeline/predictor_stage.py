@@ -14,6 +14,7 @@ once per sample.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import importlib
 import threading
 from pathlib import Path
@@ -123,7 +124,13 @@ class PredictorStage:
                               tools=list(item.get("tools") or []),
                               max_tokens=int(self.spec.options.get("max_tokens", self.max_tokens)),
                               extra_body=dict(self.spec.options.get("extra_body") or {}))
-        answer = asyncio.run_coroutine_threadsafe(self.engine.answer(request, _NoTiming()), self._loop).result()
+        future = asyncio.run_coroutine_threadsafe(self.engine.answer(request, _NoTiming()), self._loop)
+        try:  # bounded: a turn past the stage's deadline is cancelled, so it frees its engine slot and this thread
+            answer = future.result(self.spec.timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise StageError(self.name, f"the chat turn took over {self.spec.timeout_s:g} s (timeout_s); it was "
+                             "cancelled") from None
         item["answer"] = answer.content or ""
         if answer.completion_tokens is not None:
             item["n_tokens"] = int(answer.completion_tokens)
