@@ -133,3 +133,33 @@ def test_rerank_stage_orders_by_maxsim(rag):
     assert [p["url"] for p in out] == [TOWNS[i] for i in best]
     assert [p["rerank_score"] for p in out] == [scores[i] for i in best]
     assert len(set(scores)) > 1  # the random model tells the passages apart
+
+
+def test_retrieval_rebuilds_when_the_embedders_weights_change_in_the_same_folder(rag, tmp_path):
+    import shutil
+
+    import torch
+    from transformers import BertModel
+
+    import mlharness.pipeline.retrieval  # noqa: F401 - registers the stage
+
+    emb = tmp_path / "emb"
+    shutil.copytree(rag["emb"], emb)
+    spec = StageSpec(name="retrieve", framework="retrieval", options={"corpus": str(rag["docs"]), "top_k": 3},
+                     model={"graph_path": str(emb)})
+    first = STAGES["retrieval"](spec, StageContext(manifest_dir=tmp_path, cache_dir=tmp_path / "cache"))
+    first.load()
+    assert "build_s" in first.db.timings
+    query = {"query": "Belriden river bridge"}
+    before = first.run(dict(query))["passages"]
+    model = BertModel.from_pretrained(str(emb))  # other weights, written into the same folder
+    torch.manual_seed(7)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.05)
+    model.save_pretrained(str(emb), safe_serialization=True)
+    again = STAGES["retrieval"](spec, StageContext(manifest_dir=tmp_path, cache_dir=tmp_path / "cache"))
+    again.load()
+    assert "build_s" in again.db.timings and "load_s" not in again.db.timings  # rebuilt, not the old vectors
+    assert [p["score"] for p in again.run(dict(query))["passages"]] != [p["score"] for p in before]
+    assert len(list((tmp_path / "cache" / "e2e-rag-db").iterdir())) == 2

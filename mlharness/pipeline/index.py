@@ -57,6 +57,23 @@ class Embedder:
         return np.ascontiguousarray(out, dtype=np.float32)
 
 
+def folder_fingerprint(path: str | Path, small: int = 1 << 20) -> str:
+    """sha256 over a model folder's files (recursively, by relative path): each one's size and mtime, and the
+    content of those up to ``small`` bytes (configs, tokenizer files). New weights written into the same folder
+    change it, so what was computed from the old ones is not reused; large weight files are not read (a
+    gigabyte's hash at every load), their size and mtime stand for them."""
+    import hashlib
+
+    root = Path(path)
+    digest = hashlib.sha256()
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        st = f.stat()
+        digest.update(f"{f.relative_to(root).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+        if st.st_size <= small:
+            digest.update(f.read_bytes())
+    return digest.hexdigest()
+
+
 def new_index(dim: int) -> Any:
     """The reference's ``_create_vector_index``."""
     import faiss

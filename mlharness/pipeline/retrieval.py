@@ -4,7 +4,8 @@ distance, higher is nearer).
 
 Stage options: ``database`` (a folder :class:`~mlharness.pipeline.index.VectorDB` saved) or ``corpus`` (a
 ``doc_html`` folder of ``*.html`` pages with ``url_mapping.json``, as ``dataset synth e2e-rag`` and the official
-download leave it: built into the cache at load, timed, and reused while its marker matches) or
+download leave it: built into the cache at load, timed, and reused while the pages and the embedder's files are
+the same) or
 ``synthetic_corpus: true`` (the synthetic set's pages in the cache), ``top_k`` (default 10).
 The stage's ``model`` is the embedder (``graph_path`` beside the manifest, or made by its ``generator``). The item's
 ``query`` is read; ``passages`` is added: ``[{"text", "url", "source", "score"}, ...]``, nearest first. An item
@@ -69,8 +70,9 @@ def synthetic_corpus() -> Path:
 
 
 def open_or_build(spec: StageSpec, ctx: StageContext, embedder: index.Embedder) -> index.VectorDB:
-    """The stage's database: ``options.database`` loaded, or ``options.corpus`` built into the cache (keyed by the
-    corpus's and embedder's identity) and saved, then reused."""
+    """The stage's database: ``options.database`` loaded, or ``options.corpus`` built into the cache and saved,
+    then reused; keyed by the corpus's pages and the embedder folder's files
+    (:func:`~mlharness.pipeline.index.folder_fingerprint`), so other weights in the same folder build anew."""
     opts = spec.options
     base = Path(ctx.manifest_dir)
     if opts.get("database"):
@@ -83,7 +85,7 @@ def open_or_build(spec: StageSpec, ctx: StageContext, embedder: index.Embedder) 
                          "or options.synthetic_corpus: true")
     docs = corpus_documents(base / corpus)
     key = hashlib.sha256(json.dumps([[d["name"], d["url"], d["content"]] for d in docs]).encode()
-                         + embedder.path.encode()).hexdigest()[:16]
+                         + index.folder_fingerprint(embedder.path).encode()).hexdigest()[:16]
     folder = Path(ctx.cache_dir) / "e2e-rag-db" / key
     if (folder / index.MARKER).is_file():
         return index.VectorDB.load(folder)
