@@ -303,3 +303,29 @@ def test_a_chat_turn_past_the_stages_deadline_is_cancelled_and_frees_its_thread(
             assert time.monotonic() - t0 < 1.5
         finally:
             stage.close()
+
+
+def test_a_call_returning_after_its_deadline_changes_nothing_of_its_sample(tmp_path):
+    """A stage call past its timeout_s is ended by the watchdog; when the abandoned call returns later, its sample is
+    not completed a second time and its record (the visit's leave time, the error) stays as the watchdog wrote it."""
+    from mlharness.loadgen.pipeline_report import record
+    from mlharness.pipeline.flow import Flow, Job, Lane
+    from mlharness.pipeline.stage import StageContext, StageSpec
+    from mlharness.pipeline.toy import ToyStage
+
+    spec = StageSpec("slow", "toy-stage", options={"delay_ms": 400}, timeout_s=0.1)
+    ended: list[tuple[Job, dict]] = []
+    flow = Flow([Lane(spec, ToyStage(spec, StageContext(tmp_path, tmp_path)))],
+                lambda job: ended.append((job, record(job, 0.0))))
+    flow.start()
+    try:
+        job = Job(7, 0, {"index": 0})
+        flow.submit(job)
+        time.sleep(0.8)  # past the deadline and past the call's own return
+    finally:
+        flow.stop()
+    assert len(ended) == 1 and ended[0][0] is job
+    assert "past its deadline" in job.error.detail
+    visit = job.visits[0]
+    assert visit.leave - visit.enter < 0.3  # the watchdog's leave, not the late return's (0.4 s)
+    assert record(job, 0.0) == ended[0][1]

@@ -15,7 +15,8 @@ pipeline sets ``threads`` on all its torch stages or on none.
 
 Deadlines: a watchdog thread looks at every call in progress; one past its stage's ``timeout_s`` fails its sample
 naming the stage, and the stage gets a new worker in place of the one that is stuck, which is abandoned (a daemon
-thread, never joined; when its call ever returns, the result is dropped and the thread ends). Failures: whatever a
+thread, never joined; when its call ever returns, the result is dropped and the thread ends, touching nothing of
+the job: its visit keeps the watchdog's leave time and its sample is not ended again). Failures: whatever a
 stage or hook raises fails only its sample (:class:`Job` records the stage, the sample and the error); the others
 go on. Every submitted job ends exactly once, through ``on_done``.
 """
@@ -83,7 +84,6 @@ class Lane:
     after: Callable[[Item], Item] | None = None
     queue: queue.Queue = field(default_factory=queue.Queue)
     workers: int = 0
-    busy_s: float = 0.0  # summed time of calls (completed or abandoned)
     load_s: float = 0.0
 
 
@@ -189,12 +189,12 @@ class Flow:
                 failure: BaseException | None = None
             except BaseException as e:  # noqa: BLE001 - the sample fails, the stage goes on
                 failure = e
-            with self._calls_lock:  # the lane's other workers add their calls' time too
+            left = time.perf_counter()
+            with self._calls_lock:
                 mine = self._calls.pop(wid, None) is not None  # None: the watchdog timed the call out
-                visit.leave = time.perf_counter()
-                lane.busy_s += visit.leave - visit.enter
             if not mine:
-                break  # abandoned: a new worker took this one's place
+                break  # abandoned: the watchdog ended the job and a new worker took this one's place; touch nothing
+            visit.leave = left
             if failure is not None:
                 self._fail(job, lane, failure)
                 continue
