@@ -90,12 +90,13 @@ def test_e2e_rag_db_random_is_valid_offline_and_answers_the_saved_databases_md5(
     p = run(tmp_path, "--mode", "accuracy", "--output", str(tmp_path / "acc"))
     assert p.returncode == 0, p.stdout + p.stderr
     entries = json.loads((tmp_path / "acc" / "mlperf_log_accuracy.json").read_text())
-    database = tmp_path / "cache" / "e2e-rag-db" / "e2e-rag-db-random"
+    database = built_database(tmp_path / "acc")
+    assert database.parent == tmp_path / "cache" / "e2e-rag-db" / "e2e-rag-db-random"
     score = dbmanifest.db_accuracy(entries, database)
     assert score["passed"] and score["success_rate"] == 1.0 and score["total_files"] == len(entries) > 1
     assert sum(len(e["data"]) == 64 for e in entries) == 1  # one sample, the last page's, answered the MD5
     saved = index.VectorDB.load(database)
-    assert {m["source"] for m in saved.metadatas} == {p.name for p in (database.parents[1] / "e2e-rag" / "doc_html")
+    assert {m["source"] for m in saved.metadatas} == {p.name for p in (database.parents[2] / "e2e-rag" / "doc_html")
                                                       .glob("*.html")}
     # the oracle check: the saved database verifies against the manifest shipped for the synthetic corpus
     shipped = MANIFEST.parent / "db_manifest_synthetic.json"
@@ -107,6 +108,14 @@ def test_e2e_rag_db_random_is_valid_offline_and_answers_the_saved_databases_md5(
                             str(shipped)]) == 0
     (database / "passages.jsonl").write_text((database / "passages.jsonl").read_text() + "\n")
     assert not dbmanifest.db_accuracy(entries, database)["md5_match"]  # a database changed after the run
+
+
+def built_database(outdir: Path) -> Path:
+    """The folder the run's records name: the database its last page saved and answered the MD5 of."""
+    named = [json.loads(line)["result"].get("database") for line in
+             (outdir / "pipeline_results.jsonl").read_text().splitlines() if json.loads(line).get("result")]
+    assert len([n for n in named if n]) == 1, named
+    return Path(next(n for n in named if n))
 
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "e2e_rag_db"
@@ -161,17 +170,38 @@ def test_begin_test_drops_the_warm_up_pages_and_two_workers_build_every_page(tmp
     assert next(a for a in answers if len(a) == 32).decode() == database_md5(stage.folder)
 
 
-def test_e2e_rag_db_with_two_workers_answers_the_md5_of_every_page(tmp_path):
+def test_e2e_rag_db_two_workers_and_two_runs_each_scoring_its_own_database(tmp_path, monkeypatch):
     """The warm-up plays the first page before the test; with two workers another page can be built before that
-    page comes again, which a reset on a repeated page wiped: every page must be in the database the MD5 names."""
-    manifest = tmp_path / "m" / MANIFEST.name
-    manifest.parent.mkdir()
-    manifest.write_text(MANIFEST.read_text().replace("workers: 1 ", "workers: 2 "))
-    (manifest.parent / "db_manifest_synthetic.json").write_bytes((MANIFEST.parent / "db_manifest_synthetic.json")
-                                                                  .read_bytes())
-    env = {**os.environ, "MLHARNESS_CACHE": str(tmp_path / "cache")}
-    p = subprocess.run([sys.executable, "-m", "mlharness", "run", "--manifest", str(manifest), "--scenario", "Offline",
-                        "--no-progress", "--mode", "accuracy", "--output", str(tmp_path / "acc")], capture_output=True,
-                       text=True, timeout=240, env=env, cwd=tmp_path)
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert "workers: 2" in manifest.read_text() and "Overall: PASSED" in (tmp_path / "acc" / "accuracy.txt").read_text()
+    page comes again, which a reset on a repeated page wiped: every page must be in the database the MD5 names.
+    A second run into the same cache (another corpus: another database) leaves the first run's database as it
+    was: each run's accuracy scores the folder its own records name."""
+    def run_manifest(text: str, out: str, *args: str) -> Path:
+        manifest = tmp_path / f"{out}-manifest" / MANIFEST.name
+        manifest.parent.mkdir(parents=True)
+        manifest.write_text(text)
+        (manifest.parent / "db_manifest_synthetic.json").write_bytes(
+            (MANIFEST.parent / "db_manifest_synthetic.json").read_bytes())
+        p = subprocess.run([sys.executable, "-m", "mlharness", "run", "--manifest", str(manifest), "--scenario",
+                            "Offline", "--no-progress", "--mode", "accuracy", "--output", str(tmp_path / out), *args],
+                           capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                           env={**os.environ, "MLHARNESS_CACHE": str(tmp_path / "cache")})
+        assert p.returncode == 0, p.stdout + p.stderr
+        return tmp_path / out
+
+    two = MANIFEST.read_text().replace("workers: 1 ", "workers: 2 ")
+    assert "workers: 2 " in two
+    first = run_manifest(two, "first")
+    assert "Overall: PASSED" in (first / "accuracy.txt").read_text()  # the md5 and the synthetic manifest's check
+    docs, _ = write_corpus(tmp_path / "other")
+    unverified = MANIFEST.read_text().replace("db_manifest: db_manifest_synthetic.json, ", "")
+    second = run_manifest(unverified, "second", "--dataset-path", str(docs))
+    assert "Overall: PASSED" in (second / "accuracy.txt").read_text()
+    a, b = built_database(first), built_database(second)
+    assert a != b and a.parent == b.parent and a.name != b.name
+    monkeypatch.setenv("MLHARNESS_CACHE", str(tmp_path / "cache"))
+    from mlharness.tasks.e2e_rag.metric import db_score
+
+    rescored = db_score(first / "mlperf_log_accuracy.json", {"db_manifest": str(tmp_path / "first-manifest" /
+                        "db_manifest_synthetic.json"), "embedder": "generated/e2e-rag-embedder-random"})
+    assert "Overall: PASSED" in rescored.text and f"Database: {a}" in rescored.text
+    assert {m["source"] for m in index.VectorDB.load(b).metadatas} == {p.name for p in docs.glob("*.html")}

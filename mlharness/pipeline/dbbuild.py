@@ -15,8 +15,15 @@ pages reach the count, once; pages a performance run repeats after that are adde
 reference hashes its one ``.db`` file; here the MD5 runs over the saved folder's ``index.faiss``
 then ``passages.jsonl`` (:func:`database_md5`).
 
-Options: ``database`` (the folder to save into, relative to the cache; default ``e2e-rag-db/built``: rewritten
-run after run, never a folder mlharness did not write), ``documents`` (the data set's page count). The stage's
+Where the database goes: each build is saved into a folder of its own named by its MD5,
+``<cache>/<options.database>/<md5>`` (written under a temporary name, then renamed), and the last page's ``result``
+names that folder (``database``) beside its ``md5``, so the run's ``pipeline_results.jsonl`` says which database its
+accuracy log's MD5 refers to and the accuracy task (``e2e_rag_db``) reads that one. A later run never replaces it
+(another database is another folder; the same bytes are the same folder) and concurrent runs do not write into each
+other's; a folder there that mlharness did not write is never written into. Old builds are not deleted.
+
+Options: ``database`` (the folder the builds are saved under, relative to the cache; default ``e2e-rag-db/built``),
+``documents`` (the data set's page count). The stage's
 ``model`` is the embedder. ``describe`` reports the build's chunk, embed, index and save times and the passages per
 second.
 """
@@ -24,8 +31,11 @@ second.
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +56,30 @@ def database_md5(folder: str | Path) -> str:
     return md5.hexdigest()
 
 
+def save_build(db: index.VectorDB, parent: str | Path) -> tuple[Path, str]:
+    """Save ``db`` as ``parent/<md5>`` (see the module's docstring) and return that folder and the MD5: written
+    under a temporary name of this process's, hashed, then renamed; where that MD5's folder is already there (the
+    same bytes, saved before or by a concurrent run) the new copy is dropped."""
+    parent = Path(parent)
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = db.save(parent / f".building-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    md5 = database_md5(tmp)
+    target = parent / md5
+    try:
+        tmp.rename(target)
+    except OSError:
+        if not (target / index.MARKER).is_file():
+            raise FileExistsError(f"{target} exists and is not a database mlharness wrote (no {index.MARKER}): "
+                                  f"the build is left in {tmp}") from None
+        shutil.rmtree(tmp)  # our own temporary copy of bytes already saved there
+    return target, md5
+
+
 class DbBuildStage:
     def __init__(self, spec: StageSpec, ctx: StageContext):
         self.spec, self.ctx, self.name = spec, ctx, spec.name
-        self.folder = Path(ctx.cache_dir) / spec.options.get("database", "e2e-rag-db/built")
+        self.parent = Path(ctx.cache_dir) / spec.options.get("database", "e2e-rag-db/built")
+        self.folder: Path | None = None  # the saved build's folder, parent/<md5>
         self.documents = spec.options.get("documents")
         self.embedder: index.Embedder | None = None
         self.db: index.VectorDB | None = None
@@ -75,7 +105,7 @@ class DbBuildStage:
         and timings from zero."""
         with self.lock:
             self.db = index.VectorDB(index.new_index(self.embedder.dim), info={"embedder": self.embedder.path})
-            self.completed, self.passages, self.md5 = 0, 0, None
+            self.completed, self.passages, self.md5, self.folder = 0, 0, None, None
             self.times = dict.fromkeys(self.times, 0.0)
             self.first = self.last = None
 
@@ -102,14 +132,15 @@ class DbBuildStage:
             self.completed += 1
             last = self.completed == total
             if last:
-                self.db.save(self.folder)
-                self.md5 = database_md5(self.folder)
+                self.folder, self.md5 = save_build(self.db, self.parent)
                 self.times["save_s"] = time.perf_counter() - added
             self.last = time.perf_counter()
-            md5 = self.md5 if last else None
+            md5, folder = (self.md5, self.folder) if last else (None, None)
         item["passages_indexed"] = len(texts)
         item["response"] = list(md5.encode()) if md5 else [1]
         item["result"] = {"name": item["name"], "passages": len(texts), "md5": md5}
+        if folder:
+            item["result"]["database"] = str(folder)
         return item
 
     def close(self) -> None:
@@ -117,8 +148,8 @@ class DbBuildStage:
 
     def describe(self) -> dict[str, Any]:
         wall = (self.last - self.first) if self.first and self.last else 0.0
-        return {"database": str(self.folder), "documents_indexed": self.completed, "passages": self.passages,
-                "md5": self.md5, "timings": dict(self.times),
+        return {"database": str(self.folder or self.parent), "documents_indexed": self.completed,
+                "passages": self.passages, "md5": self.md5, "timings": dict(self.times),
                 "passages_per_s": self.passages / wall if wall > 0 else None,
                 "index_params": self.db.params() if self.db else None}
 

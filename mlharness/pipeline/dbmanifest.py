@@ -127,11 +127,11 @@ def verify(db: VectorDB, embedder: Embedder, manifest_path: str | Path,
     return {"passed": not failures, "failures": failures, "metrics": metrics}
 
 
-def db_accuracy(entries: list[dict[str, Any]], database: str | Path) -> dict[str, Any]:
+def db_accuracy(entries: list[dict[str, Any]], database: str | Path | None) -> dict[str, Any]:
     """``datasetup_accuracy_eval.evaluate_accuracy`` over LoadGen's accuracy log entries (``qsl_idx``, hex
     ``data``): one byte 1 is a successful page, 32 lowercase hexadecimal characters the returned MD5 (a success),
     anything else a failure; passed when at least 99% succeeded and the MD5 equals the saved database's
-    (:func:`mlharness.pipeline.dbbuild.database_md5`)."""
+    (:func:`mlharness.pipeline.dbbuild.database_md5`; None: no database was saved)."""
     from mlharness.pipeline.dbbuild import database_md5
 
     by_idx = {e["qsl_idx"]: bytes.fromhex(e["data"]) for e in entries}
@@ -145,7 +145,7 @@ def db_accuracy(entries: list[dict[str, Any]], database: str | Path) -> dict[str
             md5, ok = text, ok + 1
         else:
             bad += 1
-    actual = database_md5(database) if Path(database).is_dir() else None
+    actual = database_md5(database) if database is not None and Path(database).is_dir() else None
     rate = ok / (ok + bad) if ok + bad else 0.0
     return {"passed": rate >= 0.99 and md5 is not None and md5 == actual, "total_files": ok + bad,
             "successful_files": ok, "failed_files": bad, "success_rate": rate, "min_success_rate_required": 0.99,

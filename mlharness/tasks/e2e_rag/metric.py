@@ -235,24 +235,37 @@ class E2ERagQnaMetric(AccuracyMetric):
 DB_NAME = "e2e_rag_db"
 
 
+def built_database(accuracy_log: Path, samples: set[int], records_path: Path | None = None) -> Path | None:
+    """The database folder the run's build saved: the ``database`` of the ``result`` of the page that saved it
+    (``rag-db-build``), among the records of the samples the accuracy log holds; None when no page saved one (the
+    build never completed: the verdict fails on the MD5)."""
+    path = records_path or Path(accuracy_log).parent / RESULTS_FILE
+    named = [r["result"]["database"] for i, r in sorted(read_records(path).items())
+             if i in samples and isinstance(r.get("result"), dict) and r["result"].get("database")]
+    return Path(str(named[-1])) if named else None
+
+
 def db_score(accuracy_log: Path, options: dict[str, Any]) -> AccuracyResult:
     """e2e-rag-db's accuracy: ``datasetup_accuracy_eval.py``'s verdict (at least 99% of the pages built and the MD5
     the last page answered equal to the saved database's), and where ``db_manifest`` names a manifest, its
     verification as ``verify_db_manifest.sh`` runs it (``embedder``: the model folder the database was built with).
     The official script prints no figure; the checker reads ``Accuracy:`` against 98, so the line here is the
     pages' success rate in percent when every check passed and 0 when one failed: the checker then passes exactly
-    the databases the reference's verdict passes."""
+    the databases the reference's verdict passes. The database scored is the one this run saved: the folder its
+    ``pipeline_results.jsonl`` (beside the log) names (:func:`built_database`), not a shared one a later run may
+    have replaced."""
     from mlharness.manifest.assets import cache_dir
     from mlharness.paths import MANIFESTS_DIR
     from mlharness.pipeline.dbmanifest import db_accuracy
 
     entries = [{"qsl_idx": e.qsl_idx, "data": e.raw.get("data", "")} for e in accuracy_log_entries(accuracy_log)]
-    database = cache_dir() / str(options.get("database", "e2e-rag-db/built"))
+    database = built_database(accuracy_log, {e["qsl_idx"] for e in entries})
     r = db_accuracy(entries, database)
     lines = [BAR, "Accuracy Results:", BAR, f"  Total files processed: {r['total_files']}",
              f"  Successful: {r['successful_files']}", f"  Failed: {r['failed_files']}",
              f"  Success rate: {100.0 * r['success_rate']:.2f}%", "", f"  MD5 returned: {r['md5_response']}",
-             f"  MD5 actual:   {r['md5_actual']}", f"  MD5 match: {'PASS' if r['md5_match'] else 'FAIL'}", ""]
+             f"  MD5 actual:   {r['md5_actual']}", f"  MD5 match: {'PASS' if r['md5_match'] else 'FAIL'}",
+             f"  Database: {database or 'none saved (no page of the run saved the database)'}", ""]
     passed = r["passed"]
     if options.get("db_manifest"):
         from mlharness.pipeline.dbmanifest import verify
@@ -263,7 +276,7 @@ def db_score(accuracy_log: Path, options: dict[str, Any]) -> AccuracyResult:
             manifest = MANIFESTS_DIR / "e2e-rag-db" / manifest  # beside the built-in manifests
         embedder = Path(str(options.get("embedder", "")))
         embedder = embedder if embedder.is_absolute() else cache_dir() / embedder
-        if not database.is_dir():
+        if database is None or not database.is_dir():
             v = {"passed": False, "failures": [f"database not found: {database}"]}
         else:
             v = verify(VectorDB.load(database), Embedder(str(embedder)), manifest)
