@@ -329,3 +329,17 @@ def test_a_call_returning_after_its_deadline_changes_nothing_of_its_sample(tmp_p
     visit = job.visits[0]
     assert visit.leave - visit.enter < 0.3  # the watchdog's leave, not the late return's (0.4 s)
     assert record(job, 0.0) == ended[0][1]
+
+
+def test_a_stages_bound_is_its_workers_over_its_median_call_in_the_report_and_the_calibration():
+    """One definition of a stage's bound (pipeline_report.stage_bound: workers over the median call), which the
+    report's summary and the calibration both read: calls of 10, 10 and 40 ms on 2 workers bound the stage at
+    200/s (a mean would say 100/s)."""
+    from mlharness.loadgen.pipeline_report import stage_bound, summarize
+    from mlharness.pipeline.flow import Job, Lane, Visit
+    from mlharness.pipeline.stage import StageSpec
+
+    jobs = [Job(i, i, {}, visits=[Visit("a", 0.0, 1.0, 1.0 + ms / 1e3)]) for i, ms in enumerate((10, 10, 40))]
+    summary = summarize([Lane(StageSpec("a", "toy-stage", workers=2), None)], jobs, 1.0)
+    assert summary["stages"][0]["bound_per_s"] == pytest.approx(200.0) == stage_bound(2, 10.0)
+    assert summary["slowest_stage_bound_per_s"] == pytest.approx(200.0)

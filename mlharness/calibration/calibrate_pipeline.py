@@ -1,7 +1,8 @@
 """Calibration of a pipeline model (``response.kind: pipeline``): play a few samples through the stages together
 before LoadGen starts, then tell LoadGen what it needs.
 
-A pipeline's rate is its slowest stage's: each stage's workers over its median call time, measured on those
+A pipeline's rate is its slowest stage's (``pipeline_report.stage_bound``: each stage's workers over its median call
+time; the play's own throughput where that is higher, kept as ``pipeline_rate_per_s``), measured on those
 plays after a warm-up play of them all (every worker's first call untimed), the faster of two plays kept.
 That is an upper bound of what the pipeline sustains, never under it (a few samples' plays are mostly the filling
 and emptying of the stages), so an Offline development run sized from it lasts at least ``--min-duration-ms``
@@ -27,14 +28,6 @@ PLAYED = 8  # samples played together (fewer where fewer are in the dataset)
 TIMED_PLAYS = 2  # timed plays of them; the fastest reading is kept
 
 
-def stage_bound(summary: dict[str, Any]) -> float | None:
-    """The slowest stage's bound from the play's median call times (each stage's workers over its p50): a first
-    call that sets up a thread pool or a connection is an outlier that a mean would let lower the rate."""
-    bounds = [s["workers"] / (s["latency_ms"]["p50"] / 1e3) for s in summary["stages"]
-              if s["latency_ms"]["p50"]]
-    return min(bounds) if bounds else None
-
-
 def measure(sut: Any, loader: Any, perf_count: int, warmup: int) -> tuple[float, float, dict[str, Any]]:
     """(one sample's seconds through the stages, the slowest stage's bound in samples/s, the play's summary).
 
@@ -58,7 +51,7 @@ def measure(sut: Any, loader: Any, perf_count: int, warmup: int) -> tuple[float,
             t0 = time.perf_counter()
             jobs = sut.play(indices, deadline)
             this = summarize(sut.lanes, jobs, time.perf_counter() - t0)
-            rate = max(stage_bound(this) or this["slowest_stage_bound_per_s"] or 0.0, this["throughput"] or 0.0)
+            rate = max(this["slowest_stage_bound_per_s"] or 0.0, this["throughput"] or 0.0)
             if rate >= best:
                 best, summary = rate, this
     finally:
@@ -73,12 +66,16 @@ def for_run(asked: Asked, plan: lgs.SettingsPlan, settings: Any, sut: Any, loade
     what the stages sustained together, never of a bound above it, with enough queries for early stopping."""
     def play() -> played.Played:
         one_s, rate, summary = measure(sut, loader, perf_count, warmup)
+        together = min(rate, summary["throughput"] or rate)  # what the stages sustained together: Server's base
+        measured = together if plan.scenario == "Server" else rate  # the value the scenario's headroom applies to
         return played.Played(
-            one_s, offline_qps=rate, server_qps=SERVER_SHARE * min(rate, summary["throughput"] or rate),
-            measured_qps=rate, samples=summary["samples"], one="one sample",
+            one_s, offline_qps=rate, server_qps=SERVER_SHARE * together,
+            measured_qps=measured, samples=summary["samples"], one="one sample",
             bound_from="one sample's measured latency through the stages",
             how=f"from {summary['samples']} samples played through the stages (the slowest stage's workers over "
                 "its median call time)",
-            extra={"sample_ms": one_s * 1e3, "slowest_stage_bound_per_s": rate}, early_stopping=True)
+            extra={"sample_ms": one_s * 1e3, "pipeline_rate_per_s": rate,
+                   "slowest_stage_bound_per_s": summary["slowest_stage_bound_per_s"],
+                   "played_throughput_per_s": summary["throughput"]}, early_stopping=True)
 
     return played.for_run(asked, plan, settings, outdir, official, play)

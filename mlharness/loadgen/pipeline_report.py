@@ -3,8 +3,7 @@ its QSL index, LoadGen's query id, the item's ``result`` (null where the sample 
 completed empty after a signal, so nothing of it is scored), whether it was drained, each stage visit's
 queued/enter/leave times in seconds from the test's start, the visits per stage, the error) and
 ``pipeline_summary.json`` (per stage: samples, errors, latency p50/p90/p99/mean of a call, busy time, throughput
-over the test, load time; the pipeline's own throughput; the slowest stage's bound: its workers over its mean call
-time)."""
+over the test, load time; the pipeline's own throughput; the slowest stage's bound, :func:`stage_bound`)."""
 
 from __future__ import annotations
 
@@ -29,6 +28,13 @@ def record(job: Any, t0: float) -> dict[str, Any]:
             "error": None if err is None else {"stage": err.stage, "sample": err.sample, "error": err.detail}}
 
 
+def stage_bound(workers: int, p50_ms: float | None) -> float | None:
+    """A stage's bound in samples/s: its workers over its median call time. The one definition the report and the
+    calibration share; a median, since a first call that sets up a thread pool or a connection is an outlier that a
+    mean would let lower the rate."""
+    return workers / (p50_ms / 1e3) if p50_ms else None
+
+
 def summarize(lanes: list[Any], jobs: list[Any], wall_s: float | None) -> dict[str, Any]:
     stages = []
     for lane in lanes:
@@ -42,7 +48,7 @@ def summarize(lanes: list[Any], jobs: list[Any], wall_s: float | None) -> dict[s
                        "latency_ms": {"p50": _q(ms, 50), "p90": _q(ms, 90), "p99": _q(ms, 99), "mean": mean},
                        "busy_s": float(ms.sum() / 1e3), "load_s": lane.load_s,
                        "throughput": len(calls) / wall_s if wall_s else None,
-                       "bound_per_s": lane.spec.workers / (mean / 1e3) if mean else None})
+                       "bound_per_s": stage_bound(lane.spec.workers, _q(ms, 50))})
     failed = sum(1 for j in jobs if j.error is not None)
     bounds = [s["bound_per_s"] for s in stages if s["bound_per_s"]]
     return {"samples": len(jobs), "failed": failed, "wall_s": wall_s,
