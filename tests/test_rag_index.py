@@ -163,3 +163,37 @@ def test_retrieval_rebuilds_when_the_embedders_weights_change_in_the_same_folder
     assert "build_s" in again.db.timings and "load_s" not in again.db.timings  # rebuilt, not the old vectors
     assert [p["score"] for p in again.run(dict(query))["passages"]] != [p["score"] for p in before]
     assert len(list((tmp_path / "cache" / "e2e-rag-db").iterdir())) == 2
+
+
+def test_embedder_forwards_overlap_only_when_concurrent(rag):
+    """Observed on the model's own forward hooks: two threads embedding at once are in the forward together with
+    concurrent (a stage with threads), one at a time without; the vectors are the serial ones either way."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    texts = [[f"the {t} river bridge number {i}" for i in range(6)] for t in TOWNS[:2]]
+    for concurrent, peak_wanted in ((False, 1), (True, 2)):
+        emb = index.Embedder(rag["emb"], concurrent=concurrent)
+        serial = [emb.embed(t) for t in texts]
+        state = {"in": 0, "peak": 0}
+        guard = threading.Lock()
+
+        def enter(module, args, state=state, guard=guard):
+            with guard:
+                state["in"] += 1
+                state["peak"] = max(state["peak"], state["in"])
+            time.sleep(0.2)  # long enough for the other thread to reach the forward if nothing holds it back
+
+        def leave(module, args, out, state=state, guard=guard):
+            with guard:
+                state["in"] -= 1
+
+        emb.model.register_forward_pre_hook(enter)
+        emb.model.register_forward_hook(leave)
+        with ThreadPoolExecutor(2) as pool:
+            got = list(pool.map(emb.embed, texts))
+        assert state["peak"] == peak_wanted, (concurrent, state)
+        assert all(np.allclose(a, b, atol=1e-6) for a, b in zip(got, serial, strict=True))

@@ -2,8 +2,10 @@
 ``reference_SUT_datasetup.DatasetupSUT`` builds the database.
 
 A sample's item is one page (``{"name", "content", "url"}``, from the manifest's preprocess). The stage cuts it
-(:func:`~mlharness.pipeline.chunking.document_passages`), embeds its passages outside any lock (several workers embed
-at once), then adds them to the shared index under the database's lock, with the reference's metadata (``source``,
+(:func:`~mlharness.pipeline.chunking.document_passages`), embeds its passages outside the database's lock (several
+workers' embeddings run side by side only where the stage sets ``threads``, each worker's share of the cores; else
+one at a time, each spread over the cores: :class:`~mlharness.pipeline.index.Embedder`), then adds them to the
+shared index under the database's lock, with the reference's metadata (``source``,
 ``passage_id``, ``original_url``). When the completed documents reach the data set's count (``options.documents``,
 or the item's ``total``), that sample saves the database and answers the MD5 of what it saved (32 hexadecimal
 characters); every other sample answers one byte, 1 (0 is never answered: a failure fails the sample, exit 3). This
@@ -92,7 +94,8 @@ class DbBuildStage:
         self.last: float | None = None
 
     def load(self) -> None:
-        self.embedder = index.Embedder(asset_path(self.spec, self.ctx), device=self.ctx.device)
+        self.embedder = index.Embedder(asset_path(self.spec, self.ctx), device=self.ctx.device,
+                                       concurrent=bool(self.spec.threads))
         self.db = index.VectorDB(index.new_index(self.embedder.dim), info={"embedder": self.embedder.path})
         # torch's first call of each batch shape is slow (its kernels are set up then): shapes a page's passages
         # take are played once here, so the calibration's few samples see the steady rate, not this set-up

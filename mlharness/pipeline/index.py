@@ -14,6 +14,7 @@ overwritten.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -30,9 +31,13 @@ MARKER_KIND = "mlharness e2e-rag vector database"
 
 class Embedder:
     """A sentence-transformers model embedding texts as the reference's ``HuggingFaceEmbeddings`` does (normalised,
-    no prefix); thread-safe: encodes under a lock (the model is shared, torch releases the GIL inside)."""
+    no prefix); thread-safe. The tokenizer runs under a lock (a fast tokenizer refuses concurrent calls). With
+    ``concurrent`` (a stage that sets its workers' ``threads``, each worker's torch threads its own share of the
+    cores) the model's forwards of several workers run side by side, torch releasing the GIL inside, as
+    ``rerank.py`` does; without it, one whole ``encode`` at a time, torch spreading that one over the cores (workers
+    beside it would only oversubscribe them)."""
 
-    def __init__(self, path: str | Path, device: str = "cpu", batch_size: int = 32):
+    def __init__(self, path: str | Path, device: str = "cpu", batch_size: int = 32, concurrent: bool = False):
         from sentence_transformers import SentenceTransformer
         from transformers.utils import logging as hf_logging
 
@@ -43,7 +48,15 @@ class Embedder:
         finally:
             hf_logging.enable_progress_bar()
         self.batch_size = batch_size
-        self.lock = threading.Lock()
+        self.lock = threading.Lock() if not concurrent else contextlib.nullcontext()  # one encode at a time
+        self.tokenizer_lock = threading.Lock()
+        preprocess = self.model.preprocess  # what encode tokenizes each batch with
+
+        def locked_preprocess(*args: Any, **kwargs: Any) -> Any:
+            with self.tokenizer_lock:
+                return preprocess(*args, **kwargs)
+
+        self.model.preprocess = locked_preprocess
         self.dim = int(self.model.get_embedding_dimension() if hasattr(self.model, "get_embedding_dimension")
                        else self.model.get_sentence_embedding_dimension())
 

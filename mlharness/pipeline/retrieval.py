@@ -7,7 +7,9 @@ Stage options: ``database`` (a folder :class:`~mlharness.pipeline.index.VectorDB
 download leave it: built into the cache at load, timed, and reused while the pages and the embedder's files are
 the same) or
 ``synthetic_corpus: true`` (the synthetic set's pages in the cache), ``top_k`` (default 10).
-The stage's ``model`` is the embedder (``graph_path`` beside the manifest, or made by its ``generator``). The item's
+The stage's ``model`` is the embedder (``graph_path`` beside the manifest, or made by its ``generator``); its
+workers embed queries side by side only when the stage sets ``threads`` (else one at a time:
+:class:`~mlharness.pipeline.index.Embedder`), FAISS searches always concurrently. The item's
 ``query`` is read; ``passages`` is added: ``[{"text", "url", "source", "score"}, ...]``, nearest first. An item
 with ``queries`` (a round of the multi-shot loop, :mod:`mlharness.tasks.e2e_rag.multishot`) gets ``query_passages``
 instead, each sub-query's ``query_top_k`` (else ``top_k``) passages, as the reference looks each one up.
@@ -104,7 +106,8 @@ class RetrievalStage:
         self.db: index.VectorDB | None = None
 
     def load(self) -> None:
-        self.embedder = index.Embedder(asset_path(self.spec, self.ctx), device=self.ctx.device)
+        self.embedder = index.Embedder(asset_path(self.spec, self.ctx), device=self.ctx.device,
+                                       concurrent=bool(self.spec.threads))
         self.db = open_or_build(self.spec, self.ctx, self.embedder)
         self.db.search(self.embedder.embed(["warm up"]), self.top_k)  # torch's and FAISS's first call, untimed
         if self.db.params()["dim"] != self.embedder.dim:
