@@ -189,6 +189,8 @@ def test_endpoint_sends_the_generating_stages_to_the_server(tmp_path):
     assert len(prompts) >= 8 and all(q.startswith("Answer the question based ONLY on the provided documents.")
                                      for q in prompts), prompts[:1]
     assert {r["result"]["answer"] for r in results(tmp_path)} == {"answer 1"}  # the server's, not the tiny LLM's
+    # the stage's generation settings came along: its max_new_tokens (8) is each turn's max_tokens
+    assert {r["body"].get("max_tokens") for r in server.requests} == {8}, server.requests[0]["body"]
     (tmp_path / "toy").mkdir()
     refused = mlharness(tmp_path / "toy", TOY, "--mode", "accuracy", "--endpoint", server.url)
     assert refused.returncode == 2 and "inputs[0].parameters.stages" in refused.stderr, refused.stderr
