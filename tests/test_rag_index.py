@@ -197,3 +197,20 @@ def test_embedder_forwards_overlap_only_when_concurrent(rag):
             got = list(pool.map(emb.embed, texts))
         assert state["peak"] == peak_wanted, (concurrent, state)
         assert all(np.allclose(a, b, atol=1e-6) for a, b in zip(got, serial, strict=True))
+
+
+def test_one_retrieved_url_list_for_the_results_the_hooks_and_rag_qa():
+    """multi_shot_retrieval.py adds a passage's page only when its original_url is set and not seen yet, then
+    keeps the first top_k_reranking: e2e-rag-qna's result entries, its hooks and rag_qa's recall read that list."""
+    from mlharness.tasks.e2e_rag.hooks import result_entry, retrieved_urls
+    from mlharness.tasks.generic.rag import score_one
+
+    passages = [{"url": u, "text": str(i)} for i, u in enumerate(["a", "b", "a", "", "c", "b", None, "d"])]
+    assert retrieved_urls({"passages": passages}) == ["a", "b", "c", "d"]
+    assert retrieved_urls({"passages": passages}, limit=2) == ["a", "b"]
+    assert retrieved_urls({"retrieved_urls": ["k", "k", "m"], "passages": passages}) == ["k", "m"]  # a stage's own
+    item = {"query": "q", "answer": "x", "passages": passages, "expected_urls": ["c"]}
+    assert result_entry(item)["retrieved_urls"] == ["a", "b", "c", "d"]
+    # rag_qa's recall@3 over the same list: c is third once duplicates no longer take places
+    scored = score_one({"answer": "x", "ground_truth": "x", "passages": passages, "expected_urls": ["c"]}, 3, "t")
+    assert scored["recall"] == 1.0

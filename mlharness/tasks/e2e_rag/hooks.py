@@ -14,11 +14,24 @@ from typing import Any
 import numpy as np
 
 
+def retrieved_urls(entry: dict[str, Any], limit: int | None = None) -> list[str]:
+    """The pages an item or a result retrieved, as ``multi_shot_retrieval.py`` builds ``retrieved_urls``: its
+    ``retrieved_urls`` where a stage set them (the multi-shot loop's kept documents), else the URLs of its
+    ``passages`` (``[{"url", ...}]``), in their order; a page once, at its first place (the reference's
+    ``all_retrieved_urls`` set), a passage without a URL left out (it adds only a non-empty ``original_url``),
+    then the first ``limit`` (its ``top_k_reranking``; all without it). The one list e2e-rag-qna's results, its
+    manifests' hooks and the generic ``rag_qa`` metric score."""
+    urls = entry.get("retrieved_urls")
+    if urls is None:
+        urls = [p.get("url") for p in entry.get("passages") or [] if isinstance(p, dict)]
+    unique = list(dict.fromkeys(str(u) for u in urls if u))
+    return unique if limit is None else unique[:limit]
+
+
 def result_entry(item: dict[str, Any]) -> dict[str, Any]:
     """``reference_SUT.py``'s ``results[query_id]`` for one answered question."""
-    retrieved = list(item.get("retrieved_urls") or [p.get("url") for p in item.get("passages", []) if p.get("url")])
     return {"query": item["query"], "answer": item.get("answer", "Unknown"),
-            "ground_truth": item.get("ground_truth"), "retrieved_urls": retrieved,
+            "ground_truth": item.get("ground_truth"), "retrieved_urls": retrieved_urls(item),
             "expected_urls": list(item.get("expected_urls", [])),
             "metrics": {"precision": item.get("precision", 0), "recall": item.get("recall", 0),
                         "f1": item.get("f1", 0)}}
@@ -62,10 +75,6 @@ def answer_messages(item: dict[str, Any], max_documents: int | None = None) -> l
     documents = "".join(f"\n[DOC {i + 1}] {p.get('text', '')}\n" for i, p in enumerate(passages))
     return [{"role": "user", "content": ANSWER_PROMPT.format(question=item["query"], documents=documents)}]
 
-
-def retrieved_urls(item: dict[str, Any]) -> list[str]:
-    """The pages of the item's passages, in order, each once: what the retrieval metrics score."""
-    return list(dict.fromkeys(p.get("url") for p in item.get("passages", []) if p.get("url")))
 
 
 def postprocess(ctx: Any, item: dict[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,8 @@ makes from the last item. This metric reads, from each result:
 
 - ``answer``: the generated text;
 - ``ground_truths`` (a list of acceptable answers) or ``ground_truth`` (one);
-- ``retrieved_urls`` (nearest first), or ``passages`` (``[{"url", ...}]``, nearest first);
+- ``retrieved_urls`` (nearest first), or ``passages`` (``[{"url", ...}]``, nearest first): a page counts once, at
+  its first place (:func:`mlharness.tasks.e2e_rag.hooks.retrieved_urls`, as the reference builds the list);
 - ``expected_urls``: the pages that hold the answer.
 
 Answers score as SQuAD v1.1 scores them (the project's copy of the official ``evaluate-v1.1.py``: answers
@@ -24,6 +25,7 @@ from typing import Any
 
 from mlharness.errors import AccuracyError
 from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult, accuracy_log_entries
+from mlharness.tasks.e2e_rag.hooks import retrieved_urls
 from mlharness.tasks.e2e_rag.metric import read_records
 from mlharness.tasks.squad.evaluate import exact_match_score, f1_score, metric_max_over_ground_truths
 
@@ -40,13 +42,6 @@ def ground_truths(result: dict[str, Any], where: str) -> list[str]:
                             f"'ground_truth' (a string), which the manifest's postprocess copies from the item; "
                             f"got keys {sorted(result)}")
     return truths
-
-
-def retrieved_urls(result: dict[str, Any]) -> list[str]:
-    urls = result.get("retrieved_urls")
-    if urls is None:
-        urls = [p.get("url", "") for p in result.get("passages") or [] if isinstance(p, dict)]
-    return [str(u) for u in urls]
 
 
 def recall_at_k(retrieved: list[str], expected: list[str], k: int | None) -> float:
