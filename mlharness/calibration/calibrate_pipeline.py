@@ -71,7 +71,8 @@ def for_run(asked: Asked, plan: lgs.SettingsPlan, settings: Any, sut: Any, loade
         return played.Played(
             one_s, offline_qps=rate, server_qps=SERVER_SHARE * together,
             measured_qps=measured, samples=summary["samples"], one="one sample",
-            bound_from="one sample's measured latency through the stages",
+            bound_from="one sample's measured latency through the stages", judged="samples through the stages ",
+            bound_why=", as the model is not an MLPerf benchmark and no --target-latency-ms or user.conf line sets one",
             how=f"from {summary['samples']} samples played through the stages (the slowest stage's workers over "
                 "its median call time)",
             extra={"sample_ms": one_s * 1e3, "pipeline_rate_per_s": rate,

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mlharness.calibration import played, server_bound
+from mlharness.calibration import played
 from mlharness.calibration.asked import Asked
 from mlharness.calibration.played import SERVER_SHARE
 from mlharness.loadgen import settings as lgs
@@ -35,11 +35,6 @@ def time_one_session(sut: Any, loader: Any, warmup: int) -> float:
     finally:
         loader.unload([0])
         loader.on_progress = progress
-
-
-def bound(asked: Asked, plan: lgs.SettingsPlan, settings: Any, official: bool) -> dict[str, Any] | None:
-    """The Server bound of whole sessions (``target_latency``), before calibration derives one if needed."""
-    return server_bound.for_run(asked, plan, settings, [], None, 0, official, tokens=False)
 
 
 def for_run(asked: Asked, plan: lgs.SettingsPlan, settings: Any, sut: Any, loader: Any, perf_count: int,

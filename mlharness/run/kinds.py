@@ -61,6 +61,9 @@ class DataKind:
     not_multistream: str | None = None
     # what the accuracy metric is told of the responses beyond the manifest's accuracy.options (video: fps, shape)
     accuracy_options: Callable[..., dict[str, Any]] = lambda model, path=None: {}
+    # how --endpoint reaches the model: the loaded manifest and the servers -> the manifest to run (None: the whole
+    # model becomes an openai predictor, predictors/openai/client.py's endpoint_manifest)
+    with_endpoints: Callable[[Any, list[str]], Any] | None = None
 
 
 def _tensor_sut(p: Parts) -> Any:
@@ -156,6 +159,19 @@ def _pipeline_sut(p: Parts) -> Any:
     return p.sut
 
 
+def _pipeline_endpoints(loaded: Any, endpoints: list[str]) -> Any:
+    """--endpoint on a pipeline: its generating stages go to the servers (pipeline/settings.py)."""
+    from mlharness.pipeline.settings import endpoint_stages
+
+    return endpoint_stages(loaded, endpoints)
+
+
+def _played_bound(p: Parts) -> Any:
+    """The Server latency bound of a kind whose sample is played whole (a session, a pipeline sample), resolved as
+    for any model before its calibration derives one from a played sample where none is set."""
+    return server_bound.for_run(p.run.asked, p.conf.plan, p.conf.settings, [], None, 0, p.run.official, tokens=False)
+
+
 KINDS: dict[str, DataKind] = {
     "tensor": DataKind("tensor", tokens=False, interactive=False, make_sut=_tensor_sut,
                        server_bound=lambda p: _bound(p, False), calibrate=_tensor_calibration, check_outputs=True,
@@ -169,8 +185,7 @@ KINDS: dict[str, DataKind] = {
                       server_bound=lambda p: _bound(p, False), calibrate=_tensor_calibration, check_outputs=True,
                       sut_warmup=True, accuracy_options=video_options),
     "session": DataKind("session", tokens=False, interactive=False, make_sut=_session_sut,
-                        server_bound=lambda p: calibrate_sessions.bound(p.run.asked, p.conf.plan, p.conf.settings,
-                                                                        p.run.official),
+                        server_bound=_played_bound,
                         calibrate=_played_calibration(calibrate_sessions.for_run), check_outputs=False,
                         sut_warmup=True,
                         not_multistream="one sample is a whole session of turns, played in order with its think "
@@ -179,10 +194,9 @@ KINDS: dict[str, DataKind] = {
                         "most N in flight: mlharness replay --concurrency N)"),
     # one sample, one item through a list of stages (retrieval, reranking, any predictor), each with its workers
     "pipeline": DataKind("pipeline", tokens=False, interactive=False, make_sut=_pipeline_sut,
-                         server_bound=lambda p: calibrate_sessions.bound(p.run.asked, p.conf.plan, p.conf.settings,
-                                                                         p.run.official),
+                         server_bound=_played_bound,
                          calibrate=_played_calibration(calibrate_pipeline.for_run), check_outputs=False,
-                         sut_warmup=True),
+                         sut_warmup=True, with_endpoints=_pipeline_endpoints),
 }
 
 

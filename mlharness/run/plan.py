@@ -141,10 +141,8 @@ def plan_run(loaded: LoadedManifest, opts: RunOptions) -> RunPlan:
 
         # after the hooks are built: ctx["framework"] stays the one the agents run
         loaded = remote_manifest(loaded, opts.agents, opts.network, opts.agent_options)
-    if opts.endpoints and m.framework.name == "pipeline":
-        from mlharness.pipeline.settings import endpoint_stages
-
-        loaded = endpoint_stages(loaded, opts.endpoints)  # the pipeline's generation stages to the servers
+    if opts.endpoints and kind.with_endpoints is not None:
+        loaded = kind.with_endpoints(loaded, opts.endpoints)  # the kind says what the servers take (a pipeline's)
     elif opts.endpoints:
         from mlharness.predictors.openai import endpoint_manifest
 
