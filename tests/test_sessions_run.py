@@ -81,9 +81,13 @@ def test_offline_recorded_timing_starts_no_session_before_its_start_s(tmp_path):
         result = run(RunOptions(scenario="Offline", mode="accuracy", manifest=manifest, dataset_path=tmp_path,
                                 output=tmp_path / "out"))
     records = {r.session: r for r in read_records(result.output / "sessions.jsonl")}
+    # issued together, started as recorded: s_k no sooner than 0.3 k s after the issue, and s0 (start_s 0) at the
+    # issue; s0's own start may come late on a busy host, which only shortens the gaps measured from it, so the
+    # tolerance covers a late s0 (a session started early would still fail by 0.2 s and more)
     t0 = records["s0"].started
+    assert t0 == min(r.started for r in records.values())
     for k in (1, 2):
-        assert records[f"s{k}"].started - t0 >= 0.3 * k - 0.01  # issued together, started as recorded
+        assert records[f"s{k}"].started - t0 >= 0.3 * k - 0.1
     summary = json.loads((result.output / "sessions_summary.json").read_text())
     assert summary["goodput"]["fraction"] == 1.0 and summary["slo"] == {"slo_session_ms": 60000.0}
     # what mlharness run prints under its result for this run
