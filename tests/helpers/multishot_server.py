@@ -5,52 +5,24 @@ prompt). Bound to 127.0.0.1, stopped within seconds; a reply function that raise
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from aiohttp import web
 
+from tests.helpers.session_server import LoopbackChat
 
-class ScriptedChat:
+
+class ScriptedChat(LoopbackChat):
     def __init__(self, reply: Callable[[str], str], model: str = "chat-model"):
-        self.reply, self.model = reply, model
-        self.requests: list[dict[str, Any]] = []
+        super().__init__(model)
+        self.reply = reply
         self._lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._runner: web.AppRunner | None = None
-        self.url = ""
-
-    def __enter__(self) -> ScriptedChat:
-        self._thread.start()
-        port = asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
-        self.url = f"http://127.0.0.1:{port}"
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
 
     def prompts(self, starting: str = "") -> list[str]:
         with self._lock:
             return [r["prompt"] for r in self.requests if r["prompt"].startswith(starting)]
-
-    async def _start(self) -> int:
-        app = web.Application()
-        app.router.add_get("/v1/models", self._models)
-        app.router.add_post("/v1/chat/completions", self._chat)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        return site._server.sockets[0].getsockname()[1]
-
-    async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()

@@ -15,24 +15,24 @@ import asyncio
 import json
 import threading
 import time
-from typing import Any
+from typing import Any, Self
 
 from aiohttp import web
 
 
-class ChatServer:
-    def __init__(self, delay_s: float = 0.0, fail_at: int | None = None, model: str = "chat-model"):
-        self.delay_s = delay_s
-        self.fail_at = fail_at
+class LoopbackChat:
+    """An aiohttp OpenAI-compatible chat server on 127.0.0.1 in a thread of its own (``/v1/models`` and
+    ``/v1/chat/completions``), started by ``with`` and stopped within seconds; a subclass answers ``_chat``."""
+
+    def __init__(self, model: str = "chat-model"):
         self.model = model
         self.requests: list[dict[str, Any]] = []
-        self._seen: dict[str, int] = {}  # session -> prompt characters of its last request
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._runner: web.AppRunner | None = None
         self.url = ""
 
-    def __enter__(self) -> ChatServer:
+    def __enter__(self) -> Self:
         self._thread.start()
         port = asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
         self.url = f"http://127.0.0.1:{port}"
@@ -55,6 +55,17 @@ class ChatServer:
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        raise NotImplementedError
+
+
+class ChatServer(LoopbackChat):
+    def __init__(self, delay_s: float = 0.0, fail_at: int | None = None, model: str = "chat-model"):
+        super().__init__(model)
+        self.delay_s = delay_s
+        self.fail_at = fail_at
+        self._seen: dict[str, int] = {}  # session -> prompt characters of its last request
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
