@@ -16,6 +16,7 @@ from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.logs import detail_values
 from mlharness.rounds import MIN_DURATION_MS
 from tests.helpers.cli import cli
+from tests.helpers.echo_manifest import echo_manifest
 from tests.test_submission_development import OVERRIDES
 
 
@@ -67,43 +68,22 @@ def test_a_count_given_on_the_command_line_is_kept(tmp_path):
 # rgat's mlperf.conf counts (788,379 samples) over an echo model whose predict is slow only inside calibration: the
 # calibrated rate is far below what the run then does, so the first performance try ends before its min_duration
 # (INVALID, whatever the host) and submission run repeats it with a higher expected rate
-SLOW_CALIBRATION = """\
-name: slowcalibration
-framework: {name: echo}
-inputs: [{name: x, element_type: int64, shape: [1]}]
-outputs: [{name: y, element_type: int64, shape: [1]}]
-response: {element_type: bytes}
-mlperf: {model: rgat}
-attributes: {measurements: {starting_weights_filename: "none: an echo"}}
-dataset:
-  name: indices
-  init: |
-    def init(count):
-        return 64
-preprocess: |
-  import numpy as np
+SLOW_CALIBRATION = echo_manifest("slowcalibration", """\
+import sys
+import time
 
-  def preprocess(ctx, index):
-      return np.array([index], dtype=np.int64)
-predict: |
-  import sys
-  import time
+def calibrating():
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith("calibrate.py"):
+            return True
+        frame = frame.f_back
+    return False
 
-  def calibrating():
-      frame = sys._getframe(1)
-      while frame is not None:
-          if frame.f_code.co_filename.endswith("calibrate.py"):
-              return True
-          frame = frame.f_back
-      return False
-
-  def predict(ctx, run, inputs):
-      time.sleep(0.03 if calibrating() else 0.0002)
-      return run(inputs)
-postprocess: |
-  def postprocess(ctx, outputs):
-      return [b"label-%d" % i for i in outputs[0][:, 0]]
-"""
+def predict(ctx, run, inputs):
+    time.sleep(0.03 if calibrating() else 0.0002)
+    return run(inputs)
+""", mlperf="{model: rgat}")
 
 
 @pytest.mark.slow

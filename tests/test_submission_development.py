@@ -20,6 +20,7 @@ from mlharness.submission.compliance import Verdict
 from mlharness.submission.findings import Findings, Row
 from mlharness.submission.layout import Tree
 from mlharness.submission.orchestrate import Outcome, _report_verdicts
+from tests.helpers.echo_manifest import echo_manifest
 from tests.helpers.loadgen_logs import write_run
 
 SYSTEM = "box"
@@ -27,36 +28,16 @@ OVERRIDES = {"status": "available", "system_type": "edge", "cooling": "air", "ho
              "host_networking_topology": "N/A", "host_storage_capacity": "256 GB", "host_storage_type": "SSD"}
 # the compliance run (the only child given an audit config) answers ten times slower than the performance run:
 # TEST01's performance comparison fails whatever the host does, while the responses stay the same
-SLOW_AUDIT = """\
-name: slowaudit
-framework: {name: echo}
-inputs: [{name: x, element_type: int64, shape: [1]}]
-outputs: [{name: y, element_type: int64, shape: [1]}]
-response: {element_type: bytes}
-attributes: {measurements: {starting_weights_filename: "none: an echo"}}
-dataset:
-  name: indices
-  init: |
-    def init(count):
-        return 64
-preprocess: |
-  import numpy as np
+SLOW_AUDIT = echo_manifest("slowaudit", """\
+import sys
+import time
 
-  def preprocess(ctx, index):
-      return np.array([index], dtype=np.int64)
-predict: |
-  import sys
-  import time
+PAUSE = 0.03 if "--audit-config" in sys.argv else 0.003
 
-  PAUSE = 0.03 if "--audit-config" in sys.argv else 0.003
-
-  def predict(ctx, run, inputs):
-      time.sleep(PAUSE)
-      return run(inputs)
-postprocess: |
-  def postprocess(ctx, outputs):
-      return [b"label-%d" % i for i in outputs[0][:, 0]]
-"""
+def predict(ctx, run, inputs):
+    time.sleep(PAUSE)
+    return run(inputs)
+""")
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
