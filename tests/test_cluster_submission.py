@@ -13,37 +13,18 @@ import sys
 import yaml
 
 from mlharness.submission.dispatch import parse_constraints
+from tests.helpers.echo_manifest import echo_manifest
 from tests.helpers.ray_cluster import ray_cluster  # noqa: F401 - the fixture
 
 SYSTEM = "box"
 OVERRIDES = {"status": "available", "system_type": "edge", "cooling": "air", "host_memory_configuration": "1x 24 GB",
              "host_networking_topology": "N/A", "host_storage_capacity": "256 GB", "host_storage_type": "SSD"}
-TOY = """\
-name: {name}
-framework: {{name: echo}}
-inputs: [{{name: x, element_type: int64, shape: [1]}}]
-outputs: [{{name: y, element_type: int64, shape: [1]}}]
-response: {{element_type: bytes}}
-attributes: {{measurements: {{starting_weights_filename: "none: an echo"}}}}
-dataset:
-  name: indices
-  init: |
-    def init(count):
-        return 64
-preprocess: |
-  import numpy as np
+TOY_PREDICT = """\
+import time
 
-  def preprocess(ctx, index):
-      return np.array([index], dtype=np.int64)
-predict: |
-  import time
-
-  def predict(ctx, run, inputs):
-      time.sleep(0.003)
-      return run(inputs)
-postprocess: |
-  def postprocess(ctx, outputs):
-      return [b"label-%d" % i for i in outputs[0][:, 0]]
+def predict(ctx, run, inputs):
+    time.sleep(0.003)
+    return run(inputs)
 """
 
 
@@ -74,7 +55,7 @@ def test_two_benchmarks_land_on_the_nodes_their_constraints_allow_and_the_tree_p
     for name, (accelerator, _, scenarios) in benchmarks.items():
         folder = tmp_path / name
         folder.mkdir()
-        (folder / f"{name}.yaml").write_text(TOY.format(name=name))
+        (folder / f"{name}.yaml").write_text(echo_manifest(name, TOY_PREDICT))
         run = cli(env, "submission", "run", "--manifest", str(folder / f"{name}.yaml"), "--scenarios", *scenarios,
                   "--division", "open", "--submitter", "Acme", "--system-name", SYSTEM, "--results", str(results),
                   "--system-overrides", str(overrides), "--min-duration-ms", "200", "--min-query-count", "64",
