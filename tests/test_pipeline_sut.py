@@ -23,12 +23,14 @@ pytest.importorskip("mlperf_loadgen")
 TOY = MANIFESTS_DIR / "pipeline-toy" / "pipeline-toy.yaml"
 
 
-def toy_manifest(tmp: Path, stages: list[dict] | None = None, count: int = 64) -> Path:
+def toy_manifest(tmp: Path, stages: list[dict] | None = None, count: int = 64, postprocess: str | None = None) -> Path:
+    """pipeline-toy with other ``stages`` (their postprocess answers the trail's length, or ``postprocess``'s
+    source) and ``count`` samples."""
     doc = yaml.safe_load(TOY.read_text())
     if stages is not None:
         doc["inputs"][0]["parameters"]["stages"] = stages
-        doc["postprocess"] = ("def postprocess(ctx, item):\n    item['response'] = [len(item['trail'])]\n"
-                              "    item['result'] = {'trail': item['trail']}\n    return item\n")
+        doc["postprocess"] = postprocess or ("def postprocess(ctx, item):\n    item['response'] = [len(item['trail'])]\n"
+                                             "    item['result'] = {'trail': item['trail']}\n    return item\n")
     doc["dataset"]["init"] = doc["dataset"]["init"].replace("range(64)", f"range({count})")
     path = tmp / "pipe.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -130,11 +132,9 @@ def test_a_tensor_predictor_is_a_stage_through_the_adapter(tmp_path):
               {"name": "model", "framework": "echo", "options": {"sleep_ms": 1}, "workers": 2,
                "before": "import numpy as np\n\ndef before(ctx, item):\n"
                          "    item['inputs'] = [np.array([[item['index'] * 10]], dtype=np.int32)]\n    return item\n"}]
-    path = toy_manifest(tmp_path, stages, count=6)
-    doc = yaml.safe_load(path.read_text())
-    doc["postprocess"] = ("def postprocess(ctx, item):\n    item['response'] = item['outputs'][0]\n"
-                          "    item['result'] = {'echo': int(item['outputs'][0][0][0])}\n    return item\n")
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    path = toy_manifest(tmp_path, stages, count=6, postprocess=(
+        "def postprocess(ctx, item):\n    item['response'] = item['outputs'][0]\n"
+        "    item['result'] = {'echo': int(item['outputs'][0][0][0])}\n    return item\n"))
     p = mlharness(tmp_path, path, "--mode", "accuracy")
     assert p.returncode == 0, p.stdout + p.stderr
     assert {r["qsl_idx"]: r["result"]["echo"] for r in results(tmp_path)} == {i: i * 10 for i in range(6)}
@@ -155,11 +155,9 @@ def test_a_chat_stage_sends_its_turn_options_and_not_to_the_predictor(tmp_path):
                                "extra_body": {"seed": 3, "temperature": 0}},
                    "before": "def before(ctx, item):\n    item['messages'] = [{'role': 'user', 'content': "
                              "'question %d' % item['index']}]\n    return item\n"}]
-        path = toy_manifest(tmp_path, stages, count=4)
-        doc = yaml.safe_load(path.read_text())
-        doc["postprocess"] = ("def postprocess(ctx, item):\n    item['response'] = [item['n_tokens']]\n"
-                              "    item['result'] = {'answer': item['answer']}\n    return item\n")
-        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        path = toy_manifest(tmp_path, stages, count=4, postprocess=(
+            "def postprocess(ctx, item):\n    item['response'] = [item['n_tokens']]\n"
+            "    item['result'] = {'answer': item['answer']}\n    return item\n"))
         p = mlharness(tmp_path, path, "--mode", "accuracy")
     assert p.returncode == 0, p.stdout + p.stderr
     bodies = [r["body"] for r in server.requests]
@@ -202,11 +200,11 @@ def test_a_stage_begins_the_test_after_warm_up_with_its_state_reset(tmp_path):
     count (state kept across samples, as e2e-rag-db's database build) numbers the test's samples 1..N, the warm-up's
     calls not among them."""
     stages = [{"name": "a", "framework": "toy-stage", "options": {"count_calls": True}}]
-    path = toy_manifest(tmp_path, stages, count=6)
+    path = toy_manifest(tmp_path, stages, count=6, postprocess=(
+        "def postprocess(ctx, item):\n    item['response'] = [len(item['trail'])]\n"
+        "    item['result'] = {'call': item['calls']['a']}\n    return item\n"))
     doc = yaml.safe_load(path.read_text())
     doc["framework"]["warmup"] = 2
-    doc["postprocess"] = ("def postprocess(ctx, item):\n    item['response'] = [len(item['trail'])]\n"
-                          "    item['result'] = {'call': item['calls']['a']}\n    return item\n")
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     p = mlharness(tmp_path, path, "--mode", "accuracy")
     assert p.returncode == 0, p.stdout + p.stderr
@@ -218,19 +216,16 @@ def test_a_response_that_cannot_be_handed_to_loadgen_fails_its_sample_naming_pos
     fails naming postprocess and the sample, exit 3, the other samples completed, and no hang (LoadGen is handed
     every sample; before, the sample was never completed and the run waited for it forever)."""
     stages = [{"name": "a", "framework": "toy-stage"}]
-    path = toy_manifest(tmp_path, stages, count=6)
-    doc = yaml.safe_load(path.read_text())
-    doc["postprocess"] = ("def postprocess(ctx, item):\n"
-                          "    item['response'] = ['x'] if item['index'] == 4 else [len(item['trail'])]\n"
-                          "    item['result'] = {'trail': item['trail']}\n    return item\n")
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    path = toy_manifest(tmp_path, stages, count=6, postprocess=(
+        "def postprocess(ctx, item):\n"
+        "    item['response'] = ['x'] if item['index'] == 4 else [len(item['trail'])]\n"
+        "    item['result'] = {'trail': item['trail']}\n    return item\n"))
     p = mlharness(tmp_path, path, "--mode", "accuracy", timeout=60)
     assert p.returncode == 3, p.stdout + p.stderr
     assert "stage 'postprocess' failed sample 4: ValueError" in p.stderr and "1 of 6 samples failed" in p.stderr
     recs = {r["qsl_idx"]: r for r in results(tmp_path)}
     assert sorted(recs) == list(range(6)) and [i for i in recs if recs[i]["error"]] == [4]
     assert recs[4]["error"]["stage"] == "postprocess" and recs[4]["result"] is None
-
 
 
 class _LoadGenRecorder:
