@@ -217,7 +217,7 @@ def test_nothing_reaches_loadgen_after_its_test_ended():
 
     sut, lg = token_sut()
     late = SampleStream(sut, 90, 9)
-    sut._end()  # StartTest returned
+    sut._end_test()  # StartTest returned
     late.first(np.array([1], dtype=np.int32))
     late.done(np.array([1, 2], dtype=np.int32))
     sut.stop_caller()

@@ -1,6 +1,7 @@
 """The completion contract every LoadGen-facing object shares (:class:`~mlharness.loadgen.sut.SystemUnderTest`,
 :class:`~mlharness.loadgen.sut.NetworkQDL`): count what was issued and completed, keep the first error, complete a
-batch from one buffer, or with empty responses once the run has failed or was interrupted."""
+batch from one buffer, or with empty responses once the run has failed or was interrupted; and for the SUTs that
+complete samples one by one (tokens, sessions, pipelines), one sample, never after LoadGen's test has ended."""
 
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ class Completions:
         # no model runs any more (a failure or a signal): every sample is completed empty at once
         self.halted = False
         self._lg: Any = None
+        # StartTest has returned: LoadGen's sample objects are gone, and a late completion must not reach it
+        self._ended = False
+        self._end_lock = threading.Lock()
 
     def _count_issued(self, n: int) -> None:
         with self._count_lock:
@@ -84,6 +88,30 @@ class Completions:
             responses += [response(i, s, n) for i, s, n in zip(ids, starts, sizes, strict=True)]
         lg.QuerySamplesComplete(responses)
         self._count(len(responses), len(parts))
+
+    def _end_test(self) -> None:
+        """StartTest returned (LoadGen's ``on_end``): waits for a completion in flight, refuses the later ones."""
+        with self._end_lock:
+            self._ended = True
+
+    def complete_one(self, sample_id: int, data: np.ndarray | None, n_tokens: int | None, what: str) -> bool:
+        """Complete one sample of a SUT that completes samples one by one (empty when ``data`` is None; with its
+        token count where given); once the test has ended, nothing is handed to LoadGen and ``what`` is logged as
+        finished late. True if LoadGen was handed the sample."""
+        with self._end_lock:
+            if self._ended:
+                log.warning("%s finished after the LoadGen test had ended; ignored", what)
+                return False
+            lg = self._lg
+            if data is None:
+                response = lg.QuerySampleResponse(sample_id, 0, 0)
+            elif n_tokens is None:
+                response = lg.QuerySampleResponse(sample_id, data.ctypes.data, data.nbytes)
+            else:
+                response = lg.QuerySampleResponse(sample_id, data.ctypes.data, data.nbytes, n_tokens)
+            lg.QuerySamplesComplete([response])
+        self._count(1)
+        return True
 
     def _complete(self, ids: list[int], buf: np.ndarray, offsets: np.ndarray) -> None:
         self.complete_parts([(ids, buf, offsets)])

@@ -85,8 +85,6 @@ class PipelineSUT(Completions):
         self.failures: list[StageError] = []
         self._open: dict[int, Job] = {}
         self._open_lock = threading.Lock()
-        self._ended = False
-        self._end_lock = threading.Lock()
         self._wall: list[float] = []
         self._started = False
 
@@ -133,7 +131,7 @@ class PipelineSUT(Completions):
         for i, x in zip(ids, indices, strict=True):
             job = Job(int(i), int(x), {})
             if self.halted:
-                self._complete_one(job, None, None)
+                self.complete_one(job.token, None, None, "a pipeline sample")
                 continue
             try:
                 job.item = self.item_at(int(x))
@@ -178,21 +176,7 @@ class PipelineSUT(Completions):
                 log.error("%s", job.error)
             self.jobs.append(job)
         finally:
-            self._complete_one(job, data, n)
-
-    def _complete_one(self, job: Job, data: np.ndarray | None, n: int | None) -> None:
-        with self._end_lock:
-            if self._ended:
-                log.warning("a pipeline sample finished after the LoadGen test had ended; ignored")
-                return
-            lg = self._lg
-            if data is None:
-                lg.QuerySamplesComplete([lg.QuerySampleResponse(job.token, 0, 0)])
-            elif n is None:
-                lg.QuerySamplesComplete([lg.QuerySampleResponse(job.token, data.ctypes.data, data.nbytes)])
-            else:
-                lg.QuerySamplesComplete([lg.QuerySampleResponse(job.token, data.ctypes.data, data.nbytes, n)])
-        self._count(1)
+            self.complete_one(job.token, data, n, "a pipeline sample")
 
     # -- outside LoadGen (warm-up, calibration) ----------------------------------------------------------------
     def _done_local(self, job: Job) -> None:
@@ -235,8 +219,7 @@ class PipelineSUT(Completions):
 
     # -- one LoadGen test ----------------------------------------------------------------------------------------
     def _end(self) -> None:
-        with self._end_lock:
-            self._ended = True
+        self._end_test()
         self._wall.append(time.perf_counter())
 
     def run_test(self, loader: SampleLoader, total_count: int, performance_count: int, settings: Any,

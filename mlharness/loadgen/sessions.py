@@ -87,8 +87,6 @@ class SessionSUT(Completions):
         self._gate: asyncio.Semaphore | None = None
         self._open: dict[int, asyncio.Future[Any] | None] = {}  # LoadGen sample id -> its task (None: not yet)
         self._open_lock = threading.Lock()
-        self._ended = False
-        self._end_lock = threading.Lock()
         self._wall: list[float] = []  # perf_counter when LoadGen's test started and ended
 
     # -- the loop ------------------------------------------------------------------------------------------------
@@ -212,16 +210,7 @@ class SessionSUT(Completions):
             if sample_id not in self._open:
                 return False
             del self._open[sample_id]
-        with self._end_lock:
-            if self._ended:
-                log.warning("a session finished after the LoadGen test had ended; ignored")
-                return True
-            lg = self._lg
-            if data is None or self.halted:
-                lg.QuerySamplesComplete([lg.QuerySampleResponse(sample_id, 0, 0)])
-            else:
-                lg.QuerySamplesComplete([lg.QuerySampleResponse(sample_id, data.ctypes.data, data.nbytes)])
-        self._count(1)
+        self.complete_one(sample_id, None if self.halted else data, None, "a session")
         return True
 
     def play_once(self, index: int, timeout_s: float | None = None) -> SessionRecord:
@@ -245,8 +234,7 @@ class SessionSUT(Completions):
 
     # -- one LoadGen test ----------------------------------------------------------------------------------------
     def _end(self) -> None:
-        with self._end_lock:
-            self._ended = True
+        self._end_test()
         self._wall.append(time.perf_counter())
 
     def run_test(self, loader: SampleLoader, total_count: int, performance_count: int, settings: Any,

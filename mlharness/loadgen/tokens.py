@@ -161,8 +161,6 @@ class TokenSUT(Completions):
         self._thread: threading.Thread | None = None
         self._outstanding: set[SampleStream] = set()  # submitted, not yet completed
         self._outstanding_lock = threading.Lock()
-        self._ended = False  # StartTest returned: LoadGen's sample objects are gone
-        self._end_lock = threading.Lock()
         # every FirstTokenComplete / QuerySamplesComplete is made from this one thread (see the module doc)
         self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._caller: threading.Thread | None = None
@@ -284,10 +282,6 @@ class TokenSUT(Completions):
                                            f"{type(sink.error).__name__}: {sink.error}") from sink.error
 
     # -- one LoadGen test ----------------------------------------------------------------------------------------
-    def _end(self) -> None:
-        with self._end_lock:  # waits for a LoadGen call in flight
-            self._ended = True
-
     def run_test(self, loader: SampleLoader, total_count: int, performance_count: int, settings: Any,
                  log_settings: Any, audit_config: str, warmup: int = 0) -> None:
         import mlperf_loadgen as lg
@@ -298,7 +292,7 @@ class TokenSUT(Completions):
         self.start_caller()
         try:
             run_fast_sut(self, loader, total_count, performance_count, settings, log_settings, audit_config,
-                         self.issue, self.flush, self.warm_up, on_end=self._end)
+                         self.issue, self.flush, self.warm_up, on_end=self._end_test)
         finally:
             self.queries.put(_STOP)
             self._thread.join(timeout=30)
