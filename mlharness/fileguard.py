@@ -185,3 +185,163 @@ def hash_file(path: Path, what: str, algorithm: str = "sha256", *, error: ErrorF
             h.update(chunk)
             left -= len(chunk)
     return h.hexdigest()
+
+
+# ---- readers of the common formats, each through the checks above -------------------------------------------------
+
+LINE_LIMIT = 64 << 20
+"""Most bytes in one line of a line-oriented file (JSON Lines, CSV, a prompt list): the longest real line (a
+conversation with its tool outputs, a base64 image) is a few MiB; a file without newlines would otherwise be read
+whole into one string."""
+
+JSON_DEPTH_LIMIT = 200
+"""Most nesting of arrays and objects in a JSON value: real records are a handful of levels deep; a line of
+100,000 ``[`` would otherwise reach the decoder's recursion."""
+
+
+def _where(path: Path, what: str, line: int | None = None) -> str:
+    return f"{what} {path}" + (f", line {line}" if line is not None else "")
+
+
+def open_text(path: Path, what: str, *, error: ErrorFactory = UnusableFile, encoding: str = "utf-8"):
+    """A text file object for the regular file ``path`` (opened as :func:`open_regular` opens it); decoding errors
+    are raised, never replaced. For files read whole, prefer :func:`read_text_bounded`."""
+    import io
+
+    return io.TextIOWrapper(open_regular(path, what, error=error), encoding=encoding, errors="strict", newline=None)
+
+
+def iter_lines(path: Path, what: str, *, limit: int = LINE_LIMIT, error: ErrorFactory = UnusableFile):
+    """``(line number, text)`` for each line of the regular file ``path``, read as a stream (its line ending
+    removed; the first line's UTF-8 byte-order mark too). A line longer than ``limit`` bytes, or one that is not
+    UTF-8, is an error naming the file and that line; no more than ``limit + 1`` bytes of a line are ever held."""
+    path = Path(path)
+    with open_regular(path, what, error=error) as f:
+        number = 0
+        while True:
+            raw = f.readline(limit + 1)
+            if not raw:
+                return
+            number += 1
+            if len(raw) > limit and not raw.endswith(b"\n"):
+                raise error(f"{_where(path, what, number)} is longer than {_human(limit)}, the most read for one "
+                            "line; check that it is the right file")
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise error(f"{_where(path, what, number)} is not UTF-8 text: byte 0x{raw[e.start]:02x} at column "
+                            f"{e.start + 1}") from None
+            yield number, text.rstrip("\r\n")
+
+
+def json_depth(text: str | bytes) -> int:
+    """How deeply the arrays and objects of the JSON text nest (brackets inside strings not counted); a lower
+    bound of 0 when there are fewer brackets than :data:`JSON_DEPTH_LIMIT`, which is all a caller needs."""
+    import re
+
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    if data.count(b"[") + data.count(b"{") < JSON_DEPTH_LIMIT:
+        return 0
+    brackets = re.sub(rb'"(?:[^"\\]|\\.)*"|[^\[\]{}]', b"", data, flags=re.DOTALL)
+    import numpy as np
+
+    steps = np.frombuffer(brackets, dtype=np.uint8)
+    depth = np.cumsum(np.where((steps == ord("[")) | (steps == ord("{")), 1, -1), dtype=np.int64)
+    return int(depth.max()) if depth.size else 0
+
+
+def parse_json(text: str | bytes, where: str, *, error: ErrorFactory = UnusableFile, line: int = 1) -> object:
+    """The JSON value of ``text``; ``where`` names its source in errors ("trace t.jsonl, line 4"): a malformed value
+    is an error naming the line and column where decoding stopped (counted from ``line``), too deep a nesting one
+    naming the bound. Non-standard ``NaN`` and ``Infinity`` are refused."""
+    import json
+
+    if json_depth(text) > JSON_DEPTH_LIMIT:
+        raise error(f"{where} nests arrays and objects more than {JSON_DEPTH_LIMIT} deep; refusing to decode it")
+
+    def constant(name: str) -> object:
+        raise ValueError(f"{name} is not a JSON number")
+
+    try:
+        return json.loads(text, parse_constant=constant)
+    except json.JSONDecodeError as e:
+        raise error(f"{where}: not valid JSON at line {line + e.lineno - 1}, column {e.colno}: {e.msg}") from None
+    except ValueError as e:  # NaN / Infinity, or bytes that are not UTF-8
+        raise error(f"{where}: not valid JSON: {e}") from None
+    except RecursionError:
+        raise error(f"{where} nests arrays and objects too deeply to decode") from None
+
+
+def read_json(path: Path, what: str, limit: int = DATA_FILE_LIMIT, *, error: ErrorFactory = UnusableFile) -> object:
+    """The JSON value in the regular file ``path`` (at most ``limit`` bytes, UTF-8); errors name the file, and the
+    line and column of a malformed value."""
+    path = Path(path)
+    text = read_text_bounded(path, what, limit, error=error)
+    return parse_json(text, f"{what} {path}", error=error)
+
+
+def iter_jsonl(path: Path, what: str, *, limit: int = LINE_LIMIT, error: ErrorFactory = UnusableFile):
+    """``(line number, value)`` for each non-blank line of the JSON Lines file ``path``, read as a stream; an error
+    names the file and the very line at fault (too long, not UTF-8, not JSON, too deep)."""
+    path = Path(path)
+    for number, text in iter_lines(path, what, limit=limit, error=error):
+        if text.strip():
+            yield number, parse_json(text, _where(path, what, number), error=error)
+
+
+def load_npy(path: Path, what: str, limit: int = DATA_FILE_LIMIT * 64, *, error: ErrorFactory = UnusableFile,
+             mmap_mode: str | None = None, allow_pickle: bool = False):
+    """``numpy.load`` of the regular file ``path`` (``.npy``/``.npz``), never unpickling by default. A truncated or
+    malformed file is an error naming it. With ``mmap_mode`` the array is mapped, not read (numpy maps only by path:
+    the file is checked first)."""
+    import numpy as np
+
+    path = Path(path)
+    size = os.stat(check_regular_file(path, what, error=error)).st_size
+    if size > limit:
+        raise (error if error is not UnusableFile else FileTooLarge)(
+            f"{what} {path} is larger than {_human(limit)}, the most read for it; check that it is the right file")
+    try:
+        if mmap_mode is not None:
+            return np.load(path, mmap_mode=mmap_mode, allow_pickle=allow_pickle)
+        with open_regular(path, what, error=error) as f:
+            loaded = np.load(f, allow_pickle=allow_pickle)
+            if isinstance(loaded, np.lib.npyio.NpzFile):
+                return {k: loaded[k] for k in loaded.files}
+            return loaded
+    except (ValueError, OSError, EOFError) as e:
+        raise error(f"{what} {path} is not a readable NumPy file: {e}") from None
+
+
+def torch_load(path: Path, what: str, limit: int = DATA_FILE_LIMIT * 64, *, error: ErrorFactory = UnusableFile,
+               map_location: object = "cpu", weights_only: bool = True) -> object:
+    """``torch.load`` of the regular file ``path`` (tensors and plain containers only, unless ``weights_only`` is
+    turned off for a file mlharness wrote); a file torch cannot read is an error naming it."""
+    import torch
+
+    path = Path(path)
+    data = read_bytes_bounded(path, what, limit, error=error)
+    import io
+
+    try:
+        return torch.load(io.BytesIO(data), map_location=map_location, weights_only=weights_only)
+    except Exception as e:  # torch raises RuntimeError, pickle's UnpicklingError, EOFError, ...
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise error(f"{what} {path} is not a readable torch file: {first}") from None
+
+
+def open_image(path: Path, what: str, limit: int = 256 << 20, *, error: ErrorFactory = UnusableFile):
+    """A Pillow image of the regular file ``path`` (at most ``limit`` bytes, decoded lazily as Pillow does); a file
+    that is no image is an error naming it."""
+    import io
+
+    from PIL import Image, UnidentifiedImageError
+
+    path = Path(path)
+    data = read_bytes_bounded(path, what, limit, error=error)
+    try:
+        return Image.open(io.BytesIO(data))
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as e:
+        raise error(f"{what} {path} is not a readable image: {e}") from None
