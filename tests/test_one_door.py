@@ -25,8 +25,6 @@ ALLOWED: dict[tuple[str, str], str] = {
         "the sandboxed child's own standard input and /dev/null, fixed descriptors, not a user's path",
     ("mlharness/tasks/deepseek_r1/isolation.py", "processes_of"):
         "/proc/<pid>/status of the sandbox's own processes; no user names it",
-    ("mlharness/run/destination.py", "exclusive"):
-        "the run folder's lock file that mlharness creates itself (O_CREAT | O_NOFOLLOW), never a user's file",
     ("mlharness/manifest/archives.py", "_extract_zip"):
         "a member of an archive already opened through the door (zf.open(info)), and O_EXCL writes",
     ("mlharness/loadgen/settings.py", "embedded_mlperf_conf"):
