@@ -184,10 +184,21 @@ def outcome_label(outcome: RunOutcome) -> str:
             else "failed")
 
 
+RECORD_LIMIT = 256 << 20  # a record of a million jobs is some hundreds of MiB; a device is refused
+
+
 def read_record(root: Path) -> dict[str, Any] | None:
+    """The campaign's record, or None where there is none (or it is not JSON: it is rewritten whole). A record
+    path that is not a regular file (a FIFO, a device) is refused naming it, never waited on."""
+    from mlharness import fileguard
+
+    path = root / RECORD
+    if not os.path.lexists(path):
+        return None
+    fileguard.check_regular_file(path, "the campaign's record", error=SettingsError)
     try:
-        data = json.loads((root / RECORD).read_text())
-    except (OSError, json.JSONDecodeError):
+        data = fileguard.read_json(path, "the campaign's record", RECORD_LIMIT, error=ValueError)
+    except ValueError:
         return None
     return data if isinstance(data, dict) else None
 

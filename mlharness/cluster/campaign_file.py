@@ -22,6 +22,7 @@ import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from mlharness import fileguard
 from mlharness.errors import ManifestError
 from mlharness.manifest import safeyaml
 from mlharness.manifest.names import safe_name
@@ -154,7 +155,8 @@ def _line_of(node: Any, loc: tuple[Any, ...]) -> int | None:
 def load_campaign(path: Path) -> CampaignSpec:
     """The campaign file, validated; a ManifestError naming the file, line and field otherwise (exit status 2)."""
     try:
-        text = safeyaml.decode(safeyaml.read_bytes(path))
+        text = safeyaml.decode(fileguard.read_bytes_bounded(path, "the campaign file", safeyaml.MAX_BYTES,
+                                                            error=ValueError, name_path=False))
     except OSError as e:
         raise ManifestError(path, None, f"cannot read the campaign file: {e.strerror or e}") from e
     except (ValueError, UnicodeDecodeError) as e:

@@ -78,10 +78,17 @@ def write_files(job: RunJob, work: Path) -> None:
         target.write_bytes(content)
 
 
+CONSOLE_TAIL = 1 << 20
+
+
 def error_line(console: Path) -> str | None:
     """The run's own error message (the paragraph after its last 'error:' line), else the end of its console."""
-    try:
-        lines = console.read_text(errors="replace").splitlines()
+    from mlharness import fileguard
+
+    try:  # its last CONSOLE_TAIL bytes: a run that printed gigabytes ends with its error all the same
+        with fileguard.open_regular(console, "the run's console", error=OSError) as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - CONSOLE_TAIL))
+            lines = f.read(CONSOLE_TAIL).decode("utf-8", errors="replace").splitlines()
     except OSError:
         return None
     start = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith("error:")), None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mlharness import fileguard
 from mlharness.cluster.jobs import Constraints, RunJob
 from mlharness.errors import SettingsError
 from mlharness.paths import USER_CONF_DIR
@@ -42,11 +43,17 @@ def builtin_name(path: Path) -> str | None:
     return None
 
 
+def _read(path: Path) -> bytes:
+    """A file a job ships: a regular file of at most the shipping bound, refused naming it otherwise."""
+    return fileguard.read_bytes_bounded(path, "a file shipped to the cluster's nodes", MAX_SHIPPED_BYTES,
+                                        error=SettingsError)
+
+
 def manifest_files(path: Path, folder: str) -> tuple[str, tuple[tuple[str, bytes], ...]]:
     """A manifest file and the small files beside it (hooks, labels, dataset manifests), shipped under
     ``folder``; returns the relative path the run names and the files."""
     path = path.resolve()
-    files = [(f"{folder}/{path.name}", path.read_bytes())]
+    files = [(f"{folder}/{path.name}", _read(path))]
     total = len(files[0][1])
     for sibling in sorted(path.parent.iterdir()):
         if sibling == path or not sibling.is_file() or sibling.suffix not in SIBLING_SUFFIXES:
@@ -58,7 +65,7 @@ def manifest_files(path: Path, folder: str) -> tuple[str, tuple[tuple[str, bytes
         if total > MAX_SHIPPED_BYTES:
             raise SettingsError(f"the files beside {path} exceed {MAX_SHIPPED_BYTES >> 20} MB: keep the manifest "
                                 f"in a folder of its own to run it on a cluster")
-        files.append((f"{folder}/{sibling.name}", sibling.read_bytes()))
+        files.append((f"{folder}/{sibling.name}", _read(sibling)))
     return f"{folder}/{path.name}", tuple(files)
 
 
@@ -92,7 +99,7 @@ def job_from_argv(argv: list[str], key: str, dest: str, constraints: Constraints
                 rel, shipped = manifest_files(Path(value), folder)
             else:
                 rel, shipped = f"{folder}/{Path(value).name}", ((f"{folder}/{Path(value).name}",
-                                                                  Path(value).read_bytes()),)
+                                                                  _read(Path(value))),)
             files += shipped
             out += [flag, rel]
             i += 2
