@@ -177,7 +177,7 @@ HOSTILE_HOOK_CASES: list[HookCase] = [
         """))), expect=("hook 'postprocess' of {manifest}", "its module-level code is still running", PAST)),
     # -- hooks.timeout_s itself is checked
     HookCase("timeout_zero", manifest((("hooks",), {"timeout_s": 0})), VALIDATE, 2,
-             ("field 'hooks.timeout_s'", "above 0")),
+             ("field 'hooks.timeout_s'", "must be > 0 s")),
     HookCase("timeout_unknown_hook", manifest((("hooks",), {"timeout_s": {"preproces": 5}})), VALIDATE, 2,
              ("field 'hooks.timeout_s'", "Did you mean 'preprocess'?")),
     # -- model.generator: validate imports a module beside the manifest only with --trust

@@ -112,7 +112,7 @@ def test_a_route_loop_is_bounded_by_max_visits(tmp_path):
 
 
 @pytest.mark.parametrize(("stages", "field", "words"), [
-    ([{"name": "a", "framework": "toy-stage", "workers": 0}], "inputs[0].parameters.stages[0].workers", "at least 1"),
+    ([{"name": "a", "framework": "toy-stage", "workers": 0}], "inputs[0].parameters.stages[0].workers", "must be >= 1"),
     ([{"name": "a", "framework": "toy-stage"}, {"name": "a", "framework": "toy-stage"}],
      "inputs[0].parameters.stages[1].name", "duplicate stage name 'a'"),
     ([{"name": "a", "framework": "no-such"}], "inputs[0].parameters.stages[0].framework", "unknown stage framework"),

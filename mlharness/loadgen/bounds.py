@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mlharness.errors import ManifestError, SettingsError
+from mlharness import numbers
+from mlharness.errors import SettingsError
 
 MAX_QUERIES = 10**9  # LoadGen builds its whole query schedule in memory before the test starts
 MAX_SAMPLES = 10**8  # dataset samples, performance/accuracy sample counts
@@ -26,7 +27,7 @@ MAX_QPS = 10**8
 MAX_SAMPLES_PER_QUERY = 10**6
 MAX_BATCH = 2**20
 MAX_INSTANCES = 256
-MAX_WORKERS = 1024
+MAX_WORKERS = numbers.MAX_WORKERS
 MAX_THREADS = 1024  # the ceiling the predictors apply to framework.options thread counts too
 MAX_WAIT_MS = 60_000
 MAX_WARMUP = 10_000  # batches run before timing starts; the run waits for all of them
@@ -47,32 +48,13 @@ class Bound:
     high_why: str = ""  # appended to an error about the ceiling only
 
     def problem(self, value: Any) -> str | None:
-        """What is wrong with ``value`` ('must be > 0 ms, got 0'), or None."""
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return f"must be {'a whole number' if self.whole else 'a number'}, got {value!r}"
-        if not math.isfinite(value):
-            return f"must be a finite number, got {value}"
-        if self.zero_ok and value == 0:
-            return None
-        if self.whole and value != int(value):
-            return f"must be a whole number, got {fmt(value)}"
-        if value < self.low or (self.low_open and value == self.low):
-            rule = f"> {fmt(self.low)}" if self.low_open else f">= {fmt(self.low)}"
-            zero = " (or 0)" if self.zero_ok else ""
-            return f"must be {rule}{self.unit}{zero}, got {fmt(value)}{self._notes(self.low_why)}"
-        if self.high is not None and value > self.high:
-            return f"must be <= {fmt(self.high)}{self.unit}, got {fmt(value)}{self._notes(self.high_why)}"
-        return None
-
-    def _notes(self, end: str) -> str:
-        notes = "; ".join(n for n in (end, self.why) if n)
-        return f" ({notes})" if notes else ""
+        """What is wrong with ``value`` ('must be > 0 ms, got 0'), or None (:func:`mlharness.numbers.problem`)."""
+        return numbers.problem(value, minimum=self.low, maximum=self.high, integer=self.whole, above=self.low_open,
+                               zero_ok=self.zero_ok, unit=self.unit, why=self.why, low_why=self.low_why,
+                               high_why=self.high_why)
 
 
-def fmt(value: float) -> str:
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return str(value)
+fmt = numbers.fmt
 
 
 def _whole(low: float, high: float | None, **kw: Any) -> Bound:
@@ -132,7 +114,7 @@ def check_flag(flag: str, value: Any) -> None:
     for item in value if isinstance(value, list | tuple) else [value]:
         problem = FLAG_BOUNDS[flag].problem(item)
         if problem:
-            raise SettingsError(f"{flag}: {problem}")
+            raise numbers.flag(flag).fail(problem)
 
 
 def check_device(device: Any) -> None:
@@ -247,8 +229,8 @@ _MANIFEST_BOUNDS = {
 
 
 def check_manifest_numbers(loaded: Any) -> None:
-    """The batch sizes, warm-up and thread counts of a loaded manifest; ManifestError names the file and the
-    field."""
+    """The batch sizes, warm-up and thread counts of a loaded manifest, and a pipeline's stage list; ManifestError
+    names the file and the field."""
     m = loaded.model
     for name, bound in _MANIFEST_BOUNDS.items():
         section, _, key = name.partition(".")
@@ -265,9 +247,14 @@ def check_manifest_numbers(loaded: Any) -> None:
             continue
         problem = bound.problem(value)
         if problem:
-            raise ManifestError(loaded.path, name, problem)
+            raise numbers.manifest(loaded.path, name).fail(problem)
+    for k, spec in enumerate(m.inputs):  # a pipeline's stage list: its workers, timeouts and visits
+        if spec.type == "pipeline":
+            from mlharness.pipeline.settings import stage_specs
+
+            stage_specs(spec.parameters, loaded.path, f"inputs[{k}].parameters")
     workers = loaded.dataset.load_workers if loaded.dataset is not None else None
     if workers is not None:
         problem = _whole(0, MAX_THREADS, high_why=_THREADS_WHY, low_why="0: one per core").problem(workers)
         if problem:
-            raise ManifestError((loaded.dataset_source or loaded.source).path, "load_workers", problem)
+            raise numbers.manifest((loaded.dataset_source or loaded.source).path, "load_workers").fail(problem)

@@ -106,6 +106,9 @@ def validate(out: Console, ref: str, dataset_path: str | None, trust: bool = Fal
     from mlharness.manifest.assets import verify_checksum
 
     loaded = load_manifest(ref)
+    from mlharness.loadgen.bounds import check_manifest_numbers
+
+    check_manifest_numbers(loaded)  # the numbers a run checks before it starts (a pipeline's stages among them)
     hooks = check_hooks(loaded)
     asset = loaded.model.model
     notes = list(loaded.notes)

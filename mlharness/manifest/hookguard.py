@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import os
 import sys
 import threading
@@ -57,7 +56,7 @@ DEFAULT_DEADLINES_S: dict[str, float] = {
     "after_preprocess": 600.0,
     "after_postprocess": 600.0,
 }
-MAX_DEADLINE_S = 7 * 24 * 3600.0
+MAX_DEADLINE_S = 7 * 24 * 3600.0  # mlharness.numbers.MAX_TIMEOUT_S
 POLL_S = 0.25  # how often the watchdog looks: a deadline is noticed at most this late
 
 
@@ -73,11 +72,13 @@ def deadline(timeout_s: float | dict[str, float] | None, key: str) -> tuple[floa
 
 
 def check_deadline(value: Any, where: str) -> float:
-    """One deadline from a manifest: a finite number of seconds above 0 and at most a week."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{where} must be a number of seconds, got {type(value).__name__} {value!r}")
-    if not math.isfinite(value) or value <= 0 or value > MAX_DEADLINE_S:
-        raise ValueError(f"{where} is {value!r}; it must be above 0 and at most {MAX_DEADLINE_S:g} (a week)")
+    """One deadline from a manifest: a finite number of seconds above 0 and at most a week (the rule of
+    :func:`mlharness.numbers.problem`; a ValueError here, as pydantic names the field)."""
+    from mlharness import numbers
+
+    said = numbers.problem(value, minimum=0, above=True, maximum=MAX_DEADLINE_S, unit=" s", high_why="a week")
+    if said:
+        raise ValueError(f"{where} {said}")
     return float(value)
 
 

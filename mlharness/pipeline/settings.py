@@ -5,7 +5,8 @@ and the field path (``inputs[0].parameters.stages[2].workers``), refused before 
 Checked: each entry is a mapping of StageSpec's fields only; names are unique; the framework is a built-in stage
 (:data:`~mlharness.pipeline.stage.STAGES`, filled by the modules of :data:`STAGE_MODULES`) or a predictor name;
 ``workers``, ``max_visits`` and ``threads`` (each worker's torch threads; null: torch's default) are whole numbers
->= 1; ``timeout_s`` is positive; an ``options.route_to`` (the stage declaring that its ``after`` hook or itself
+>= 1 (workers and threads at most :data:`mlharness.numbers.MAX_WORKERS`); ``timeout_s`` is finite, > 0 and at most a
+week (:mod:`mlharness.numbers`); an ``options.route_to`` (the stage declaring that its ``after`` hook or itself
 sends items back) names this stage or an earlier one.
 """
 
@@ -15,6 +16,7 @@ import importlib
 from dataclasses import fields, replace
 from typing import Any
 
+from mlharness import numbers
 from mlharness.errors import ManifestError
 from mlharness.pipeline.stage import STAGES, StageSpec
 
@@ -25,6 +27,9 @@ STAGE_MODULES = ("mlharness.pipeline.toy", "mlharness.pipeline.retrieval", "mlha
                  "mlharness.pipeline.index", "mlharness.pipeline.dbbuild", "mlharness.tasks.e2e_rag.oracle")
 SPEC_FIELDS = {f.name for f in fields(StageSpec)}
 NOT_A_STAGE = ("pipeline",)  # a pipeline is not one of its own stages
+MAX_VISITS = 10_000  # an item routed back more often than this is a loop, not a plan
+_WHY = {"workers": "each worker is a thread; more is a typo, and can abort the process",
+        "threads": "each worker's torch threads", "max_visits": "an item's passes through this stage"}
 
 
 def builtin_stages() -> dict[str, Any]:
@@ -80,12 +85,16 @@ def stage_specs(params: dict[str, Any] | None, manifest: Any, where: str = "inpu
         if not isinstance(framework, str) or framework not in frameworks:
             raise ManifestError(manifest, f"{at}.framework", f"unknown stage framework {framework!r}; expected a "
                                 f"built-in stage or a predictor: {', '.join(frameworks)}")
-        for key in ("workers", "max_visits", "threads"):
-            if (key in entry and (key != "threads" or entry[key] is not None)) and not (_whole(entry[key]) and entry[key] >= 1):
-                raise ManifestError(manifest, f"{at}.{key}", f"{entry[key]!r}: expected a whole number, at least 1")
-        t = entry.get("timeout_s", 600.0)
-        if not isinstance(t, int | float) or isinstance(t, bool) or t <= 0:
-            raise ManifestError(manifest, f"{at}.timeout_s", f"{t!r}: expected a positive number of seconds")
+        for key, high in (("workers", numbers.MAX_WORKERS), ("max_visits", MAX_VISITS),
+                          ("threads", numbers.MAX_WORKERS)):
+            if key in entry and (key != "threads" or entry[key] is not None):
+                if not _whole(entry[key]):  # 2.0 workers is a typo, not two
+                    raise numbers.manifest(manifest, f"{at}.{key}").fail(f"must be a whole number, got "
+                                                                         f"{entry[key]!r}")
+                numbers.check(entry[key], numbers.manifest(manifest, f"{at}.{key}"), integer=True, minimum=1,
+                              maximum=high, high_why=_WHY[key])
+        t = numbers.check(entry.get("timeout_s", 600.0), numbers.manifest(manifest, f"{at}.timeout_s"), minimum=0,
+                          above=True, maximum=numbers.MAX_TIMEOUT_S, unit=" s", high_why="a week")
         options = entry.get("options") or {}
         if not isinstance(options, dict):
             raise ManifestError(manifest, f"{at}.options", f"expected a mapping; got {type(options).__name__}")
