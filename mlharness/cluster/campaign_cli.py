@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 CLUSTER_HELP = ("where the runs go: 'local' (this machine, one run at a time; the default), 'auto' (the Ray "
-                "cluster this host belongs to, or a local one) or 'ray://HOST:PORT' (needs mlharness[cluster])")
+                "cluster RAY_ADDRESS names or `mlharness cluster start` started, else this machine) or "
+                "'ray://HOST:PORT' (needs mlharness[cluster])")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -21,10 +21,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "(CPU model, cores, memory, accelerators, framework versions): what constraints in a "
                            "campaign are matched against.")
     p.add_argument("--cluster", default="auto", metavar="auto|ray://HOST:PORT|local",
-                   help="the Ray cluster ('auto': the one this machine belongs to; default) or 'local' (this "
-                   "machine alone)")
+                   help="the Ray cluster ('auto', the default: the one RAY_ADDRESS names or `mlharness cluster "
+                   "start` started, else this machine alone) or 'local' (this machine alone)")
     p.add_argument("--json", action="store_true", help="print the nodes as JSON")
     p.set_defaults(func=cmd_nodes)
+    s = actions.add_parser("start", help="start a Ray head on this machine for mlharness (what --cluster auto "
+                           "joins)", description="Start a Ray head here (`ray start --head` on a free port) and "
+                           "record its address in mlharness's state folder ($XDG_STATE_HOME/mlharness, default "
+                           "~/.local/state/mlharness): --cluster auto joins that cluster, or the one RAY_ADDRESS "
+                           "names, and never another job's Ray head on the same host. Stop it with `ray stop`.")
+    s.add_argument("--host", default="127.0.0.1", help="the address the head listens on (default 127.0.0.1; "
+                   "give this machine's address for other machines to join it)")
+    s.add_argument("--port", type=int, default=None, help="the GCS port (default: a free one)")
+    s.add_argument("ray_args", nargs=argparse.REMAINDER, help="further `ray start` options, after --")
+    s.set_defaults(func=cmd_start)
 
 
 def node_dict(node: NodeInfo) -> dict[str, Any]:
@@ -72,4 +82,20 @@ def cmd_nodes(args: argparse.Namespace, console: Any) -> int:
                       escape(", ".join(f"{k}={v}" for k, v in sorted(n.labels.items())) or "-"),
                       escape(str(f.get("cpu_model", "-"))), escape(frameworks))
     console.print(table)
+    return 0
+
+
+def cmd_start(args: argparse.Namespace, console: Any) -> int:
+    from rich.markup import escape
+
+    from mlharness.cluster.head import record_path, start_head
+    from mlharness.errors import SettingsError
+
+    if args.port is not None and not 0 < args.port < 65536:
+        raise SettingsError(f"cluster start --port {args.port}: give a TCP port (1-65535)")
+    extra = [a for a in args.ray_args if a != "--"]
+    record = start_head(args.host, args.port, extra)
+    console.print(f"Ray head started at {escape(record['address'])}, recorded in {escape(str(record_path()))}: "
+                  "--cluster auto joins it; other machines join with "
+                  f"`ray start --address={escape(record['address'])}`", highlight=False, soft_wrap=True)
     return 0

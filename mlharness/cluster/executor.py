@@ -39,8 +39,19 @@ class Executor(Protocol):
 
 
 def make_executor(cluster: str | None) -> Executor:
-    """``None`` or ``"local"``: this machine. ``"auto"`` or ``"ray://HOST:PORT"``: a Ray cluster (the ``cluster``
-    extra; without Ray installed the error says how to install it)."""
+    """``None`` or ``"local"``: this machine. ``"ray://HOST:PORT"`` (or a GCS ``HOST:PORT``): that Ray cluster (the
+    ``cluster`` extra; without Ray installed the error says how to install it). ``"auto"``: the cluster
+    ``RAY_ADDRESS`` names, or the one ``mlharness cluster start`` recorded for this user, never another job's head
+    (:mod:`mlharness.cluster.head`); with neither, this machine (saying so)."""
+    if cluster == "auto":
+        from mlharness.cluster.head import auto_address
+        from mlharness.cluster.ray_executor import import_ray
+
+        import_ray()  # 'auto' names a Ray cluster: without Ray the error says how to install it
+
+        cluster = None if _ray_initialized() else auto_address()
+        if cluster is None and _ray_initialized():
+            cluster = "auto"  # this process joined a cluster already: its executor uses that one
     if cluster in (None, "local"):
         from mlharness.cluster.local import LocalExecutor
 
@@ -48,3 +59,11 @@ def make_executor(cluster: str | None) -> Executor:
     from mlharness.cluster.ray_executor import RayExecutor
 
     return RayExecutor(cluster)
+
+
+def _ray_initialized() -> bool:
+    """This process holds a Ray connection already (it chose its cluster itself)."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.cluster import landing
+from mlharness.cluster.connect import connect_timeout, probe_grpc
 from mlharness.cluster.facts import matching, no_node_error
 from mlharness.cluster.jobs import Constraints, NodeInfo, RunJob, RunOutcome
 from mlharness.cluster.local import skipped_or_refused
@@ -61,8 +62,18 @@ class RayExecutor:
         self.ship_limit = ship_limit  # bytes; None: MLHARNESS_CLUSTER_SHIP_MB (mlharness/cluster/tarball.py)
         self._owns = not ray.is_initialized()
         if self._owns:
+            if self.address == "auto":  # Ray's own "auto" would join any head on the host: head.py decides
+                from mlharness.cluster.head import auto_address
+
+                self.address = auto_address() or "local"
+            seconds = connect_timeout()
+            if self.address != "local":  # a listener that never answers: Ray would wait on it for ever
+                what = "the Ray client server" if "://" in self.address else "the Ray cluster's GCS"
+                probe_grpc(self.address.split("://", 1)[-1].split("/")[0], what, seconds,
+                           "check the address, and that the cluster is up")
             try:
-                ray.init(address=self.address, logging_level=logging.WARNING, log_to_driver=False)
+                ray.init(address=self.address, logging_level=logging.WARNING, log_to_driver=False,
+                         **({"include_dashboard": False} if self.address == "local" else {}))
             except (ConnectionError, RuntimeError, ValueError) as e:
                 raise ClusterError(f"no Ray cluster at {self.address}: {e} (start one with `ray start --head`, "
                                    "or name it with --cluster ray://HOST:PORT)") from e

@@ -8,9 +8,11 @@ table; on an older one it applies the missing revisions, which ``mlharness resul
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
+from mlharness.cluster.connect import connect_timeout, expired
 from mlharness.errors import MLHarnessError
 
 DB_FILE = "mlharness_results.sqlite"
@@ -42,14 +44,24 @@ def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     cur.close()
 
 
+def _timeouts(url: str, seconds: float) -> dict[str, Any]:
+    """A PostgreSQL server that accepts the connection and never answers would hold the command for ever: the
+    connect and every statement are bounded by the connect timeout (``MLHARNESS_CONNECT_TIMEOUT``)."""
+    if not url.startswith("postgresql"):
+        return {}
+    return {"connect_timeout": max(1, math.ceil(seconds)),
+            "options": f"-c statement_timeout={math.ceil(seconds * 1000)}"}
+
+
 def engine_for(url: str) -> Any:
     """A SQLAlchemy engine for ``url``, refused with the reason (an unknown scheme, a missing driver) before any
     connection is attempted."""
     from sqlalchemy import create_engine, event
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+    seconds = connect_timeout()
     try:
-        engine = create_engine(url, future=True)
+        engine = create_engine(url, future=True, connect_args=_timeouts(url, seconds))
     except NoSuchModuleError as e:
         raise DatabaseError(f"--db {shown_url(url)}: no SQLAlchemy dialect for it ({e}); use "
                             "sqlite:///PATH or postgresql+psycopg://USER@HOST:PORT/DB") from e
@@ -85,6 +97,10 @@ def upgrade(engine: Any) -> str | None:
         with engine.connect() as conn:
             return MigrationContext.configure(conn).get_current_revision()
     except SQLAlchemyError as e:
+        reason = str(e.orig if hasattr(e, "orig") else e)
+        if "timeout expired" in reason or "statement timeout" in reason:
+            raise expired("the evaluation database", engine.url.render_as_string(hide_password=True),
+                          connect_timeout(), "check the URL, and that the server is up") from None
         raise DatabaseError(f"the evaluation database {engine.url.render_as_string(hide_password=True)} "
                             f"cannot be opened or migrated: {str(e.orig if hasattr(e, 'orig') else e)[:400]}"
                             ) from e
