@@ -5,6 +5,10 @@ Every command that writes to a path the user names (``tune --output``, ``report 
 :func:`write_text`: an existing file (or a non-empty folder) is an error naming it and ``--force``; with
 ``--force`` a text file is replaced atomically and the unified diff of old and new is shown. Results folders
 under the run tree belong to mlharness and are protected by staging instead.
+
+Files read back from results folders (LoadGen's logs, accuracy.txt, the JSON records mlharness writes) are read
+through :mod:`mlharness.fileguard` with the bounds below, since such a folder may come from anywhere: a FIFO
+there is refused, never waited on.
 """
 
 from __future__ import annotations
@@ -14,8 +18,41 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from mlharness.errors import MLHarnessError
+from mlharness.fileguard import DATA_FILE_LIMIT, ErrorFactory, UnusableFile, parse_json, read_bytes_bounded
+
+
+LOG_LIMIT = 16 << 20
+"""Most bytes of a LoadGen summary or detail log, an accuracy.txt or a verify_*.txt read whole: a few KiB each,
+a detail log a few MiB at most."""
+RECORD_LIMIT = 256 << 20
+"""Most bytes of a JSON record mlharness wrote (mlharness_run.json, step.json, a telemetry series, a sweep's
+state): the largest, the telemetry of a long run sampled every few ms, are tens of MiB."""
+ACCURACY_LOG_LIMIT = 4 << 30
+"""Most bytes of LoadGen's mlperf_log_accuracy.json read whole: an LLM's token ids take hundreds of MiB; a log of
+images larger than this cannot be decoded in memory as a whole anyway."""
+
+
+def read_log_text(path: Path, what: str, limit: int = LOG_LIMIT, *, error: ErrorFactory = UnusableFile) -> str:
+    """The text of a log or figures file (LoadGen's logs are ASCII): a regular file of at most ``limit`` bytes,
+    bytes that are not UTF-8 replaced, as these files were always read."""
+    return read_bytes_bounded(Path(path), what, limit, error=error).decode("utf-8", errors="replace")
+
+
+def read_optional_json(path: Path, what: str, limit: int = RECORD_LIMIT) -> Any:
+    """The JSON value of a record that may be missing or damaged: None when nothing is at ``path`` or it does not
+    hold JSON (not UTF-8, malformed, nested too deeply). Anything there that is not a regular file, or is larger
+    than ``limit``, is still an error naming it (exit 2)."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    data = read_bytes_bounded(path, what, limit)
+    try:
+        return parse_json(data, f"{what} {path}", error=ValueError)
+    except ValueError:
+        return None
 
 
 class OutputExists(MLHarnessError):
@@ -88,7 +125,8 @@ def write_text(path: Path, text: str, force: bool, show: Callable[[str], None] |
     """Write a text file the user may own: refuse to replace an existing one without ``force``; when replacing,
     pass the unified diff to ``show`` (nothing when the content is the same)."""
     path = Path(path)
-    old = path.read_text(errors="replace") if path.is_file() else None
+    # the file being replaced is one mlharness writes (a user.conf, a report): far below the data-file bound
+    old = read_log_text(path, "output file", DATA_FILE_LIMIT) if path.is_file() else None
     if old is None and path.exists():
         raise OutputExists(f"{path} exists and is not a file; not writing there")
     if old is not None and not force:
