@@ -5,18 +5,19 @@ of the manifest the accuracy run used, on the dataset it used, as recorded in it
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 from pathlib import Path
 
 from mlharness.errors import MLHarnessError
+from mlharness.fileguard import read_json
 from mlharness.loadgen.logs import detail_values
 from mlharness.submission.checker_logs import development_finding
 from mlharness.submission.compliance import Scorer, Verdict, dtype_for_response, verify_scenario
 from mlharness.submission.layout import ARCHIVE, Tree
 from mlharness.submission.rules import MIN_DURATION_MS, TEST01_FIGURE_DELTAS, benchmark_for
 from mlharness.submission.steps import record_finding, record_verdict
+from mlharness.userfiles import RECORD_LIMIT, read_optional_json
 
 log = logging.getLogger(__name__)
 
@@ -25,9 +26,8 @@ def scorer_from_record(metadata_path: Path, reference: str | None = None) -> Sco
     """A function scoring an accuracy log with the metric, options and dataset of a recorded accuracy run, or
     None when the run's manifest declares no metric (or the record is gone). ``reference``: the metric option
     naming the data file to score against instead (TEST07 of gpt-oss-120b: ``compliance_file``)."""
-    try:
-        meta = json.loads(Path(metadata_path).read_text())
-    except (OSError, json.JSONDecodeError):
+    meta = read_optional_json(metadata_path, "record of the accuracy run")
+    if not isinstance(meta, dict):
         return None
     from mlharness.manifest.loader import load_manifest
     from mlharness.run.kinds import data_kind
@@ -63,9 +63,8 @@ def delta_percent(benchmark: str) -> float | dict[str, float]:
 def response_dtype(metadata_path: Path) -> tuple[str, str]:
     """(dtype, where it came from) for TEST01: the response element type the accuracy run recorded, else the
     one of the manifest it names, else bytes as the official scripts default to."""
-    try:
-        meta = json.loads(Path(metadata_path).read_text())
-    except (OSError, json.JSONDecodeError):
+    meta = read_optional_json(metadata_path, "record of the accuracy run")
+    if not isinstance(meta, dict):
         return "byte", "the default: no record of the accuracy run"
     element_type = meta.get("response_element_type")
     if element_type:
@@ -134,9 +133,9 @@ def eos_ids_from_record(metadata_path: Path) -> set[int]:
     from mlharness.submission.test06 import eos_ids_for_manifest
 
     try:
-        meta = json.loads(Path(metadata_path).read_text())
+        meta = read_json(metadata_path, "record of the accuracy run", RECORD_LIMIT)
         return eos_ids_for_manifest(load_manifest(meta["manifest"]["path"]))
-    except (OSError, json.JSONDecodeError, KeyError, MLHarnessError) as e:
+    except (KeyError, TypeError, MLHarnessError) as e:
         raise MLHarnessError(f"TEST06 needs the model's EOS ids, from the manifest of the accuracy run recorded in "
                              f"{metadata_path}: {e}") from e
 

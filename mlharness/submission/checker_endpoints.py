@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from mlharness.userfiles import read_log_text
 from mlharness.submission.endpoints import (
     ACCURACY_FILE,
     CONFIG_FILE,
@@ -76,7 +77,7 @@ def _config(c: Findings, path: Path) -> dict[str, Any]:
         c.error(path, "missing: the scenario's seeds and minimum duration are read from it")
         return {}
     try:
-        data = yaml.safe_load(path.read_text(errors="replace"))
+        data = yaml.safe_load(read_log_text(path, "endpoints config"))
     except yaml.YAMLError as e:
         c.error(path, f"is not valid YAML: {e}")
         return {}

@@ -18,6 +18,7 @@ from mlharness.submission.llm_rules import (
 )
 from mlharness.submission.rules import Benchmark
 from mlharness.submission.test06 import passes as test06_passes
+from mlharness.userfiles import read_log_text
 
 TTFT_P99 = "result_first_token_99.00_percentile_latency_ns"
 TPOT_P99 = "result_time_per_output_token_99.00_percentile_ns"
@@ -90,7 +91,7 @@ def check_test06(c: Findings, test_dir: Path) -> bool:
         return False
     passed = test06_passes(verify)
     if not passed:
-        failed = [line.strip() for line in verify.read_text(errors="replace").splitlines()
+        failed = [line.strip() for line in read_log_text(verify, "TEST06 verification").splitlines()
                   if line.strip().endswith(": False")]
         c.error(verify, f"TEST06 did not pass ({'; '.join(failed) or 'the pass lines are missing'})")
     return passed

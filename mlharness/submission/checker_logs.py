@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import MLHarnessError
-from mlharness.fileguard import describe_kind
+from mlharness.fileguard import describe_kind, read_text_bounded
 from mlharness.loadgen.logs import detail_values
 from mlharness.loadgen.settings import embedded_seeds
 from mlharness.rounds import NO_MIN_DURATION, round_of_seeds, wrong_seeds
@@ -19,6 +19,7 @@ from mlharness.submission.compliance import score_of
 from mlharness.submission.endpoints import ACCURACY_FILE, CONFIG_FILE, SUMMARY_FILE, is_endpoints_benchmark
 from mlharness.submission.findings import Findings
 from mlharness.submission.llm_rules import conf_model_for, is_llm, loadgen_scenario
+from mlharness.userfiles import LOG_LIMIT, read_log_text
 from mlharness.submission.rules import (
     ACC_PATTERNS,
     ACCURACY_EXTRA_FILES,
@@ -129,7 +130,7 @@ def check_accuracy(c: Findings, division: str, info: Benchmark | None, acc: Path
     if log.is_file() and log.stat().st_size > MAX_ACCURACY_LOG_SIZE:
         c.error(log, f"is {log.stat().st_size} bytes: not truncated (at most {MAX_ACCURACY_LOG_SIZE} bytes; "
                      f"mlharness submission package truncates it)")
-    lines = (acc / "accuracy.txt").read_text(errors="replace").splitlines() if (acc / "accuracy.txt").is_file() \
+    lines = read_log_text(acc / "accuracy.txt", "accuracy.txt").splitlines() if (acc / "accuracy.txt").is_file() \
         else []
     if not any(re.match(HASH_PATTERN, line.strip()) for line in lines):
         c.error(acc / "accuracy.txt", "has no 'hash=' line: the accuracy log was not truncated the official way")
@@ -350,7 +351,7 @@ def _verify_file_passes(c: Findings, path: Path) -> bool:
     if not path.is_file():
         c.error(path, "missing")
         return False
-    return any("TEST PASS" in line for line in path.read_text(errors="replace").splitlines())
+    return any("TEST PASS" in line for line in read_log_text(path, "verification").splitlines())
 
 
 def _test01_accuracy_passes(c: Findings, info: Benchmark | None, test_dir: Path) -> bool:
@@ -358,13 +359,13 @@ def _test01_accuracy_passes(c: Findings, info: Benchmark | None, test_dir: Path)
     if not path.is_file():
         c.error(path, "missing")
         return False
-    if "TEST PASS" in [line.strip() for line in path.read_text(errors="replace").splitlines()]:
+    if "TEST PASS" in [line.strip() for line in read_log_text(path, "verification").splitlines()]:
         return True
     acc = test_dir / "accuracy"  # the non-deterministic fallback: sampled accuracy within the benchmark's delta
     files = [acc / "baseline_accuracy.txt", acc / "compliance_accuracy.txt"]
     if not all(f.is_file() for f in files):
         return False
-    texts = [f.read_text().splitlines() for f in files]
+    texts = [read_text_bounded(f, "accuracy figures", LOG_LIMIT).splitlines() for f in files]
     if info and info.name in TEST01_FIGURE_DELTAS:  # each figure within its own delta (stable-diffusion-xl)
         for figure, allowed in TEST01_FIGURE_DELTAS[info.name].items():
             (baseline, _), (compliance, _) = (accuracy_value(lines, [figure]) for lines in texts)

@@ -27,9 +27,11 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import AccuracyError, MLHarnessError
+from mlharness.fileguard import parse_json, read_text_bounded
 from mlharness.loadgen.logs import detail_values
 from mlharness.submission.compliance_perf import FAST_LIMIT, test01_performance, test04_performance
 from mlharness.submission.rules import TEST01_ACC_FALLBACK_FILES
+from mlharness.userfiles import ACCURACY_LOG_LIMIT
 
 log = logging.getLogger(__name__)
 
@@ -192,11 +194,12 @@ def _figures_within(baseline: Any, compliance: Any, deltas: dict[str, float]) ->
 
 
 def _load_log(path: Path) -> list[dict[str, Any]]:
-    try:
-        entries = json.loads(Path(path).read_text() or "[]")
-    except (OSError, json.JSONDecodeError) as e:
-        raise AccuracyError(f"cannot read accuracy log {path}: {e} (a truncated log cannot be verified; verify "
-                            f"the results tree that holds the full logs)") from e
+    def unreadable(message: str) -> AccuracyError:
+        return AccuracyError(f"cannot read: {message} (a truncated log cannot be verified; verify the results tree "
+                             "that holds the full logs)")
+
+    text = read_text_bounded(Path(path), "accuracy log", ACCURACY_LOG_LIMIT, error=unreadable)
+    entries = parse_json(text or "[]", f"accuracy log {path}", error=unreadable)
     if not isinstance(entries, list):
         raise AccuracyError(f"{path} is not a LoadGen accuracy log (a JSON list)")
     return entries

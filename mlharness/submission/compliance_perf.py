@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.loadgen.logs import read_detail
+from mlharness.userfiles import read_log_text
 
 TEST01_RESULT_FIELD = {
     "Offline": "result_samples_per_second",
@@ -118,41 +119,37 @@ def test01_performance(reference_detail: Path, test_detail: Path) -> tuple[bool,
 def _test04_summary(path: Path, who: str, lines: list[str], ref_target_latency: Any = None) -> tuple[str, Any, Any]:
     """(scenario, score, target latency) of a summary, read line by line as the official script does."""
     mode, score, target_latency = "", 0, None
-    try:
-        f = open(path)  # noqa: SIM115 - text mode, like the official script
-    except OSError as e:
-        raise _Stop(f"TEST FAIL: cannot read {path}: {e.strerror} (the official script stops here)") from e
-    with f:
-        for line in f:
-            if re.match("Scenario", line):
-                mode = line.split(": ", 1)[1].strip()
+    text = read_log_text(path, "summary", error=lambda m: _Stop(f"TEST FAIL: {m} (the official script stops here)"))
+    for line in text.splitlines(keepends=True):  # line by line, as the official script reads it
+        if re.match("Scenario", line):
+            mode = line.split(": ", 1)[1].strip()
+            continue
+        if mode in TEST04_ESTIMATE:
+            if TEST04_ESTIMATE[mode].match(line):
+                try:
+                    score = 1e9 / float(line.split(": ", 1)[1].strip())
+                except (ValueError, ZeroDivisionError) as e:
+                    raise _Stop(f"TEST FAIL: {path}: unusable early-stopping estimate ({line.strip()}; the "
+                                f"official script stops with an exception here)") from e
                 continue
-            if mode in TEST04_ESTIMATE:
-                if TEST04_ESTIMATE[mode].match(line):
-                    try:
-                        score = 1e9 / float(line.split(": ", 1)[1].strip())
-                    except (ValueError, ZeroDivisionError) as e:
-                        raise _Stop(f"TEST FAIL: {path}: unusable early-stopping estimate ({line.strip()}; the "
-                                    f"official script stops with an exception here)") from e
-                    continue
-            if mode == "Server":
-                if re.match("Completed samples per second", line):
-                    score = line.split(": ", 1)[1].strip()
-                    continue
-                if re.match("target_latency (ns)", line):  # a regex: matches "target_latency ns", never LoadGen's
-                    target_latency = line.split(": ", 1)[1].strip()
-                    if who == "test" and target_latency != ref_target_latency:
-                        raise _Stop("TEST FAIL: Server target latency mismatch")
-                    continue
-            if mode == "Offline":
-                if re.match("Samples per second", line):
-                    score = line.split(": ", 1)[1].strip()
-                    continue
-            if re.match("Result is", line):
-                if line.split(": ", 1)[1].strip() == "INVALID":
-                    raise _Stop(f"TEST FAIL: {who.capitalize()} results are invalid")
-            if re.match("\\d+ ERROR", line):
-                lines.append(f"WARNING: {line.split(' ', 1)[0].strip()} ERROR reported in {who} results")
+        if mode == "Server":
+            if re.match("Completed samples per second", line):
+                score = line.split(": ", 1)[1].strip()
+                continue
+            if re.match("target_latency (ns)", line):  # a regex: matches "target_latency ns", never LoadGen's
+                target_latency = line.split(": ", 1)[1].strip()
+                if who == "test" and target_latency != ref_target_latency:
+                    raise _Stop("TEST FAIL: Server target latency mismatch")
+                continue
+        if mode == "Offline":
+            if re.match("Samples per second", line):
+                score = line.split(": ", 1)[1].strip()
+                continue
+        if re.match("Result is", line):
+            if line.split(": ", 1)[1].strip() == "INVALID":
+                raise _Stop(f"TEST FAIL: {who.capitalize()} results are invalid")
+        if re.match("\\d+ ERROR", line):
+            lines.append(f"WARNING: {line.split(' ', 1)[0].strip()} ERROR reported in {who} results")
     return mode, score, target_latency
 
 

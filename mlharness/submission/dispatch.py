@@ -10,6 +10,7 @@ waits for its own run, which by then has usually finished on some node. Still on
 
 from __future__ import annotations
 
+import io
 import shutil
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -20,6 +21,7 @@ from typing import Any
 from mlharness.cluster.executor import Executor
 from mlharness.cluster.jobs import Constraints, RunOutcome, parse_constraints
 from mlharness.cluster.shipping import job_from_argv
+from mlharness.fileguard import open_regular
 from mlharness.submission.layout import Tree, stamp, unique
 
 __all__ = ["RemoteSteps", "parse_constraints"]  # parse_constraints: cluster.jobs's, read here before
@@ -62,7 +64,8 @@ class RemoteSteps:
             out = Path(argv[argv.index("--output") + 1])
             console = outcome.folder / "console.log" if outcome.folder else None
             if console is not None and console.is_file():
-                logf.write(console.read_text(errors="replace"))
+                with open_regular(console, "console log of the remote run") as src:
+                    shutil.copyfileobj(io.TextIOWrapper(src, encoding="utf-8", errors="replace"), logf)
             if outcome.ok and outcome.folder is not None:
                 shutil.move(str(outcome.folder), str(out))
                 return 0

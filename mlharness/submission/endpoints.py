@@ -30,10 +30,12 @@ import yaml
 
 from mlharness import __version__
 from mlharness.errors import MLHarnessError
+from mlharness.fileguard import read_json
 from mlharness.loadgen.logs import detail_values
 from mlharness.rounds import ROUNDS
 from mlharness.sessions.records import read_records
 from mlharness.submission.endpoints_stats import series
+from mlharness.userfiles import ACCURACY_LOG_LIMIT, read_log_text, read_optional_json
 
 # results written in the endpoints layout: the rounds' table says which (Round.endpoints_results), since the round's
 # checker reads them by other rules (early stopping waived, among others)
@@ -102,10 +104,8 @@ def _find(name: str, run: Path, record: Path | None) -> Path | None:
 
 
 def _run_meta(record: Path | None) -> dict[str, Any]:
-    try:
-        return json.loads((record / "mlharness_run.json").read_text()) if record else {}
-    except (OSError, json.JSONDecodeError):
-        return {}
+    meta = read_optional_json(record / "mlharness_run.json", "run record") if record else None
+    return meta if isinstance(meta, dict) else {}
 
 
 def result_summary(records_path: Path, perf: dict[str, Any]) -> dict[str, Any]:
@@ -150,7 +150,7 @@ def accuracy_results(acc: Path, accv: dict[str, Any]) -> dict[str, Any]:
     """``accuracy/accuracy_results.json``: accuracy.txt's mAP line (the BFCL v4 overall score, the checker's
     ``mAP`` figure) and the number of samples the accuracy log holds (each logged once in accuracy mode)."""
     score = None
-    for line in (acc / "accuracy.txt").read_text(errors="replace").splitlines():
+    for line in read_log_text(acc / "accuracy.txt", "accuracy.txt").splitlines():
         m = MAP_LINE.match(line.strip())
         if m:
             score = float(m.group(1))
@@ -170,11 +170,11 @@ def accuracy_results(acc: Path, accv: dict[str, Any]) -> dict[str, Any]:
 
 def _logged_samples(path: Path) -> int:
     """The distinct samples of LoadGen's accuracy log (read whole: the package truncates it afterwards)."""
-    try:
-        entries = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise EndpointsWriteError(f"{path} cannot be read as LoadGen's accuracy log ({e}); the samples scored are "
-                                  f"counted in it") from e
+    entries = read_json(path, "LoadGen's accuracy log", ACCURACY_LOG_LIMIT,
+                        error=lambda m: EndpointsWriteError(f"{m}; the samples scored are counted in it"))
+    if not isinstance(entries, list):
+        raise EndpointsWriteError(f"LoadGen's accuracy log {path} is not a JSON list; the samples scored are counted "
+                                  "in it")
     return len({e.get("qsl_idx") for e in entries if isinstance(e, dict)})
 
 

@@ -294,7 +294,7 @@ def _sized_performance(tree: Tree, ids: tuple[str, str, str], argv: list[str], l
         raise sizing.PerformanceInvalid(sizing.invalid_message(ids, exp, tries))
     if conf is None:
         return None
-    files["user.conf"] = conf.read_text()
+    files["user.conf"] = lgs.read_conf(conf, "user.conf")
     return sizing.keep(tree, ids, conf)
 
 
@@ -362,7 +362,7 @@ def _check_same_index(audits: dict[str, Path], req: SubmissionRequest) -> None:
     loaded set that holds that index; LoadGen reads past its own list otherwise."""
     loaded = req.overrides.get("performance_sample_count") or req.count
     for test, path in audits.items():
-        found = re.findall(r"^\s*\S+\.performance_issue_same_index\s*=\s*(\d+)", path.read_text(), re.M)
+        found = re.findall(r"^\s*\S+\.performance_issue_same_index\s*=\s*(\d+)", lgs.read_conf(path, f"{test} audit config"), re.M)
         if loaded is not None and found and int(found[-1]) >= loaded:
             raise SettingsError(f"{test} issues sample {found[-1]} of the loaded set over and over ({path}), but "
                                 f"the runs load {loaded} sample(s): pass --count (or --performance-sample-count) "
@@ -389,5 +389,5 @@ def _display(argv: list[str]) -> str:
 def _signature(argv: list[str], loaded: Any, user_conf: Path | None) -> str:
     import hashlib
 
-    parts = [json.dumps(argv), loaded.source.sha256, user_conf.read_text() if user_conf else ""]
+    parts = [json.dumps(argv), loaded.source.sha256, lgs.read_conf(user_conf, "user.conf") if user_conf else ""]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()

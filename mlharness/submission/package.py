@@ -15,7 +15,6 @@ TEST01/accuracy holds an accuracy.txt. The full logs are copied first into an ar
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -25,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlharness.errors import MLHarnessError, SettingsError
-from mlharness.fileguard import describe_kind
+from mlharness.fileguard import describe_kind, hash_file, iter_lines, open_text
 from mlharness.manifest.names import name_problem
 from mlharness.submission.endpoints import is_endpoints_benchmark, write_endpoints_result
 from mlharness.submission.findings import shown
@@ -41,6 +40,7 @@ from mlharness.submission.rules import (
     VIEWABLE_SIZE,
 )
 from mlharness.submission.system import finalize, load_overrides
+from mlharness.userfiles import read_optional_json
 
 ACCURACY_LOG = "mlperf_log_accuracy.json"
 
@@ -61,11 +61,7 @@ class PackageReport:
 
 
 def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    return hash_file(path, "accuracy log")
 
 
 def truncate_accuracy_log(log_path: Path, accuracy_txt: Path, archive_path: Path) -> str:
@@ -96,11 +92,10 @@ def truncate_accuracy_log(log_path: Path, accuracy_txt: Path, archive_path: Path
 def _hash_line(accuracy_txt: Path) -> str | None:
     if not accuracy_txt.is_file():
         return None
-    with open(accuracy_txt, encoding="utf-8") as f:
-        for line in f:
-            m = re.match(r"^hash=([\w\d]+)$", line)
-            if m:
-                return m.group(1)
+    for _, line in iter_lines(accuracy_txt, "accuracy.txt"):
+        m = re.match(r"^hash=([\w\d]+)$", line)
+        if m:
+            return m.group(1)
     return None
 
 
@@ -110,7 +105,7 @@ def _truncate_file(path: Path) -> None:
     size = path.stat().st_size
     if size < VIEWABLE_SIZE:
         return
-    with open(path, encoding="utf-8") as src:
+    with open_text(path, "accuracy log") as src:
         start = src.read(VIEWABLE_SIZE)
         src.seek(size - VIEWABLE_SIZE, 0)
         end = src.read(VIEWABLE_SIZE)
@@ -245,8 +240,8 @@ def _frameworks_used(tree: Tree, system: str) -> list[str]:
     found = []
     for meta in sorted((tree.archive / "runs" / system).glob("*/*/performance/mlharness_run.json")):
         try:
-            fw = json.loads(meta.read_text())["framework"]
-        except (OSError, json.JSONDecodeError, KeyError):
+            fw = read_optional_json(meta, "run record")["framework"]
+        except (KeyError, TypeError):
             continue
         found.append(f"{fw['name']} {fw['version']}")
     return list(dict.fromkeys(found))

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from pathlib import Path
@@ -24,6 +23,7 @@ from mlharness.calibration.explain import Explanation, explain_run
 from mlharness.errors import MLHarnessError
 from mlharness.loadgen import settings as lgs
 from mlharness.submission.layout import Tree
+from mlharness.userfiles import read_optional_json
 
 RETRIES = 2  # performance reruns with the explained fix, after a calibrated run that was INVALID
 CONF_NAME = "performance.user.conf"  # beside the step records: what the compliance runs are given
@@ -55,9 +55,9 @@ def used_conf(tree: Tree, ids: tuple[str, str, str]) -> Path | None:
     if written.is_file():
         return keep(tree, ids, written)
     try:  # a run repeated with the fix (its user.conf was given, so it wrote none): the one it was given
-        argv = json.loads((record / "step.json").read_text())["argv"]
+        argv = read_optional_json(record / "step.json", "step record")["argv"]
         given = Path(argv[argv.index("--user-conf") + 1])
-    except (OSError, ValueError, KeyError, IndexError):
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError):
         return None
     return keep(tree, ids, given) if given.parent == record.parent and given.is_file() else None
 
@@ -72,9 +72,10 @@ def keep(tree: Tree, ids: tuple[str, str, str], conf: Path) -> Path:
 def with_fixes(conf: Path, exp: Explanation, attempt: int) -> Path:
     """A copy of ``conf`` with the explanation's user.conf lines appended (later lines win in LoadGen)."""
     lines = [f.conf_line.split("   (")[0] for f in exp.fixes]
-    lines += early_stopping_floor(conf.read_text(), lines)
+    text = lgs.read_conf(conf, "user.conf")
+    lines += early_stopping_floor(text, lines)
     out = conf.with_name(f"{conf.stem}.retry{attempt}.conf")
-    out.write_text(conf.read_text() + f"\n# INVALID run, retry {attempt}: {', '.join(exp.failed)} not met\n"
+    out.write_text(text + f"\n# INVALID run, retry {attempt}: {', '.join(exp.failed)} not met\n"
                    + "\n".join(lines) + "\n")
     return out
 

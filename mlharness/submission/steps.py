@@ -25,6 +25,7 @@ from mlharness.calibration.explain import explain_run
 from mlharness.errors import MLHarnessError
 from mlharness.loadgen.interrupt import GUARD
 from mlharness.loadgen.logs import parse_summary
+from mlharness.fileguard import open_regular
 from mlharness.submission.layout import Tree, replace_dir, stamp, unique
 from mlharness.submission.rules import (
     ACCURACY_EXTRA_DIRS,
@@ -32,6 +33,7 @@ from mlharness.submission.rules import (
     REQUIRED_ACC_FILES,
     REQUIRED_PERF_FILES,
 )
+from mlharness.userfiles import LOG_LIMIT, read_log_text, read_optional_json
 
 NO_METRIC_TEXT = "accuracy: not scored (the manifest declares no accuracy metric)\n"
 # where each step's files land, relative to the scenario directory: (folder, required files)
@@ -65,10 +67,8 @@ def complete(tree: Tree, ids: tuple[str, str, str], step: str, signature: str) -
         if not all((scen_dir / folder / name).is_file() for name in names):
             return False
     info = tree.record_dir(*ids, step) / "step.json"
-    try:
-        same = json.loads(info.read_text()).get("signature") == signature
-    except (OSError, json.JSONDecodeError):
-        return False
+    record = read_optional_json(info, "step record")
+    same = isinstance(record, dict) and record.get("signature") == signature
     # an audit that failed its verification is run again: on a busy host a second run may well pass
     return same and not failed_before(tree, ids, step)
 
@@ -98,10 +98,7 @@ def failed_before(tree: Tree, ids: tuple[str, str, str], step: str) -> bool:
     """The audit ``step`` was verified and at least one of its checks failed."""
     if not step.startswith("TEST"):
         return False
-    try:
-        checks = json.loads((tree.record_dir(*ids, step) / VERDICT_FILE).read_text())
-    except (OSError, json.JSONDecodeError):
-        return False
+    checks = read_optional_json(tree.record_dir(*ids, step) / VERDICT_FILE, "audit verdict")
     return isinstance(checks, dict) and not all(checks.values())
 
 
@@ -147,6 +144,16 @@ def _child(argv: list[str], logf: Any) -> int:
                     proc.send_signal(signal.SIGINT)
 
 
+def _log_tail(path: Path) -> str:
+    """The text of a step's console log, from LOG_LIMIT bytes before its end where it is longer (the reason a run
+    failed is at its end); bytes that are not UTF-8 replaced."""
+    with open_regular(path, "step log") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > LOG_LIMIT:
+            f.seek(size - LOG_LIMIT)
+        return f.read(LOG_LIMIT).decode("utf-8", errors="replace")
+
+
 def _fail(tree: Tree, ids: tuple[str, str, str], step: str, rc: int, log_path: Path) -> None:
     work = tree.work_dir(*ids)
     failed = unique(tree.failed_dir(*ids) / f"{step}-{stamp()}")
@@ -155,7 +162,7 @@ def _fail(tree: Tree, ids: tuple[str, str, str], step: str, rc: int, log_path: P
         if leftover.name.startswith((f"{step}.failed-", f".{step}.partial-")) or leftover.name == step:
             shutil.move(str(leftover), str(failed / leftover.name.lstrip(".")))
     shutil.move(str(log_path), str(failed / "run.log"))
-    lines = (failed / "run.log").read_text(errors="replace").splitlines()[2:]  # after the command line
+    lines = _log_tail(failed / "run.log").splitlines()[2:]  # after the command line
     # the run's own error message (one paragraph after 'error:'), else the end of its log
     start = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith("error:")), None)
     if start is not None:
@@ -216,7 +223,8 @@ def result_line(scen_dir: Path, step: str, scenario: str, record: Path | None = 
         path = scen_dir / "accuracy" / "accuracy.txt"
         # the checker's 'Accuracy Results:' line where there is one (wan-2.2's follows the official per-dimension
         # summary), else the first line with a figure (the ROUGE dict follows a "Results" header)
-        lines = [line.strip() for line in path.read_text().splitlines() if any(c.isdigit() for c in line)] \
+        lines = [line.strip() for line in read_log_text(path, "accuracy.txt").splitlines()
+                 if any(c.isdigit() for c in line)] \
             if path.is_file() else []
         # dlrm-v3's accuracy.py logs torchrec's metric/<name>/rating lines: its lifetime NE, ACC and gAUC together
         lifetime = [line.split("metric/", 1)[1] for line in lines if "metric/lifetime_" in line

@@ -15,7 +15,6 @@ reads) and copies the accuracy log to ``TEST06/accuracy/``.
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,8 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import SettingsError
+from mlharness.fileguard import read_json
+from mlharness.userfiles import ACCURACY_LOG_LIMIT, RECORD_LIMIT, read_log_text
 
 DTYPES = {"int64": np.int64, "int32": np.int32, "int16": np.int16, "float32": np.float32}
 
@@ -89,10 +90,7 @@ def verify(run_dir: Path, scenario_dir: Path, scenario: str, eos_ids: set[int], 
         raise SettingsError(f"TEST06: {log} is missing; was the run made with the TEST06 audit config?")
     if not eos_ids:
         raise SettingsError("TEST06 needs the model's EOS token id(s): the tokenizer or generation config names none")
-    try:
-        entries = json.loads(log.read_text())
-    except json.JSONDecodeError as e:
-        raise SettingsError(f"TEST06: {log} is not valid JSON: {e}") from e
+    entries = read_json(log, "TEST06: accuracy log", ACCURACY_LOG_LIMIT, error=SettingsError)
     result = check_entries(entries, scenario, set(eos_ids), dtype)
     out = Path(scenario_dir) / "TEST06"
     (out / "accuracy").mkdir(parents=True, exist_ok=True)
@@ -111,7 +109,8 @@ def eos_ids_of(model_dir: str | Path) -> set[int]:
     for name in ("generation_config.json", "config.json"):
         path = folder / name
         if path.is_file():
-            value = json.loads(path.read_text()).get("eos_token_id")
+            config = read_json(path, "model config", RECORD_LIMIT, error=SettingsError)
+            value = config.get("eos_token_id") if isinstance(config, dict) else None
             ids.update([value] if isinstance(value, int) else [int(v) for v in value or []])
     if any((folder / n).is_file() for n in ("tokenizer.json", "tokenizer_config.json")):
         from transformers import AutoTokenizer
@@ -148,6 +147,6 @@ def eos_ids_for_manifest(loaded: Any) -> set[int]:
 
 def passes(verify_file: Path) -> bool:
     """What the checker requires of verify_accuracy.txt: the three checks pass (first token may be skipped)."""
-    lines = [line.strip() for line in verify_file.read_text(errors="replace").splitlines()]
+    lines = [line.strip() for line in read_log_text(verify_file, "TEST06 verification").splitlines()]
     first = "First token check pass: True" in lines or "First token check pass: Skipped" in lines
     return first and "EOS check pass: True" in lines and "Sample length check pass: True" in lines

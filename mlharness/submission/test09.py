@@ -10,11 +10,13 @@ the submission checker reads.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from mlharness.errors import MLHarnessError
+from mlharness.fileguard import read_json
+from mlharness.loadgen.settings import read_conf
+from mlharness.userfiles import ACCURACY_LOG_LIMIT, read_log_text
 
 VERIFY_FILE = "verify_output_len.txt"
 BAR = "=" * 80
@@ -24,10 +26,7 @@ def audit_values(path: Path, prefix: str) -> dict[str, float]:
     """The ``*.*.<prefix>...`` thresholds of an audit config (inline comments dropped, as the official script
     reads them); a key whose value is not a number is left out."""
     values: dict[str, float] = {}
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError as e:
-        raise MLHarnessError(f"cannot read the audit config {path}: {e}") from e
+    lines = read_conf(Path(path), "audit config").splitlines()
     for line in lines:
         line = line.strip()
         if not line or line.startswith("#") or "=" not in line:
@@ -78,10 +77,7 @@ def verify(accuracy_log: Path, audit_config: Path) -> Test09Result:
     bounds = audit_values(audit_config, "test09_")
     if "test09_min_output_tokens" not in bounds or "test09_max_output_tokens" not in bounds:
         raise MLHarnessError(f"{audit_config} has no test09_min_output_tokens / test09_max_output_tokens lines")
-    try:
-        entries = json.loads(Path(accuracy_log).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise MLHarnessError(f"TEST09: cannot read {accuracy_log}: {e}") from e
+    entries = read_json(Path(accuracy_log), "TEST09: accuracy log", ACCURACY_LOG_LIMIT, error=MLHarnessError)
     if not isinstance(entries, list) or not entries:
         raise MLHarnessError(f"TEST09: {accuracy_log} holds no entries (the audit run logs every sample)")
     lengths = []
@@ -96,7 +92,6 @@ def verify(accuracy_log: Path, audit_config: Path) -> Test09Result:
 
 def passes(verify_file: Path) -> bool:
     """What the checker asks of verify_output_len.txt: a ``TEST PASS`` in it."""
-    try:
-        return "TEST PASS" in Path(verify_file).read_text(errors="replace")
-    except OSError:
+    if not Path(verify_file).exists():
         return False
+    return "TEST PASS" in read_log_text(verify_file, "TEST09 verification")
