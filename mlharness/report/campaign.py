@@ -7,11 +7,11 @@ the node's resources as the cluster announced them."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from mlharness.report.collect import Run
+from mlharness.report.treefiles import read_optional_json
 
 RECORD = "campaign.json"
 # Ray's own resources, not accelerators
@@ -19,10 +19,7 @@ _PLAIN = ("CPU", "memory", "object_store_memory")
 
 
 def read_campaign(root: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((root / RECORD).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
+    data = read_optional_json(root / RECORD, "campaign record")
     return data if isinstance(data, dict) and isinstance(data.get("jobs"), list) else None
 
 

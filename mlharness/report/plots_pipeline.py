@@ -10,13 +10,14 @@ the stage runs it, so overlapping stages of different samples show as overlappin
 
 from __future__ import annotations
 
-import json
 from html import escape
 from pathlib import Path
 from typing import Any
 
 from mlharness.loadgen.pipeline_report import RESULTS_FILE, SUMMARY_FILE
+from mlharness.fileguard import iter_jsonl
 from mlharness.report.plots import LEGEND_OUTSIDE, figure, plain, svg
+from mlharness.report.treefiles import present, read_optional_json
 
 TIMELINE_SAMPLES = 12  # rows of the timeline: the first samples issued
 COLUMNS = ("run", "stage", "framework", "workers", "calls", "errors", "p50 / p90 / p99 ms", "busy share",
@@ -25,22 +26,20 @@ COLUMNS = ("run", "stage", "framework", "workers", "calls", "errors", "p50 / p90
 
 def load(path: Path) -> dict[str, Any] | None:
     """The pipeline summary of a run folder, None where it has none (or an unreadable one)."""
-    try:
-        summary = json.loads((path / SUMMARY_FILE).read_text())
-    except (OSError, ValueError):
-        return None
+    summary = read_optional_json(path / SUMMARY_FILE, "pipeline summary")
     return summary if isinstance(summary, dict) and isinstance(summary.get("stages"), list) else None
 
 
 def first_records(path: Path, n: int = TIMELINE_SAMPLES) -> list[dict[str, Any]]:
     """The ``n`` first-issued samples' records (by their first stage's queued time); [] without readable ones."""
     records = []
+    if not present(path / RESULTS_FILE, "pipeline results"):
+        return []
     try:
-        for line in (path / RESULTS_FILE).read_text(encoding="utf-8").splitlines():
-            r = json.loads(line) if line.strip() else None
+        for _, r in iter_jsonl(path / RESULTS_FILE, "pipeline results", error=ValueError):
             if isinstance(r, dict) and r.get("stages"):
                 records.append(r)
-    except (OSError, ValueError):
+    except ValueError:
         return []
     return sorted(records, key=lambda r: r["stages"][0].get("queued_s") or 0.0)[:n]
 

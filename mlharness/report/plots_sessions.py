@@ -10,13 +10,13 @@ that keeps a session's prefix makes them cheap. The figures come from ``sessions
 
 from __future__ import annotations
 
-import json
 from html import escape
 from pathlib import Path
 from typing import Any
 
 from mlharness.loadgen.session_report import SUMMARY_FILE, summarize
 from mlharness.report.plots import LEGEND_OUTSIDE, figure, plain, svg
+from mlharness.report.treefiles import read_optional_json
 from mlharness.sessions.records import read_records
 
 RECORDS_FILE = "sessions.jsonl"
@@ -35,10 +35,7 @@ def load(path: Path) -> dict[str, Any] | None:
         records = read_records(f)
     except (OSError, ValueError, TypeError):
         return None
-    try:
-        own = json.loads((path / SUMMARY_FILE).read_text())
-    except (OSError, ValueError):
-        own = {}
+    own = read_optional_json(path / SUMMARY_FILE, "sessions summary")
     own = own if isinstance(own, dict) else {}
     return summarize(records, own.get("slo") or {}, own.get("wall_s"), own.get("scenario"), own.get("server_cache"))
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import MLHarnessError
-from mlharness.fileguard import describe_kind, read_bytes_bounded
+from mlharness.fileguard import describe_kind, parse_json, read_bytes_bounded
 
 KiB, MiB = 1 << 10, 1 << 20
 TEXT_LIMIT = 16 * MiB
@@ -106,6 +106,17 @@ def read_json(path: Path, what: str, limit: int = JSON_LIMIT, shape: Any = None)
         raise TreeFileError(f"{what} {shown(path)} is not valid JSON: nested too deeply") from None
     check_shape(value, {} if shape is None else shape, path, what)
     return value
+
+
+def read_optional_json(path: Path, what: str, limit: int = JSON_LIMIT) -> Any:
+    """The JSON value of a tree's file that may be absent or damaged: None when nothing is there or it does not hold
+    JSON; anything there that is not a regular file, or is larger than ``limit``, is still an error naming it."""
+    if not present(path, what):
+        return None
+    try:
+        return parse_json(read_bytes(path, what, limit), f"{what} {shown(path)}", error=ValueError)
+    except ValueError:
+        return None
 
 
 NUMBER = (int, float)
