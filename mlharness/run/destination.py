@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import MLHarnessError
-from mlharness.fileguard import describe_kind
+from mlharness.fileguard import UnusableFile, describe_kind, read_bytes_bounded
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +85,8 @@ def read_marker(folder: Path) -> dict[str, Any] | None:
         st = os.lstat(path)
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_MARKER_BYTES:
             return None
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+        data = json.loads(read_bytes_bounded(path, "run marker", MAX_MARKER_BYTES))
+    except (OSError, ValueError, UnusableFile):
         return None
     if not isinstance(data, dict) or data.get("format") != MARKER_FORMAT or not isinstance(data.get("files"), list):
         return None

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import AssetError, ManifestError, MLHarnessError, PredictorError, RunFailed
-from mlharness.fileguard import check_regular_file
+from mlharness.fileguard import check_regular_file, hash_file
 from mlharness.loadgen.pinning import pinned
 from mlharness.manifest.assets import cache_dir, parse_checksum, resolve_asset, verify_checksum
 from mlharness.manifest.loader import LoadedManifest, is_bare_version
@@ -222,11 +222,7 @@ def _digest(root: Path, files: list[Path]) -> str:
         st = p.stat()
         key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
         if key not in _HASHED:
-            h = hashlib.sha256()
-            with p.open("rb") as f:
-                while chunk := f.read(1 << 20):
-                    h.update(chunk)
-            _HASHED[key] = h.hexdigest()
+            _HASHED[key] = hash_file(p, "model file", error=AssetError)
         return _HASHED[key]
 
     if not root.is_dir():

@@ -23,6 +23,7 @@ from mlharness.run.options import Measured
 from mlharness.run.plan import LoadgenSettings, RunPlan
 from mlharness.tasks.base import AccuracyResult
 from mlharness.telemetry.sysinfo import host_facts
+from mlharness.userfiles import read_log_text
 
 SEED_KEYS = ("qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed")
 LABEL_ENV = "MLHARNESS_RUN_LABEL"  # the user's label of a run (a change under test, a ticket), recorded as given
@@ -53,7 +54,7 @@ def round_verdict(run: RunPlan, conf: LoadgenSettings, summary: Summary, outdir:
     if run.mode != "performance" or summary.valid:
         return summary.valid, None
     path = outdir / "mlperf_log_summary.txt"
-    text = path.read_text(errors="replace") if path.is_file() else ""
+    text = read_log_text(path, "LoadGen summary") if path.is_file() else ""
     scenario = "Server" if summary.scenario == "Interactive" else summary.scenario
     exp = waive(explain(text, [], scenario, conf.plan.model), conf.plan.round, conf.plan.model)
     return exp.valid, exp.waived
