@@ -23,6 +23,7 @@ from mlharness.calibration.calibrate import EARLY_STOPPING_QUERIES, LATENCY_HEAD
 from mlharness.loadgen.logs import read_detail
 from mlharness.paths import MANIFESTS_DIR
 from mlharness.rounds import early_stopping_waived, get_round
+from mlharness.userfiles import read_log_text, read_optional_json
 
 # the fix for a query that ended early: 1.75 x the rate the run reached (a measured rate, not a timed batch's)
 FIX_OFFLINE_HEADROOM = 1.75
@@ -270,7 +271,7 @@ def explain_run(outdir: Path, scenario: str, model: str | None = None, record: P
     scenario = "Server" if scenario == "Interactive" else scenario
     summary = Path(outdir) / "mlperf_log_summary.txt"
     detail = Path(outdir) / "mlperf_log_detail.txt"
-    text = summary.read_text(errors="replace") if summary.is_file() else ""
+    text = read_log_text(summary, "LoadGen summary") if summary.is_file() else ""
     md = _run_metadata(record if record is not None else outdir)
     model = model if model is not None else str(md.get("conf_model") or "")
     exp = explain(text, read_detail(detail) if detail.is_file() else [], scenario, model, md.get("latency_bound"))
@@ -296,12 +297,7 @@ def waive(exp: Explanation, round_name: str | None, model: str) -> Explanation:
 
 def _run_metadata(outdir: Path) -> dict[str, Any]:
     """The run's mlharness_run.json ({} when absent or unreadable)."""
-    import json
-
-    try:
-        md = json.loads((Path(outdir) / "mlharness_run.json").read_text())
-    except (OSError, ValueError):
-        return {}
+    md = read_optional_json(Path(outdir) / "mlharness_run.json", "run record")
     return md if isinstance(md, dict) else {}
 
 
