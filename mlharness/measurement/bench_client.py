@@ -36,8 +36,11 @@ from typing import Any
 import yaml
 
 from mlharness.errors import MLHarnessError
+from mlharness.fileguard import read_json, read_text_bounded
+from mlharness.loadgen.settings import CONF_LIMIT
 from mlharness.measurement.fake_openai import FakeOpenAI
 from mlharness.paths import MANIFESTS_DIR
+from mlharness.userfiles import RECORD_LIMIT, read_log_text, read_optional_json
 
 RUN_TIMEOUT_S = 900.0
 MAX_CONCURRENCY = 16384  # the openai predictor's max_concurrency ceiling (openai_options.MAX_CONCURRENCY)
@@ -126,7 +129,7 @@ def openai_manifest(manifest: str, tokens: int, concurrency: int, model: str, fo
     found = sorted(MANIFESTS_DIR.rglob(f"{manifest}.yaml"))
     if not found:
         raise MLHarnessError(f"bench client: no built-in manifest named {manifest!r} (see mlharness manifest list)")
-    doc = yaml.safe_load(found[0].read_text())
+    doc = yaml.safe_load(read_text_bounded(found[0], "manifest", CONF_LIMIT))
     if (doc.get("response") or {}).get("kind") != "tokens":
         raise MLHarnessError(f"bench client: manifest {manifest!r} is not a token-stream (generative) model")
     doc.pop("frameworks", None)
@@ -145,7 +148,7 @@ def openai_manifest(manifest: str, tokens: int, concurrency: int, model: str, fo
 def summary_values(path: Path) -> dict[str, str]:
     """``key : value`` lines of an mlperf_log_summary.txt."""
     values = {}
-    for line in path.read_text().splitlines():
+    for line in read_log_text(path, "LoadGen summary").splitlines():
         key, sep, value = line.partition(":")
         if sep and value.strip():
             values[key.strip()] = value.strip()
@@ -156,9 +159,9 @@ def telemetry_cpu_s(run_dir: Path) -> float | None:
     """CPU seconds of the mlharness process during its LoadGen test: its telemetry's process CPU percent samples
     (each the os.times difference since the previous one) summed over their intervals."""
     try:
-        t = json.loads((run_dir / "mlharness_telemetry.json").read_text())
+        t = read_optional_json(run_dir / "mlharness_telemetry.json", "telemetry")
         times, pct = t["t_s"], t["host"]["process_cpu_percent"]
-    except (OSError, ValueError, KeyError):
+    except (TypeError, KeyError):
         return None
     return sum(p / 100.0 * (b - a) for p, a, b in zip(pct, [0.0, *times], times, strict=False))
 
@@ -224,7 +227,7 @@ def run_vllm(cfg: ClientBenchConfig, server: FakeOpenAI, n: int, concurrency: in
     out.mkdir(parents=True, exist_ok=True)
     server.reset()
     _, process_cpu = _child(cmd, core, "vllm bench serve")
-    got = json.loads((out / "result.json").read_text())
+    got = read_json(out / "result.json", "vllm bench serve result", RECORD_LIMIT)
     stats = server.stats()
     return {"requests_per_s": got["request_throughput"], "tokens_per_s": got["output_throughput"],
             "requests": got["completed"], "tokens": got["total_output_tokens"], "peak_streams": stats["peak_streams"],

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import ManifestError
+from mlharness.fileguard import read_json
 from mlharness.loadgen import settings as lgs
 from mlharness.run.runner import RunOptions, RunResult, run
 from mlharness.session import ModelSession
@@ -174,7 +175,7 @@ def equal_length_dataset(folder: str | None, n: int, dest: Path) -> tuple[str | 
     src = Path(folder) if folder else None
     if src is None or not (src / "cnn_eval.json").is_file():
         return folder, None
-    records = json.loads((src / "cnn_eval.json").read_text())[:n]
+    records = read_json(src / "cnn_eval.json", "CNN/DailyMail dataset", error=ManifestError)[:n]
     length = min(len(r["tok_input"]) for r in records)
     dest.mkdir(parents=True, exist_ok=True)
     for item in src.iterdir():

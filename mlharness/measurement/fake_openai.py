@@ -38,6 +38,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from mlharness.fileguard import UnusableFile, read_json
 from mlharness.measurement.fake_openai_server import (
     DEFAULT_VOCAB,
     FakeServer,
@@ -84,9 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     answers = None
     if a.chat_answers is not None:
         try:
-            answers = json.loads(a.chat_answers.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            p.error(f"--chat-answers {a.chat_answers}: {e}")
+            answers = read_json(a.chat_answers, "--chat-answers file")
+        except UnusableFile as e:
+            p.error(str(e))
         if not isinstance(answers, dict) or not all(isinstance(v, str) for v in answers.values()):
             p.error(f"--chat-answers {a.chat_answers}: not a JSON object of answer strings")
     server = FakeServer(a.tokens, a.delay_ms / 1000.0, a.eos_after, a.vocab, a.model, answers, a.prefix_cache,

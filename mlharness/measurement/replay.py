@@ -18,7 +18,6 @@ as a sweep's points, with the knee and the highest VALID value (:mod:`.replay_sw
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -27,14 +26,19 @@ from typing import Any
 
 import yaml
 
+from mlharness import numbers
 from mlharness.errors import SettingsError
+from mlharness.fileguard import read_json
 from mlharness.run.run_args import add_run_options
+from mlharness.userfiles import RECORD_LIMIT
 
 REPLAY_FLAGS = ("--round", "--count", "--mode", "--user-conf", "--min-duration-ms", "--min-query-count",
                 "--max-query-count", "--target-latency-ms", "--performance-sample-count", "--no-calibrate",
                 "--trace", "--telemetry-interval-ms", "--output", "--results-root", "--system", "--no-progress",
                 "--scenario")
 SWEEP_FILE = "sweep_sessions.json"
+MAX_THINK_SCALE = 1e6  # think times multiplied by more than this are a typo
+MAX_SESSION_RATE = 1e6  # sessions started per second: LoadGen's target_qps, of which each is one session
 PREPROCESS = '''from mlharness.sessions.traces import load_trace
 
 _SESSIONS = []
@@ -74,25 +78,31 @@ def add_replay_flags(p: Any) -> None:
                    "(e.g. X-Session-ID, for routers keeping a session on one replica)")
     p.add_argument("--cache-bust", action="store_true", help="salt each session's first message: no two sessions "
                    "share a prefix")
-    p.add_argument("--think-scale", type=float, default=1.0, help="multiply think times (0: no waits)")
-    p.add_argument("--max-tokens", type=int, default=None, help="a turn's cap where the trace states none "
+    p.add_argument("--think-scale", type=numbers.argtype("--think-scale", minimum=0, maximum=MAX_THINK_SCALE),
+                   default=1.0, help="multiply think times (0: no waits)")
+    p.add_argument("--max-tokens", type=numbers.argtype("--max-tokens", integer=True, minimum=1, maximum=2**31 - 1),
+                   default=None, help="a turn's cap where the trace states none "
                    "(default 1024)")
-    p.add_argument("--turn-timeout-s", type=float, default=600.0, help="a turn unanswered by then fails the run")
+    p.add_argument("--turn-timeout-s", type=numbers.argtype("--turn-timeout-s", minimum=0, above=True,
+                                                            maximum=numbers.MAX_TIMEOUT_S, unit=" s"),
+                   default=600.0, help="a turn unanswered by then fails the run")
     for name, what in (("ttft", "time to first token of every turn"), ("tpot", "time per output token of every "
                        "turn"), ("session", "whole session, end to end")):
-        p.add_argument(f"--slo-{name}-ms", type=float, default=None, help=f"goodput: the {what}, at most this")
+        p.add_argument(f"--slo-{name}-ms", type=numbers.argtype(f"--slo-{name}-ms", minimum=0, above=True,
+                                                                 maximum=numbers.MAX_TIMEOUT_S * 1000, unit=" ms"),
+                       default=None, help=f"goodput: the {what}, at most this")
 
 
 def values(text: str | None, flag: str, kind: type) -> list[Any]:
+    """The comma-separated values of ``flag``, each checked (:mod:`mlharness.numbers`) as that flag's."""
     if text is None:
         return []
-    try:
-        out = [kind(v) for v in str(text).split(",") if v.strip()]
-    except ValueError:
-        raise SettingsError(f"{flag} {text}: expected a number or a comma-separated list") from None
-    if not out or any(v <= 0 for v in out):
-        raise SettingsError(f"{flag} {text}: every value must be positive")
-    return out
+    parts = [v for v in str(text).split(",") if v.strip()]
+    if not parts:
+        raise numbers.flag(flag).fail(f"expected a number or a comma-separated list, got {text!r}")
+    high = numbers.MAX_WORKERS if kind is int else MAX_SESSION_RATE
+    return [numbers.parse(v, numbers.flag(flag), integer=kind is int, minimum=0, above=True, maximum=high)
+            for v in parts]
 
 
 def scenario_of(args: argparse.Namespace) -> str:
@@ -153,7 +163,7 @@ def replay(args: argparse.Namespace, say: Callable[[str], None] | None = None, p
     from mlharness.measurement import replay_sweep as rs
     from mlharness.run.run_args import overrides_of, run_options
     from mlharness.run.runner import run
-    from mlharness.sessions.traces import load_trace
+    from mlharness.sessions.traces import check_sessions, load_trace
 
     rates = values(args.session_rate, "--session-rates" if sweep_mode else "--session-rate", float)
     conc = values(args.concurrency, "--concurrency", int)
@@ -174,6 +184,7 @@ def replay(args: argparse.Namespace, say: Callable[[str], None] | None = None, p
     if sweep_mode and root is not None and root.exists():
         raise SettingsError(f"{root} exists; a sweep never writes over one (choose another --output)")
     sessions = load_trace(args.trace_file, args.format)  # a malformed trace: DatasetError naming line and field (exit 2)
+    check_sessions(sessions, args.trace_file, args.think_scale)  # its waits, scaled, end within the stated limit
     if not sessions:
         raise SettingsError(f"{args.trace_file}: the trace has no sessions")
     scenario = ("Server" if rates else "Offline") if sweep_mode else scenario_of(args)
@@ -195,7 +206,7 @@ def replay(args: argparse.Namespace, say: Callable[[str], None] | None = None, p
             if rate is not None or sizing:
                 fixed["overrides"] = overrides_of(args, **sizing, **({} if rate is None else {"target_qps": rate}))
             result = run(run_options(args, **fixed))
-            summary = json.loads((result.output / "sessions_summary.json").read_text())
+            summary = read_json(result.output / "sessions_summary.json", "sessions summary", RECORD_LIMIT)
             results.append({"label": label or scenario, "session_rate": rate, "concurrency": concurrency,
                             "output": str(result.output), "summary": summary})
             if root is None:
@@ -287,7 +298,7 @@ def cmd_sweep_replay(args: argparse.Namespace, out: Any, say: Callable[[str], No
     points: list[dict[str, Any]] = []
     replay(args, say=say, progress=RunProgress(err, live=not args.no_progress), sweep_mode=True,
            on_point=points.append)
-    state = json.loads((Path(args.output) / SWEEP_FILE).read_text())
+    state = read_json(Path(args.output) / SWEEP_FILE, "sweep state", RECORD_LIMIT)
     unit = "sessions/s offered" if state["axis"] == RATE_AXIS else "sessions in flight"
     table = Table("value", "result", "sessions/s", "turns/s", "goodput", "session p50/p90/p99 ms", "TTFT p90 ms",
                   "TPOT p90 ms", "run", title=f"session replay sweep over {unit}: {escape(str(args.output))}/"

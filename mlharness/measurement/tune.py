@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import MLHarnessError
+from mlharness.fileguard import DATA_FILE_LIMIT
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.interrupt import GUARD
 from mlharness.manifest.loader import load_manifest
 from mlharness.run.runner import RunOptions, RunResult, run
+from mlharness.userfiles import read_log_text
 
 SERVER_HALVINGS = 8  # the Server search looks down to 1/256 of the Offline rate
 SERVER_MARGIN = 0.95  # the written Server rate, as a fraction of the best VALID trial
@@ -193,8 +195,9 @@ class Tuner:
         out = self.cfg.output
         target, kept = out, False
         if out.exists():
-            old = out.read_text(errors="replace") if out.is_file() else ""
-            new = staged.read_text()
+            # the file there is a user.conf, or whatever the user keeps there: bounded as a data file, never refused
+            old = read_log_text(out, "tune output", DATA_FILE_LIMIT) if out.is_file() else ""
+            new = lgs.read_conf(staged, "tuned user.conf")
             if not self.cfg.force:
                 target, kept = out.with_name(out.name + ".new"), True
             if self.cfg.show_diff is not None:
