@@ -10,13 +10,13 @@ time the SUT measured: the rest is framework overhead (session entry, input/outp
 from __future__ import annotations
 
 import bisect
-import json
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mlharness.errors import MLHarnessError
+from mlharness.fileguard import DATA_FILE_LIMIT, read_json
 
 OP_CAT = "framework.op"
 EPS_US = 1.0  # timestamps of two clocks meet here: allow a microsecond at the span edges
@@ -60,10 +60,8 @@ class Breakdown:
 
 def load_events(path: Path) -> list[dict[str, Any]]:
     """The events of a Chrome trace file (object with ``traceEvents``, or a bare list)."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise MLHarnessError(f"cannot read the trace {path}: {e}") from e
+    # a framework trace holds an event per operator call: hundreds of MiB for a long run
+    doc = read_json(Path(path), "trace", DATA_FILE_LIMIT, error=MLHarnessError)
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     if not isinstance(events, list):
         raise MLHarnessError(f"{path} is not a Chrome trace (no traceEvents list)")

@@ -18,6 +18,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from mlharness.fileguard import UnusableFile, read_bytes_bounded
+
 log = logging.getLogger(__name__)
 
 SYS_CPU = Path("/sys/devices/system/cpu")
@@ -28,13 +30,9 @@ STACK_PACKAGES = ("mlharness", "mlcommons-loadgen", "numpy", "onnx", "opencv-pyt
 
 
 def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    for line in (_read_kernel(Path("/proc/cpuinfo")) or "").splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
     return platform.processor() or "unknown"
 
 
@@ -57,11 +55,27 @@ def host_facts() -> dict[str, Any]:
     }
 
 
-def _read(path: Path) -> str | None:
+KERNEL_FILE_LIMIT = 64 << 20
+"""Most bytes read of a /proc or /sys file: /proc/cpuinfo of a host with hundreds of cores is a few MiB."""
+
+
+def _read_bytes(path: Path, limit: int = KERNEL_FILE_LIMIT) -> bytes | None:
+    """A kernel file's bytes, None where it cannot be read (absent, root only, not a regular file). Their sizes
+    read 0 or 4096, whatever they hold: the read is bounded by ``limit`` instead."""
     try:
-        return path.read_text().strip()
-    except OSError:
+        return read_bytes_bounded(path, "system file", limit)
+    except (OSError, UnusableFile):
         return None
+
+
+def _read_kernel(path: Path) -> str | None:
+    data = _read_bytes(path)
+    return None if data is None else data.decode("utf-8", errors="replace")
+
+
+def _read(path: Path) -> str | None:
+    text = _read_kernel(path)
+    return None if text is None else text.strip()
 
 
 def format_bytes(n: float, unit: str = "B") -> str:
@@ -80,7 +94,7 @@ def cpu_info() -> dict[str, Any]:
     fields: list[dict[str, str]] = []
     try:
         block: dict[str, str] = {}
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in (_read_kernel(Path("/proc/cpuinfo")) or "").splitlines():
             if not line.strip():
                 if block:
                     fields.append(block)
@@ -165,9 +179,8 @@ def _dimm_configuration() -> str | None:
     root = Path("/sys/firmware/dmi/entries")
     dimms: Counter[str] = Counter()
     for entry in sorted(root.glob("17-*")) if root.is_dir() else []:
-        try:
-            raw = (entry / "raw").read_bytes()
-        except OSError:
+        raw = _read_bytes(entry / "raw", 64 << 10)  # an SMBIOS structure: under 256 bytes
+        if raw is None:
             return None
         if len(raw) < 0x17:
             continue
