@@ -31,6 +31,9 @@ from mlharness.agent.facts import (
 from mlharness.agent.protos import grpc_predict_v2_pb2 as pb
 from mlharness.agent.protos import grpc_predict_v2_pb2_grpc as pb_grpc
 from mlharness.errors import AgentError
+from mlharness.fileguard import read_bytes_bounded
+
+PEM_LIMIT = 16 << 20  # a key, a certificate chain or a CA bundle: the system bundle is a few hundred KiB
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +71,7 @@ class ConnectOptions:
 def _read(path: str | None, what: str) -> bytes | None:
     if not path:
         return None
-    try:
-        return Path(path).expanduser().read_bytes()
-    except OSError as e:
-        raise AgentError(f"cannot read the {what} {path}: {e}") from e
+    return read_bytes_bounded(Path(path).expanduser(), what, PEM_LIMIT, error=AgentError)
 
 
 def make_channel(address: str, opts: ConnectOptions, max_receive: int = -1) -> grpc.Channel:

@@ -29,6 +29,7 @@ import numpy as np
 from mlharness import __version__
 from mlharness.agent.backend import QSL_PARAMETER, SAMPLE_INDEX, ModelBackend, TensorMeta
 from mlharness.agent.batching import Batcher
+from mlharness.agent.client import PEM_LIMIT
 from mlharness.agent.facts import EXTENSION_FACTS, FACTS_PARAMETER, agent_facts, facts_text
 from mlharness.agent.guard import RateLimit, Undecodable, add_servicer, tame_grpc_loggers
 from mlharness.agent.protos import grpc_predict_v2_pb2 as pb
@@ -36,6 +37,7 @@ from mlharness.agent.protos import grpc_predict_v2_pb2_grpc as pb_grpc
 from mlharness.agent.spans import EXTENSION_TRACE, TRACE_PARAMETER, request_spans
 from mlharness.agent.tensors import dims_match, from_contents, from_raw, to_raw
 from mlharness.errors import AgentError, DatasetError, MLHarnessError
+from mlharness.fileguard import read_bytes_bounded
 
 log = logging.getLogger(__name__)
 # one line per failed request, at most REQUEST_LOG_BURST lines per REQUEST_LOG_INTERVAL_S
@@ -270,10 +272,7 @@ def _address(host: str, port: int) -> str:
 
 
 def _read(path: str, what: str) -> bytes:
-    try:
-        return Path(path).expanduser().read_bytes()
-    except OSError as e:
-        raise AgentError(f"cannot read the {what} {path}: {e}") from e
+    return read_bytes_bounded(Path(path).expanduser(), what, PEM_LIMIT, error=AgentError)
 
 
 class AgentServer:
