@@ -102,14 +102,14 @@ def _framework_of(manifest: str) -> str | None:
     """The ``framework`` a manifest names near its top, or None (a variant file, a FIFO, an odd layout): the
     first line is a courtesy, the manifest's checks come later with the real loader."""
     path = manifest if manifest.endswith((".yaml", ".yml")) or os.sep in manifest else _builtin(manifest)
-    try:
-        import stat
+    from mlharness.fileguard import UnusableFile, open_regular
 
-        if path is None or not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the open
-            return None
-        with open(path, "rb") as f:
+    if path is None:
+        return None
+    try:
+        with open_regular(path, "manifest") as f:  # a FIFO is refused, never waited on
             lines = f.read(_SCAN_BYTES).decode("utf-8", "replace").splitlines()
-    except OSError:
+    except (OSError, UnusableFile):
         return None
     for i, line in enumerate(lines):
         if line.startswith("framework:"):
