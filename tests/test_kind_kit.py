@@ -1,0 +1,235 @@
+"""The hostile kit over the data kinds: for every kind of ``run/kinds.py`` (and every input type with a reader of its
+own: images in chat, graphs, jagged streams), the same hostile files go through the kind's real reader in a short
+``mlharness run`` of its built-in oracle: a FIFO, a character device, a symbolic link to a device, a folder, an empty
+file, a truncated one, one line of 70 MB, JSON nested 100,000 deep, bad UTF-8, NaN where a number belongs.
+
+Each case must end within its bound with exit status 2 or 3 and an error paragraph that names the file, never a
+traceback and never a hang. One driver process per kind runs its cases one after another (the frameworks are
+imported once); it writes each result as it ends, so a hang names the case it hung on.
+
+A kind added to the table without fixtures here fails :func:`test_every_kind_has_the_kits_fixtures`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from mlharness.run.kinds import KINDS
+from tests.helpers.cli import cli
+
+CASE_SECONDS = 30.0  # one case, on a busy 2-core host; a reader that waits on a FIFO never ends
+
+
+@dataclass(frozen=True)
+class Target:
+    """One file a kind reads from its dataset folder, and the run that reads it."""
+
+    kind: str  # a row of KINDS, or an input type with a reader of its own
+    manifest: str
+    synth: tuple[str, ...]  # `mlharness dataset synth` arguments (after --out)
+    file: str  # relative to the dataset folder
+    form: str  # text | json | jsonl | csv | torch | npy | image | parquet
+    mode: str = "accuracy"
+
+
+TARGETS = [
+    # the files the oracles read (wan-2.2's fixed_latent.pt is read only by the real pipeline: test_wan22.py)
+    Target("tensor", "demo", ("demo",), "val_map.txt", "text"),
+    Target("tensor", "demo", ("demo",), "ILSVRC2012_val_00000001.JPEG", "image"),
+    Target("tokens", "llama3.1-8b-oracle", ("cnndm", "--count", "4"), "cnn_eval.json", "json"),
+    Target("video", "wan-2.2-t2v-a14b-oracle", ("vbench-prompts", "--count", "2"), "vbench_prompts.txt", "text"),
+    Target("session", "qwen3.6-27b-oracle", ("qwen3.6-27b", "--count", "4"), "agentic_coding_2.5h.jsonl", "jsonl",
+           mode="performance"),
+    Target("pipeline", "e2e-rag-qna-oracle", ("e2e-rag", "--count", "4"), "frames_dataset.tsv", "text",
+           mode="performance"),
+    Target("chat", "qwen3-vl-235b-a22b-oracle", ("qwen3-vl", "--count", "4"), "data/test-00000-of-00001.parquet",
+           "parquet"),
+    Target("graph", "rgat-oracle", ("rgat",), "tiny/processed/paper/node_feat.npy", "npy"),
+    Target("graph", "rgat-oracle", ("rgat",), "tiny/processed/val_idx.pt", "torch"),
+    Target("jagged", "dlrm-v3-oracle", ("dlrm-v3",), "dataset.json", "json"),
+    Target("jagged", "dlrm-v3-oracle", ("dlrm-v3",), "0.csv", "csv"),
+]
+
+INPUT_KINDS = {"chat", "graph", "jagged"}  # input types with readers of their own, beside the response kinds
+
+
+# ---- the hostile files ----------------------------------------------------------------------------------------------
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _char_device(path: Path) -> None:
+    os.mknod(path, 0o600 | 0o020000, os.makedev(1, 5))  # a /dev/zero of our own, made in tmp_path
+
+
+def _link_to_device(path: Path) -> None:
+    path.symlink_to("/dev/zero")
+
+
+def _folder(path: Path) -> None:
+    path.mkdir()
+
+
+def _empty(path: Path) -> None:
+    path.write_bytes(b"")
+
+
+def _truncated(good: bytes) -> Callable[[Path], None]:
+    return lambda path: path.write_bytes(good[: len(good) // 2])
+
+
+def _huge_line(path: Path) -> None:
+    with open(path, "wb") as f:  # 70 MB of one line, sparse on disk
+        f.truncate(70 << 20)
+
+
+def _deep(path: Path) -> None:
+    path.write_bytes(b"[" * 100_000 + b"]" * 100_000 + b"\n")
+
+
+def _bad_utf8(good: bytes) -> Callable[[Path], None]:
+    return lambda path: path.write_bytes(good[:20] + b"\xff\xfe\xc3" + good[20:])
+
+
+def _nan(good: bytes) -> Callable[[Path], None]:
+    import re
+
+    def make(path: Path) -> None:  # the first number of the file becomes NaN
+        path.write_bytes(re.sub(rb"(?<=[:\[, ])-?\d+(\.\d+)?", b"NaN", good, count=1))
+
+    return make
+
+
+def cases_for(target: Target, good: bytes) -> dict[str, Callable[[Path], None]]:
+    cases: dict[str, Callable[[Path], None]] = {
+        "fifo": _fifo, "symlink-to-device": _link_to_device, "folder": _folder, "empty": _empty,
+    }
+    if os.geteuid() == 0:
+        cases["char-device"] = _char_device
+    if target.form in {"json", "torch", "npy", "image", "parquet"}:
+        cases["truncated"] = _truncated(good)
+    if target.form in {"text", "json", "jsonl", "csv"}:
+        cases["bad-utf8"] = _bad_utf8(good)
+        cases["huge-line"] = _huge_line
+    if target.form in {"json", "jsonl"}:
+        cases["deep-nesting"] = _deep
+        cases["nan"] = _nan(good)
+    return cases
+
+
+# ---- the driver -----------------------------------------------------------------------------------------------------
+
+DRIVER = r'''
+"""Runs mlharness.cli.main on each case of a JSON list; one JSON line per case as it ends."""
+import contextlib, io, json, logging, sys, time, traceback
+
+class _Current:
+    def write(self, s): return sys.stderr.write(s)
+    def flush(self): pass
+
+logging.basicConfig(stream=_Current())
+from mlharness import cli
+
+with open(sys.argv[2], "a") as out:
+    for case in json.load(open(sys.argv[1])):
+        buf = io.StringIO()
+        t0 = time.monotonic()
+        print(json.dumps({"id": case["id"], "started": True}), file=out, flush=True)
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+            try:
+                rc = cli.main(case["argv"])
+            except SystemExit as e:
+                rc = e.code
+            except BaseException:
+                rc = "uncaught"
+                buf.write(traceback.format_exc())
+        print(json.dumps({"id": case["id"], "rc": rc, "output": buf.getvalue(),
+                          "seconds": time.monotonic() - t0}), file=out, flush=True)
+'''
+
+
+def _run_driver(work: Path, cases: list[dict], env: dict[str, str]) -> dict[str, dict]:
+    (work / "driver.py").write_text(DRIVER)
+    (work / "cases.json").write_text(json.dumps(cases))
+    results = work / "results.jsonl"
+    limit = 60 + CASE_SECONDS * len(cases)
+    proc = subprocess.Popen([sys.executable, str(work / "driver.py"), str(work / "cases.json"), str(results)],
+                            cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+    lines = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
+    ended = {r["id"]: r for r in lines if "rc" in r}
+    started = [r["id"] for r in lines if r.get("started")]
+    hung = [i for i in started if i not in ended]
+    assert not hung, f"the driver did not end case {hung[0]} within {limit:.0f} s (a hang)\n{err.decode()[-2000:]}"
+    assert proc.returncode == 0, err.decode()[-4000:]
+    return ended
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> Callable[[Target], Path]:
+    made: dict[tuple[str, ...], Path] = {}
+
+    def get(target: Target) -> Path:
+        if target.synth not in made:
+            out = tmp_path_factory.mktemp("kitdata") / "good"
+            proc = cli(env, "dataset", "synth", target.synth[0], "--out", str(out), *target.synth[1:])
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            made[target.synth] = out
+        return made[target.synth]
+
+    return get
+
+
+def test_every_kind_has_the_kits_fixtures() -> None:
+    """A new kind registers with fixtures here, or this fails."""
+    assert set(KINDS) | INPUT_KINDS == {t.kind for t in TARGETS}
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("kind", sorted(set(KINDS) | INPUT_KINDS))
+def test_hostile_files_of_a_kind(kind: str, tmp_path: Path, datasets: Callable[[Target], Path],
+                                 env: dict[str, str]) -> None:
+    cases, expect = [], {}
+    for t_index, target in enumerate(t for t in TARGETS if t.kind == kind):
+        good = datasets(target)
+        content = (good / target.file).read_bytes()
+        for name, make in cases_for(target, content).items():
+            case_id = f"{Path(target.file).name}:{name}"
+            folder = tmp_path / f"t{t_index}-{name}"
+            shutil.copytree(good, folder, symlinks=True)
+            hostile = folder / target.file
+            hostile.unlink()
+            make(hostile)
+            argv = ["run", "--manifest", target.manifest, "--dataset-path", str(folder), "--scenario", "Offline",
+                    "--mode", target.mode, "--count", "2", "--no-progress", "--results-root",
+                    str(tmp_path / "results" / f"t{t_index}-{name}")]
+            if target.mode == "performance":
+                argv += ["--min-duration-ms", "50"]
+            cases.append({"id": case_id, "argv": argv})
+            expect[case_id] = Path(target.file).name
+    results = _run_driver(tmp_path, cases, env)
+    failures = []
+    for case in cases:
+        r = results[case["id"]]
+        output, name = r["output"], expect[case["id"]]
+        what = f"{case['id']}: exit {r['rc']} in {r['seconds']:.1f} s\n{output[-1500:]}"
+        if "Traceback" in output or r["rc"] not in (2, 3) or r["seconds"] > CASE_SECONDS:
+            failures.append(what)
+        elif "error:" not in output or name not in output[output.index("error:"):]:
+            failures.append(f"the error does not name {name}: " + what)
+    assert not failures, f"{len(failures)} of {len(cases)} cases failed:\n\n" + "\n\n".join(failures)
