@@ -4,7 +4,10 @@ worker number from a flag, a manifest key or a trace row is finite, of its kind 
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,3 +54,74 @@ def test_check_names_the_source_and_keeps_each_kinds_error_class():
     assert numbers.check(3.0, "x", integer=True, minimum=1) == 3
     with pytest.raises(numbers.NumberError, match="must be a whole number, got True"):
         numbers.check(True, "x", integer=True)
+
+
+# ------------------------------------------------------------------------------------ replays: flags and traces
+
+def replay(tmp: Path, trace_text: str, *flags: str, name: str = "trace.jsonl") -> subprocess.CompletedProcess:
+    """``mlharness replay`` of a trace at a closed port: whatever is refused is refused before any connection."""
+    trace = tmp / name
+    trace.write_text(trace_text)
+    return subprocess.run([sys.executable, "-m", "mlharness", "replay", "--endpoint", "http://127.0.0.1:9",
+                           "--results-root", str(tmp / "results"), "--no-progress", *flags, str(trace)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp)
+
+
+def agentic(turns: int, delay: float = 0.0) -> str:
+    rows = []
+    for k in range(1, 2 * turns + 1):
+        row = {"conversation_id": "c1", "turn": k, "role": "user" if k % 2 else "assistant", "content": "hi"}
+        if k == 3:
+            row["delay_seconds"] = delay
+        rows.append(json.dumps(row))
+    return "\n".join(rows) + "\n"
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("flag", ["--session-rate", "--session-rate=0.5,inf"])
+def test_an_infinite_session_rate_is_blamed_on_the_flag_given(tmp_path, flag):
+    args = [flag, "inf"] if "=" not in flag else [flag]
+    done = replay(tmp_path, agentic(2), *args)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "--session-rate: must be a finite number, got inf" in one_line(done.stderr)
+    assert "--target-qps" not in done.stderr
+
+
+def test_a_think_scale_out_of_range_is_refused_naming_the_flag(tmp_path):
+    done = replay(tmp_path, agentic(2), "--think-scale", "nan")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "--think-scale: must be a finite number, got nan" in one_line(done.stderr)
+
+
+def test_a_delay_that_outlasts_the_limit_is_refused_naming_the_row(tmp_path):
+    done = replay(tmp_path, agentic(2, delay=1e12), "--think-scale", "1")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert ("trace.jsonl:3: field 'delay_seconds': must be <= 604800 s, got 1000000000000 (a week: a replay waits "
+            "out its recorded times)") in one_line(done.stderr)
+
+
+def test_think_times_scaled_past_the_limit_are_refused_before_loadgen(tmp_path):
+    done = replay(tmp_path, agentic(2, delay=1000.0), "--think-scale", "1000")
+    assert done.returncode == 2, done.stdout + done.stderr
+    err = one_line(done.stderr)
+    assert "trace.jsonl:1: field 'turns[1].think_s': session 'c1' would wait 1000000 s" in err
+    assert "--think-scale 1000" in err and "within 604800 s" in err
+
+
+def test_a_mooncake_timestamp_past_the_limit_is_refused_naming_the_row(tmp_path):
+    rows = [{"timestamp": 0, "input_length": 10, "output_length": 5},
+            {"timestamp": 1e18, "input_length": 10, "output_length": 5}]
+    done = replay(tmp_path, "\n".join(json.dumps(r) for r in rows) + "\n", "--timing", "recorded")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "trace.jsonl:2: field 'timestamp': 1e+18 ms after the trace's first timestamp" in \
+        one_line(done.stderr)
+
+
+def test_a_session_of_too_many_turns_is_refused_naming_the_row(tmp_path):
+    done = replay(tmp_path, agentic(numbers.MAX_TURNS + 1))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert (f"trace.jsonl:1: session 'c1' has {numbers.MAX_TURNS + 1} turns; at most {numbers.MAX_TURNS} (turns per "
+            "session: each resends the whole history)") in one_line(done.stderr)

@@ -213,7 +213,7 @@ def malformed(line: int, text: str) -> list[str]:
     (malformed(3, '{"conversation_id": "c1", "turn": 3, "role": "tool", "tool_results": [}'), ":3:",
      "invalid JSON"),
     (malformed(2, BASE[1].replace('"turn": 2', '"turn": "x"')), ":2: field 'turn'",
-     'expected a positive integer, got "x"'),
+     "must be a whole number, got 'x'"),
     (malformed(4, BASE[3].replace('"conversation_id": "c1", ', "")), ":4: field 'conversation_id'", "missing"),
     (malformed(4, BASE[3].replace('"assistant"', '"robot"')), ":4: field 'role'", 'got "robot"'),
     (malformed(3, BASE[2].replace('"tool_call_id": "a"', '"tool_call_id": "zz"')),
@@ -223,7 +223,7 @@ def malformed(line: int, text: str) -> list[str]:
     (malformed(2, BASE[1].replace('"type": "function"', '"type": "code"')), ":2: field 'tool_calls[0].type'",
      'expected "function"'),
     (malformed(3, BASE[2].replace('"turn": 3', '"turn": 3, "delay_seconds": -1')), ":3: field 'delay_seconds'",
-     "expected a number >= 0"),
+     "must be >= 0 s, got -1"),
     (malformed(3, BASE[2].replace('"turn": 3', '"turn": 5')), ":3: field 'turn'", "turn 5 in conversation 'c1' of 4 rows"),
     (malformed(3, BASE[2].replace('"turn": 3', '"turn": 2')), ":3: field 'turn'", "appears twice (also at line 2)"),
     (malformed(3, BASE[2].replace('"tool"', '"user"').replace('"tool_results"', '"content": "x", "r"')),
@@ -248,7 +248,7 @@ def test_malformed_agentic_trace_names_line_and_field(tmp_path, rows, where, mes
     ("mooncake", '{"timestamp": 0, "input_length": 1200, "output_length": 5, "hash_ids": [1, 2]}',
      ":1: field 'hash_ids'", "2 block ids for input_length 1200"),
     ("mooncake", '{"timestamp": 0, "input_length": 10, "output_length": 5}\n'
-     '{"timestamp": 0, "input_length": 10, "output_length": "x"}', ":2: field 'output_length'", 'got "x"'),
+     '{"timestamp": 0, "input_length": 10, "output_length": "x"}', ":2: field 'output_length'", "got 'x'"),
     ("auto", '{"prompt": "x"}', ":1:", "cannot tell the trace's format"),
 ])
 def test_malformed_other_traces_name_line_and_field(tmp_path, fmt, text, where, message):
@@ -276,4 +276,4 @@ def test_cli_replay_of_a_malformed_trace_exits_2_naming_line_and_field(tmp_path)
                            "--results-root", str(tmp_path / "results"), "--no-progress", str(trace)],
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "trace.jsonl:2: field 'turn': expected a positive integer, got \"x\"" in done.stderr
+    assert "trace.jsonl:2: field 'turn': must be a whole number, got 'x'" in done.stderr

@@ -27,8 +27,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from mlharness.numbers import MAX_RECORDED_S
 from mlharness.sessions.model import Session, Turn
-from mlharness.sessions.trace_rows import Fields, TraceError, read_records, shown, tool_calls
+from mlharness.sessions.trace_rows import RECORDED_WHY, Fields, TraceError, read_records, shown, tool_calls
 
 ROLES = ("user", "assistant", "tool")
 # what may follow each role (the reference's state machine; "start" is before the first row)
@@ -132,7 +133,7 @@ def check_optional(f: Fields) -> None:
     but a malformed one anywhere is a malformed trace."""
     f.string("system")
     f.objects("tools")
-    f.number("delay_seconds")
+    f.number("delay_seconds", maximum=MAX_RECORDED_S, unit=" s", why=RECORDED_WHY)
     max_tokens(f)
 
 
@@ -189,7 +190,7 @@ def build_session(cid: str, rows: list[Fields], messages: list) -> Session:
         if f.row["role"] == "assistant":
             continue
         own = f.objects("tools")
-        think = f.number("delay_seconds") or 0.0
+        think = f.number("delay_seconds", maximum=MAX_RECORDED_S, unit=" s", why=RECORDED_WHY) or 0.0
         recorded = messages[i + 1] if i + 1 < len(rows) and rows[i + 1].row["role"] == "assistant" else None
         cap = max_tokens(f) or default_cap
         turns.append(Turn(messages=tuple(messages[i]), think_s=think,

@@ -27,8 +27,10 @@ import random
 from pathlib import Path
 from typing import Any
 
+from mlharness import numbers
+from mlharness.numbers import MAX_RECORDED_S, MAX_TURNS
 from mlharness.sessions.model import Session, Turn
-from mlharness.sessions.trace_rows import Fields, TraceError, read_records, shown
+from mlharness.sessions.trace_rows import RECORDED_WHY, TURNS_WHY, Fields, TraceError, read_records, shown
 
 BLOCK_TOKENS = 512  # Mooncake's block size, and AIPerf's default (--isl-block-size)
 SESSION_FIELDS = ("session_id", "chat_id", "conversation_id")
@@ -75,13 +77,23 @@ def read_mooncake(path: Path) -> list[Session]:
             if isinstance(raw, bool) or not isinstance(raw, (str, int)) or raw == "":
                 raise f.error(key, f"expected a non-empty string, got {shown(raw)}")
             sid = str(raw)
-        groups.setdefault(sid, []).append(f)
+        group = groups.setdefault(sid, [])
+        if len(group) >= MAX_TURNS:
+            raise f.error(key, f"session {sid!r} has more than {MAX_TURNS} rows (turns); at most {MAX_TURNS} "
+                               f"({TURNS_WHY})")
+        group.append(f)
     if not groups:
         raise TraceError(path, None, None, "no rows (a Mooncake trace has one JSON row per request)")
     cache: dict[Any, list[str]] = {}
     rows = [(sid, [request(f, cache) for f in fs]) for sid, fs in groups.items()]
     stamps = [r["timestamp"] for _, rs in rows for r in rs if r["timestamp"] is not None]
     origin = min(stamps) if stamps else 0.0
+    for _, rs in rows:  # a session starts at its first timestamp after the trace's first: a replay waits for it
+        for r in rs:
+            if r["timestamp"] is not None and r["timestamp"] - origin > MAX_RECORDED_S * 1000:
+                raise r["fields"].source("timestamp").fail(
+                    f"{numbers.fmt(r['timestamp'] - origin)} ms after the trace's first timestamp "
+                    f"({numbers.fmt(origin)}); must be <= {numbers.fmt(MAX_RECORDED_S * 1000)} ms ({RECORDED_WHY})")
     return [session(sid, rs, origin) for sid, rs in rows]
 
 
@@ -100,8 +112,8 @@ def request(f: Fields, cache: dict[Any, list[str]]) -> dict[str, Any]:
         raise f.error("hash_ids", f"{len(hash_ids)} block ids for input_length {input_length}: a prompt of "
                                   f"{input_length} tokens is {blocks} blocks of {BLOCK_TOKENS} (the last one partial)")
     ms = f.number("timestamp")
-    delay = f.number("delay")
-    return {"line": f.line, "hash_ids": list(hash_ids), "input_length": input_length,
+    delay = f.number("delay", maximum=MAX_RECORDED_S * 1000, unit=" ms", why=RECORDED_WHY)
+    return {"line": f.line, "fields": f, "hash_ids": list(hash_ids), "input_length": input_length,
             "max_tokens": max(1, output_length), "timestamp": ms, "delay": delay,
             "text": prompt_text(hash_ids, input_length, cache)}
 

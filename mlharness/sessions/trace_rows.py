@@ -10,11 +10,15 @@ fixes a trace by hand needs the line, not the record's index: that is why the fo
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from mlharness import numbers
 from mlharness.errors import DatasetError
+from mlharness.fileguard import DATA_FILE_LIMIT, JSON_DEPTH_LIMIT, json_depth, read_bytes_bounded
 
 _DECODER = json.JSONDecoder()
 _SPACE = " \t\r\n"
@@ -23,7 +27,7 @@ _SPACE = " \t\r\n"
 class TraceError(DatasetError):
     """A trace is malformed: names the file, the line (1-based) of the record and the field at fault.
 
-    Printed as ``trace.jsonl:17: field 'turn': expected a positive integer, got "x"``, the form compilers use, so
+    Printed as ``trace.jsonl:17: field 'turn': must be a whole number, got 'x'``, the form compilers use, so
     an editor can jump to the line.
     """
 
@@ -37,6 +41,14 @@ class TraceError(DatasetError):
         super().__init__(f"{where}: {message}")
 
 
+RECORDED_WHY = "a week: a replay waits out its recorded times"
+TURNS_WHY = "turns per session: each resends the whole history"
+
+
+class TraceNumberError(numbers.TraceNumberError, TraceError):
+    """A record's number out of type or range (:mod:`mlharness.numbers`): a TraceError like any other."""
+
+
 def shown(value: Any, limit: int = 60) -> str:
     """A value as the error shows it: its JSON text, shortened (a trace's strings can be whole files)."""
     try:
@@ -47,20 +59,64 @@ def shown(value: Any, limit: int = 60) -> str:
 
 
 def read_text(path: Path) -> str:
+    """The whole trace as text, read through the one door: a FIFO, a device or a folder is refused naming what it
+    is, and no more than :data:`~mlharness.fileguard.DATA_FILE_LIMIT` bytes are read."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        raise TraceError(path, None, None, "no such trace file")
+    data = read_bytes_bounded(path, "trace file", DATA_FILE_LIMIT, name_path=False,
+                              error=lambda m: TraceError(path, None, None, m))
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TraceError(path, None, None, "no such trace file") from None
-    except IsADirectoryError:
-        raise TraceError(path, None, None, "is a directory, not a trace file") from None
+        return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise TraceError(path, None, None, f"not UTF-8 text (byte {e.start})") from None
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise TraceError(path, line, None, f"not UTF-8 text (byte 0x{data[e.start]:02x} at column {column})") from None
+
+
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'[]{}"')
+
+
+def _brackets(text: str) -> bytes:
+    """The brackets of the JSON text outside its strings, in order: what
+    :func:`~mlharness.fileguard.json_depth` measures, made in a few passes of C (it scans a long text itself at
+    a few MB/s). Escaped backslashes and quotes go first, so every quote left opens or closes a string."""
+    data = text.encode("utf-8", "surrogatepass").replace(b"\\\\", b"").replace(b'\\"', b"")
+    data = data.translate(None, _NOT_STRUCTURE)
+    return re.sub(rb'"[^"]*"', b"", data).replace(b'"', b"")
+
+
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+
+
+def _too_deep_at(text: str) -> int:
+    """Where the nesting of arrays and objects first passes :data:`JSON_DEPTH_LIMIT` (strings skipped as
+    :func:`~mlharness.fileguard.json_depth` skips them)."""
+    depth = 0
+    for m in _TOKEN.finditer(text):
+        c = m.group()
+        if c in "[{":
+            depth += 1
+            if depth > JSON_DEPTH_LIMIT:
+                return m.start()
+        elif c in "]}":
+            depth -= 1
+    return 0
 
 
 def iter_records(path: Path, text: str | None = None) -> Iterator[tuple[int, Any]]:
     """Each record of the file as ``(line, value)``; a top-level array gives its elements."""
     text = read_text(path) if text is None else text
     pos, line, n = 0, 1, len(text)
+
+    def line_of(p: int) -> int:
+        return text.count("\n", 0, p) + 1
+
+    if json_depth(_brackets(text)) > JSON_DEPTH_LIMIT:
+        raise TraceError(path, line_of(_too_deep_at(text)), None, f"arrays and objects nest more than "
+                         f"{JSON_DEPTH_LIMIT} deep; no trace record nests so deeply, check that it is the right file")
 
     def skip(p: int) -> int:
         while p < n and text[p] in _SPACE:
@@ -73,11 +129,42 @@ def iter_records(path: Path, text: str | None = None) -> Iterator[tuple[int, Any
         pos = p
         return line
 
+    def whole_value(a: int, b: int) -> bool:
+        """``text[a:b]`` holds one complete JSON value and nothing else."""
+        try:
+            _value, end = _DECODER.raw_decode(text, a)
+        except (json.JSONDecodeError, RecursionError):
+            return False
+        return end <= b and not text[end:b].strip()
+
+    def invalid(p: int, e: json.JSONDecodeError) -> TraceError:
+        """The error for the value starting at ``p``, at the line of the bad text. The decoder reads on over line
+        ends (a pretty-printed record spans lines), so a JSON Lines record left unclosed is reported by it only at
+        the next record's first character; that case is told by the next line being a whole value by itself, and
+        named at the unclosed record instead."""
+        at, msg = e.pos, e.msg
+        start = text.rfind("\n", 0, at) + 1
+        if start > p and text[start:at].strip() == "":
+            end = text.find("\n", at)
+            end = n if end < 0 else end
+            if whole_value(at, end):
+                head = text[p:start].rstrip()
+                try:
+                    _DECODER.raw_decode(head)
+                except json.JSONDecodeError as e2:
+                    at, msg = min(p + e2.pos, p + len(head)), e2.msg
+                else:
+                    at, msg = p + len(head), "Expecting ',' delimiter"
+        column = at - (text.rfind("\n", 0, at) + 1) + 1
+        return TraceError(path, line_of(at), None, f"invalid JSON: {msg} (column {column})")
+
     def decode(p: int) -> tuple[Any, int]:
         try:
             return _DECODER.raw_decode(text, p)
         except json.JSONDecodeError as e:
-            raise TraceError(path, e.lineno, None, f"invalid JSON: {e.msg} (column {e.colno})") from None
+            raise invalid(p, e) from None
+        except RecursionError:
+            raise TraceError(path, line_of(p), None, "arrays and objects nest too deeply to decode") from None
 
     p = skip(0)
     while p < n:
@@ -88,16 +175,18 @@ def iter_records(path: Path, text: str | None = None) -> Iterator[tuple[int, Any
                 continue
             while True:
                 start = line_at(p)
-                value, p = decode(p)
+                value, end = decode(p)
                 yield start, value
-                p = skip(p)
+                p = skip(end)
                 if p < n and text[p] == ",":
                     p = skip(p + 1)
                     continue
                 if p < n and text[p] == "]":
                     p = skip(p + 1)
                     break
-                raise TraceError(path, line_at(min(p, n)), None, "invalid JSON: expected ',' or ']' in the array")
+                # the comma is missing after the value just read, not where the next one starts
+                raise TraceError(path, line_of(end), None, "invalid JSON: expected ',' or ']' after this value "
+                                 "in the array")
         else:
             start = line_at(p)
             value, p = decode(p)
@@ -144,27 +233,32 @@ class Fields:
             raise self.error(field, "expected a non-empty string, got \"\"")
         return value
 
-    def integer(self, field: str, *, required: bool = False, minimum: int = 1) -> int | None:
+    def integer(self, field: str, *, required: bool = False, minimum: int = 1, maximum: int | None = None,
+                why: str = "") -> int | None:
+        """A whole number in ``[minimum, maximum]`` (:func:`mlharness.numbers.check`)."""
         value = self.row.get(field)
         if value is None:
             if required:
                 raise self.error(field, "missing (an integer is required)")
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-            raise self.error(field, f"expected {what}, got {shown(value)}")
-        return value
+        if isinstance(value, float):  # JSON's 2.0 is a typo for a count, not two
+            raise self.source(field).fail(f"must be a whole number, got {shown(value)}")
+        return numbers.check(value, self.source(field), integer=True, minimum=minimum, maximum=maximum,
+                             high_why=why)
 
-    def number(self, field: str, *, required: bool = False) -> float | None:
-        """A number >= 0 (times, delays)."""
+    def number(self, field: str, *, required: bool = False, maximum: float | None = None, unit: str = "",
+               why: str = "") -> float | None:
+        """A finite number >= 0 (times, delays), at most ``maximum`` (:func:`mlharness.numbers.check`)."""
         value = self.row.get(field)
         if value is None:
             if required:
                 raise self.error(field, "missing (a number is required)")
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
-            raise self.error(field, f"expected a number >= 0, got {shown(value)}")
-        return float(value)
+        return float(numbers.check(value, self.source(field), minimum=0, maximum=maximum, unit=unit, high_why=why))
+
+    def source(self, field: str) -> numbers.Source:
+        """Where a number of this record comes from: the file, the line and the field."""
+        return numbers.trace(self.path, self.line, self.prefix + field, TraceNumberError)
 
     def array(self, field: str, *, required: bool = False, nonempty: bool = False) -> list[Any] | None:
         value = self.row.get(field)

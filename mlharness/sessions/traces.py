@@ -18,11 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mlharness import numbers
 from mlharness.errors import DatasetError
+from mlharness.numbers import MAX_RECORDED_S, MAX_TURNS
 from mlharness.sessions.model import Session, Turn
 from mlharness.sessions.trace_agentic import read_agentic
 from mlharness.sessions.trace_mooncake import read_mooncake
-from mlharness.sessions.trace_rows import Fields, TraceError, iter_records, read_records, shown, tool_calls
+from mlharness.sessions.trace_rows import (RECORDED_WHY, TURNS_WHY, Fields, TraceError, iter_records, read_records,
+                                           shown, tool_calls)
 
 log = logging.getLogger(__name__)
 
@@ -218,5 +221,27 @@ def load_trace(path: str | Path, fmt: str = "auto") -> list[Session]:
         raise DatasetError(f"unknown trace format {fmt!r}{hint}: expected auto or one of {', '.join(FORMATS)}")
     name = sniff(path) if fmt == "auto" else fmt
     sessions = FORMATS[name].read(path)
+    check_sessions(sessions, path)
     log.info("%s: %d sessions, %d turns (%s trace)", path, len(sessions), sum(len(s.turns) for s in sessions), name)
     return sessions
+
+
+def check_sessions(sessions: list[Session], path: str | Path, think_scale: float = 1.0) -> None:
+    """Refuse, before LoadGen starts, a session of more than :data:`~mlharness.numbers.MAX_TURNS` turns, or one
+    whose recorded timing (its start, then its turns' think times times ``think_scale``) would outlast
+    :data:`~mlharness.numbers.MAX_RECORDED_S`: a replay waits out those times, and the run would seem to hang.
+    The error names the session's first row and the turn."""
+    for s in sessions:
+        line = s.meta.get("line")
+        if len(s.turns) > MAX_TURNS:
+            raise TraceError(path, line, None, f"session {s.id!r} has {len(s.turns)} turns; at most {MAX_TURNS} "
+                             f"({TURNS_WHY})")
+        total = s.start_s
+        for k, turn in enumerate(s.turns):
+            total += turn.think_s * think_scale
+            if not total <= MAX_RECORDED_S:
+                scaled = f" times --think-scale {numbers.fmt(think_scale)}" if think_scale != 1 else ""
+                raise TraceError(path, line, f"turns[{k}].think_s", f"session {s.id!r} would wait "
+                                 f"{numbers.fmt(total)} s (its start, then its think times{scaled}) by turn {k}; a "
+                                 f"replay's recorded timing must end within {numbers.fmt(MAX_RECORDED_S)} s "
+                                 f"({RECORDED_WHY})")
