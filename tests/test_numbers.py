@@ -10,12 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
 from mlharness import numbers
 from mlharness.cli import main
-from mlharness.errors import ManifestError, SettingsError
+from mlharness.errors import HookError, ManifestError, SettingsError
 
 PIPELINE_TOY = Path(__file__).resolve().parent.parent / "mlharness" / "manifests" / "pipeline-toy" / "pipeline-toy.yaml"
 
@@ -125,3 +126,49 @@ def test_a_session_of_too_many_turns_is_refused_naming_the_row(tmp_path):
     assert done.returncode == 2, done.stdout + done.stderr
     assert (f"trace.jsonl:1: session 'c1' has {numbers.MAX_TURNS + 1} turns; at most {numbers.MAX_TURNS} (turns per "
             "session: each resends the whole history)") in one_line(done.stderr)
+
+
+# ------------------------------------------------------------------------------------- responses handed to LoadGen
+
+@pytest.mark.parametrize(("dtype", "answer"), [
+    (np.int32, [float("nan")]),  # a list: its NaN was cast to -2147483648 and scored
+    (np.int32, float("inf")),
+    (np.float32, [1.0, float("nan")]),
+    (np.float64, np.array([float("-inf")])),
+])
+def test_a_non_finite_response_is_refused_naming_the_sample(dtype, answer):
+    from tests.test_sut import make_pipeline
+
+    p = make_pipeline(2, postprocess=lambda ctx, outputs, indices: [[0], answer], dtype=dtype)
+    with pytest.raises(HookError, match=r"postprocess.*response of sample 9 holds \d non-finite values"):
+        p.respond([np.zeros((2, 1))], 2, np.array([4, 9]))
+
+
+# --------------------------------------------------------------------------------- one validator, three sources
+
+def test_a_flag_a_manifest_key_and_a_trace_row_reach_the_same_validator(tmp_path, capsys):
+    """The same class (NumberError) and the same wording after the place, whichever source the number came from."""
+    errors = []
+    with pytest.raises(numbers.NumberError) as e:
+        from mlharness.measurement.replay import values
+
+        values("inf", "--session-rate", float)
+    errors.append(e.value)
+    path = toy_with(tmp_path, timeout_s=float("inf"))
+    from mlharness.manifest.loader import load_manifest
+    from mlharness.loadgen.bounds import check_manifest_numbers
+
+    with pytest.raises(numbers.NumberError) as e:
+        check_manifest_numbers(load_manifest(str(path)))
+    errors.append(e.value)
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(agentic(2, delay=1e12))
+    from mlharness.sessions.traces import load_trace
+
+    with pytest.raises(numbers.NumberError) as e:
+        load_trace(trace)
+    errors.append(e.value)
+    assert [x.problem.split(" (")[0] for x in errors] == ["must be a finite number, got inf"] * 2 + [
+        "must be <= 604800 s, got 1000000000000"]
+    assert [str(x).split(": ")[0] for x in errors] == ["--session-rate", str(path), f"{trace}:3"]
+    assert all(x.exit_code == 2 for x in errors)

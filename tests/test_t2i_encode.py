@@ -30,6 +30,8 @@ def test_finite_floats_and_float_responses_are_encoded_as_before():
     p = make_pipeline(2, dtype=np.uint8)
     buf, offsets = p.encode(np.array([[1.0, 255.0], [0.0, 7.0]]), 2)
     assert buf.tolist() == [1, 255, 0, 7] and offsets.tolist() == [0, 2, 4]
-    keeps_nan = make_pipeline(1, dtype=np.float32)  # a float response keeps its NaN: the metric decides
-    buf, _ = keeps_nan.encode(np.array([[np.nan]]), 1)
-    assert np.isnan(np.frombuffer(buf.tobytes(), np.float32)).all()
+    floats = make_pipeline(1, dtype=np.float32)  # a float response may be any finite number, not NaN
+    buf, _ = floats.encode(np.array([[-1e30]]), 1)
+    assert np.frombuffer(buf.tobytes(), np.float32).tolist() == [np.float32(-1e30)]
+    with pytest.raises(HookError, match=r"holds 1 non-finite values \(NaN or infinity\), refused as a float32"):
+        floats.encode(np.array([[np.nan]]), 1)

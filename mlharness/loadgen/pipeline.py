@@ -129,8 +129,8 @@ class Pipeline:
             self.infer(batch)
 
     def encode(self, responses: Any, n: int, indices: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """One response per sample in the declared dtype. A float response bound for an integer dtype is refused
-        when it holds NaN or infinity, naming the sample (``indices``: the batch's sample indices): the cast
+        """One response per sample in the declared dtype. A float response is refused when it holds NaN or
+        infinity, naming the sample (``indices``: the batch's sample indices): the cast
         would turn them into arbitrary integers that are then scored as data (a NaN image into black pixels)."""
         if isinstance(responses, np.ndarray) and responses.ndim >= 1 and responses.shape[0] == n:
             self._check_finite(responses, range(n), indices)
@@ -167,8 +167,13 @@ class Pipeline:
             except json.JSONDecodeError as e:
                 raise HookError("postprocess", self.hooks.manifest,
                                 f"response {i} is a string but not JSON: {e}") from e
-        if isinstance(r, np.ndarray):
-            self._check_finite(r[np.newaxis], [i], indices)
+        if not isinstance(r, np.ndarray):  # a list or a number: its own dtype first, so a NaN is seen before the cast
+            try:
+                r = np.asarray(r)
+            except (TypeError, ValueError) as e:
+                raise HookError("postprocess", self.hooks.manifest,
+                                f"response {i} cannot be encoded as {self.dtype}: {e}") from e
+        self._check_finite(r[np.newaxis], [i], indices)
         try:
             return np.asarray(r, dtype=self.dtype).tobytes()
         except (TypeError, ValueError) as e:
@@ -176,8 +181,9 @@ class Pipeline:
                             f"response {i} cannot be encoded as {self.dtype}: {e}") from e
 
     def _check_finite(self, batch: np.ndarray, positions: Any, indices: np.ndarray | None) -> None:
-        """Refuse NaN or infinity in float responses that are cast to an integer dtype, naming the sample."""
-        if batch.dtype.kind != "f" or np.dtype(self.dtype).kind not in "iub":
+        """Refuse NaN or infinity in a float response, naming the sample: cast to an integer dtype they become
+        arbitrary numbers scored as data, and in a float response they are no answer a metric can score."""
+        if batch.dtype.kind not in "fc" or bool(np.isfinite(batch).all()):  # one pass over a good batch
             return
         for k, position in enumerate(positions):
             bad = batch[k].size - int(np.count_nonzero(np.isfinite(batch[k])))
@@ -186,8 +192,9 @@ class Pipeline:
                           else f"at position {position} of the batch")
                 raise HookError("postprocess", self.hooks.manifest,
                                 f"the {batch.dtype} response {sample} holds {bad} non-finite values (NaN or "
-                                f"infinity); the cast to {self.dtype} would make them arbitrary numbers, scored "
-                                f"as data: the model's output is bad")
+                                f"infinity), refused as a {self.dtype} response"
+                                + (f" (the cast would make them arbitrary numbers, scored as data)"
+                                   if np.dtype(self.dtype).kind in "iub" else "") + ": the model's output is bad")
 
 
 def _takes_indices(fn: Callable[..., Any] | None) -> bool:
