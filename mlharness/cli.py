@@ -6,10 +6,15 @@ from __future__ import annotations
 import sys
 
 if __name__ == "__main__":  # python -m mlharness.cli: signals handled before the imports below (seconds when busy)
-    from mlharness import startup
+    from mlharness import startup, supervise
 
     startup.guard()
-    startup.announce(sys.argv[1:])  # what the command loads: before the imports, so within its first second
+    if not supervise.child():
+        startup.announce(sys.argv[1:])  # what the command loads: before the imports, so within its first second
+        if supervise.wanted(sys.argv[1:]):  # a command that commits results: run in a supervised child
+            _status = supervise.supervise(sys.argv[1:])
+            if _status is not None:
+                startup.leave(_status)
 
 import argparse
 import logging
@@ -251,4 +256,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    startup.leave(main())
+    startup.leave(supervise.finish(main))

@@ -22,6 +22,7 @@ from mlharness.errors import ManifestError, MLHarnessError
 from mlharness.loadgen.interrupt import GUARD, Interrupted
 from mlharness.loadgen.logs import ResultsWriteError
 from mlharness.run.destination import DestinationError, absolute, commit, lock_path, write_marker
+from mlharness.supervise import note  # what a supervising parent is told (mlharness.supervise)
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class StagedDir:
         self._lock = threading.Lock()
         self._failed: Path | None = None
         GUARD.add_keeper(self.abandon)
+        note("staged", self.path, self.final)
 
     def commit(self) -> Path:
         """Move the staged folder in (:func:`mlharness.run.destination.commit`: only an earlier run of the
@@ -102,6 +104,7 @@ class StagedDir:
         except OSError as e:
             failed = self.fail(e)
             raise ResultsWriteError(self.final, e, f"cannot move the finished run (kept in {failed}) to") from e
+        note("committed", self.path, self.final)  # the result is in place
         GUARD.remove_keeper(self.abandon)
         if kept is not None:
             log.warning("files that were not the earlier run's own are kept in %s", kept)
@@ -153,6 +156,7 @@ class StagedDir:
                 return False
             GUARD.remove_keeper(self.abandon)
             lock_path(self.final).unlink(missing_ok=True)
+            note("abandoned", self.path)
             return True
 
     def abandon(self) -> Path:
@@ -177,5 +181,6 @@ class StagedDir:
                         continue
                     raise
                 self._failed = failed
+                note("abandoned", self.path, failed)
                 return failed
         raise AssertionError("unreachable")
