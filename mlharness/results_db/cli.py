@@ -22,7 +22,10 @@ def _common(p: argparse.ArgumentParser, filters: bool = True) -> None:
                    "(pip install 'mlharness[postgres]'); the same schema, migrated on open")
     if not filters:
         return
-    p.add_argument("--json", action="store_true", help="print the answer as JSON")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the answer as JSON")
+    out.add_argument("--csv", action="store_true", help="print the runs as CSV (every column of the database, "
+                     "a header line first)")
     p.add_argument("--no-index", action="store_true", help="query what is indexed without looking at the "
                    "root's folders first")
     g = p.add_argument_group("filters (each may repeat or list values with commas: any of them matches)")
@@ -122,7 +125,7 @@ def _open(args: argparse.Namespace, console: Any) -> Any:
 def _say_indexed(done: Any, console: Any, args: argparse.Namespace) -> None:
     from rich.console import Console
 
-    out = Console(stderr=True) if getattr(args, "json", False) else console
+    out = Console(stderr=True) if getattr(args, "json", False) or getattr(args, "csv", False) else console
     out.print(_escape(done.line()), highlight=False)
     for e in done.errors:
         out.print(f"[yellow]not indexed:[/] {_escape(e)}", highlight=False)
@@ -134,11 +137,27 @@ def _print_runs(runs: list[Any], title: str, args: argparse.Namespace, console: 
     if args.json:
         print(json.dumps([run_dict(r) for r in runs], indent=2))
         return 0
+    if getattr(args, "csv", False):
+        _print_csv([run_dict(r) for r in runs])
+        return 0
     table = Table(*COLUMNS, title=_escape(title), title_justify="left")
     for r in runs:
         table.add_row(*_row(r))
     console.print(table)
     return 0
+
+
+def _print_csv(rows: list[dict[str, Any]], extra: tuple[str, ...] = ()) -> None:
+    import csv
+    import sys
+
+    from mlharness.results_db.models import Run
+
+    names = [c.key for c in Run.__table__.columns] + list(extra)
+    writer = csv.DictWriter(sys.stdout, fieldnames=names, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:  # a cell a spreadsheet would run as a formula is quoted as text
+        writer.writerow({k: ("'" + v if isinstance(v, str) and v[:1] in "=+-@\t\r" else v) for k, v in row.items()})
 
 
 def _query(args: argparse.Namespace, console: Any, query: Any, *extra: Any) -> tuple[Any, Any]:
@@ -148,7 +167,7 @@ def _query(args: argparse.Namespace, console: Any, query: Any, *extra: Any) -> t
     f = from_args(args)
     store = _open(args, console)
     try:
-        return f, query(store.engine, store.scoped(f), *extra)
+        return f, store.run(query, f, *extra)
     finally:
         store.close()
 
@@ -185,6 +204,9 @@ def cmd_history(args: argparse.Namespace, console: Any) -> int:
     if args.json:
         print(json.dumps([run_dict(r, {"value": v}) for r, v in points], indent=2))
         return 0
+    if args.csv:
+        _print_csv([run_dict(r, {"value": v}) for r, v in points], ("value",))
+        return 0
     table = Table("started (UTC)", "value", "system", "mlharness", "commit", "node", "folder",
                   title=_escape(f"{args.metric}: {f.describe()}"), title_justify="left")
     for r, v in points:
@@ -209,6 +231,16 @@ def _history_by_commit(points: list[Any], args: argparse.Namespace, console: Any
                            "values": g.values, "first_started_at": _iso(g.runs[0].started_at),
                            "last_started_at": _iso(g.runs[-1].started_at),
                            "folders": [r.folder for r in g.runs]} for g in groups], indent=2))
+        return 0
+    if args.csv:
+        import csv
+        import sys
+
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(["commit", "dirty", "runs", "median", "min", "max", "first_started_at"])
+        for g in groups:
+            writer.writerow([g.commit or "", g.dirty, len(g.runs), g.median, min(g.values), max(g.values),
+                             _iso(g.runs[0].started_at) or ""])
         return 0
     table = Table("commit", "runs", "median", "min", "max", "first run (UTC)", "mlharness",
                   title=_escape(f"{args.metric} by commit: {what}"), title_justify="left")

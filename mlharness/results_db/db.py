@@ -9,6 +9,10 @@ table; on an older one it applies the missing revisions, which ``mlharness resul
 from __future__ import annotations
 
 import math
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -85,14 +89,82 @@ def alembic_config(connection: Any) -> Any:
     return cfg
 
 
+LOCK_WAIT_S = 120.0
+PG_LOCK_KEY = 0x6D6C686172  # pg_advisory_xact_lock's key of mlharness's schema and indexing ("mlhar")
+
+
+def sqlite_file(engine: Any) -> Path | None:
+    """The file of an SQLite database (None: in memory, or another dialect)."""
+    if engine.dialect.name != "sqlite" or not engine.url.database or engine.url.database == ":memory:":
+        return None
+    return Path(engine.url.database)
+
+
+def check_file(engine: Any) -> None:
+    """An SQLite database path that is a device, a FIFO or a folder, or a file that cannot be written (read-only,
+    immutable): one line naming the file instead of SQLite's "disk I/O error" or a traceback."""
+    import errno
+
+    from mlharness import fileguard
+
+    path = sqlite_file(engine)
+    if path is None or not os.path.lexists(path):
+        return
+    fileguard.check_regular_file(path, "the evaluation database file", error=DatabaseError)
+    try:
+        os.close(os.open(path, os.O_RDWR | getattr(os, "O_NONBLOCK", 0)))
+    except OSError as e:
+        why = ("it is read-only or immutable (lsattr shows 'i'; chattr -i clears it)"
+               if e.errno in (errno.EPERM, errno.EACCES, errno.EROFS) else e.strerror or str(e))
+        raise DatabaseError(f"the evaluation database file {path} cannot be written: {why}; give a writable "
+                            "file (or another results root, or --db URL)") from None
+
+
+@contextmanager
+def exclusive(engine: Any, conn: Any = None) -> Iterator[None]:
+    """Hold mlharness's lock of the database while the schema is made or rows are indexed, so that two first
+    uses at once (two ``results index`` of a new root) wait for each other instead of racing: an SQLite file's
+    folder is locked with ``flock`` (SQLite's own fcntl locks on the file are left alone), a PostgreSQL database
+    with a transaction-scoped advisory lock on ``conn``."""
+    import fcntl
+
+    if engine.dialect.name == "postgresql" and conn is not None:
+        from sqlalchemy import text
+
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_LOCK_KEY})
+        yield
+        return
+    path = sqlite_file(engine)
+    if path is None:
+        yield
+        return
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise DatabaseError(f"the evaluation database {path} stayed locked by another mlharness "
+                                        f"process for {LOCK_WAIT_S:g} s (an index of its root in progress?)"
+                                        ) from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)
+
+
 def upgrade(engine: Any) -> str | None:
     """Apply every migration the database lacks; returns the revision it is at."""
     from alembic import command
     from alembic.runtime.migration import MigrationContext
     from sqlalchemy.exc import SQLAlchemyError
 
+    check_file(engine)
     try:
-        with engine.begin() as conn:
+        with engine.begin() as conn, exclusive(engine, conn):
             command.upgrade(alembic_config(conn), "head")
         with engine.connect() as conn:
             return MigrationContext.configure(conn).get_current_revision()
@@ -101,9 +173,7 @@ def upgrade(engine: Any) -> str | None:
         if "timeout expired" in reason or "statement timeout" in reason:
             raise expired("the evaluation database", engine.url.render_as_string(hide_password=True),
                           connect_timeout(), "check the URL, and that the server is up") from None
-        raise DatabaseError(f"the evaluation database {engine.url.render_as_string(hide_password=True)} "
-                            f"cannot be opened or migrated: {str(e.orig if hasattr(e, 'orig') else e)[:400]}"
-                            ) from e
+        raise failed(engine, e, "cannot be opened or migrated") from None
 
 
 def open_db(url: str) -> Any:
@@ -111,3 +181,11 @@ def open_db(url: str) -> Any:
     engine = engine_for(url)
     upgrade(engine)
     return engine
+
+
+def failed(engine: Any, e: Exception, doing: str) -> DatabaseError:
+    """A database error as one line naming the database (its file, or its URL with the password hidden)."""
+    reason = str(getattr(e, "orig", None) or e).strip().splitlines()
+    where = sqlite_file(engine) or engine.url.render_as_string(hide_password=True)
+    first = reason[0] if reason else type(e).__name__
+    return DatabaseError(f"the evaluation database {where} {doing}: {first[:400]}")

@@ -17,6 +17,7 @@ from typing import Any
 
 from mlharness.errors import MLHarnessError
 from mlharness.report.treefiles import shown
+from mlharness.results_db.db import exclusive, failed
 from mlharness.results_db.folders import read_found, walk
 from mlharness.results_db.models import Metric, Run
 
@@ -42,8 +43,7 @@ class IndexResult:
 def index(engine: Any, root: Path, sole_root: bool = False) -> IndexResult:
     """Bring the rows of ``root`` up to date with its run folders. ``sole_root``: the database belongs to this
     root alone (the embedded file at its root), so rows of any other root (the tree before it was moved) go."""
-    from sqlalchemy import delete, select
-    from sqlalchemy.orm import Session
+    from sqlalchemy.exc import SQLAlchemyError
 
     start = time.monotonic()
     root = Path(root).resolve()
@@ -52,7 +52,21 @@ def index(engine: Any, root: Path, sole_root: bool = False) -> IndexResult:
     result = IndexResult(root)
     found = {f.rel: f for f in walk(root)}
     now = datetime.now(timezone.utc).replace(tzinfo=None)
-    with Session(engine) as session, session.begin():
+    try:
+        _index(engine, root, sole_root, found, now, result)
+    except SQLAlchemyError as e:
+        raise failed(engine, e, f"could not index {shown(root)}") from None
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def _index(engine: Any, root: Path, sole_root: bool, found: dict[str, Any], now: datetime,
+           result: IndexResult) -> None:
+    from sqlalchemy import delete, select
+    from sqlalchemy.orm import Session
+
+    # one indexer of a database at a time: two at once would both add the same new folders
+    with Session(engine) as session, session.begin(), exclusive(engine, session.connection()):
         if sole_root:
             session.execute(delete(Run).where(Run.root != str(root)))
         stored = {folder: (rid, sig) for rid, folder, sig in session.execute(
@@ -82,5 +96,3 @@ def index(engine: Any, root: Path, sole_root: bool = False) -> IndexResult:
             run = Run(root=str(root), indexed_at=now, **indexed.row)
             run.metrics = [Metric(name=name[:256], value=value) for name, value in sorted(indexed.metrics.items())]
             session.add(run)
-    result.seconds = time.monotonic() - start
-    return result

@@ -24,6 +24,7 @@ from mlharness.results_db.models import Metric, Run
 COLUMNS = {"benchmark": "benchmark", "scenario": "scenario", "mode": "mode", "system": "system",
            "framework": "framework", "round": "round", "model": "mlperf_model", "manifest": "manifest",
            "node": "node_id", "host": "host", "kind": "kind", "test": "compliance_test", "label": "label"}
+PREFIXED = ("node",)  # fields matched by prefix (a node id as the tables print it, 12 of its 56 characters)
 WORDS = ("valid", "invalid")
 DATES = ("since", "until")
 # short names of LoadGen's summary lines for `results history`
@@ -68,9 +69,13 @@ class Filter:
 
     def conditions(self) -> list[Any]:
         out: list[Any] = []
+        from sqlalchemy import or_
+
         for word, column in COLUMNS.items():
             values = getattr(self, word)
-            if values:
+            if values and word in PREFIXED:  # the table shows 12 characters of a node id: they select it
+                out.append(or_(*(getattr(Run, column).startswith(v, autoescape=True) for v in values)))
+            elif values:
                 out.append(getattr(Run, column).in_(values))
         if self.valid is not None:
             out.append(Run.validity == ("VALID" if self.valid else "INVALID"))

@@ -15,7 +15,7 @@ from typing import Any
 
 from mlharness.errors import MLHarnessError
 from mlharness.report.treefiles import shown
-from mlharness.results_db.db import open_db, sqlite_url
+from mlharness.results_db.db import failed, open_db, sqlite_url
 from mlharness.results_db.indexer import IndexResult, index
 from mlharness.results_db.query import Filter, list_runs, parse_query, with_roots
 
@@ -30,6 +30,16 @@ class Store:
 
     def scoped(self, f: Filter) -> Filter:
         return with_roots(f, self.roots) if self.roots else f
+
+    def run(self, query: Any, f: Filter, *extra: Any) -> Any:
+        """``query(engine, the filter scoped to this store's roots, *extra)``; a database error is one line
+        naming the database (exit 2), never a traceback."""
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            return query(self.engine, self.scoped(f), *extra)
+        except SQLAlchemyError as e:
+            raise failed(self.engine, e, "could not be queried") from None
 
     def close(self) -> None:
         self.engine.dispose()
@@ -58,7 +68,7 @@ def query_folders(root: Path | None, db: str | None, query: str) -> tuple[Path, 
     f = parse_query(query)
     store = open_store(root, db)
     try:
-        runs = list_runs(store.engine, store.scoped(f))
+        runs = store.run(list_runs, f)
     finally:
         store.close()
     if not runs:
