@@ -4,7 +4,7 @@ dataset size, the framework version, and the LoadGen settings with the performan
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from mlharness.manifest.loader import LoadedManifest
 from mlharness.manifest.names import check_path_component
 from mlharness.rounds import check_in_suite
 from mlharness.run.context import build_context, sample_count
-from mlharness.run.destination import identity
+from mlharness.run.destination import absolute, identity
 from mlharness.run.factory import Instances, check_framework_version
 from mlharness.run.kinds import DataKind, data_kind
 from mlharness.run.options import RunOptions
@@ -109,9 +109,17 @@ class RunPlan:
         return self.instances.affinity
 
 
+def _absolute(path: Path | None) -> Path | None:
+    return None if path is None else absolute(path)
+
+
 def plan_run(loaded: LoadedManifest, opts: RunOptions) -> RunPlan:
     """Compile the hooks, ask the dataset for its size, check the framework the model needs, and turn the options
     into the parts each later step takes. No step after this one sees the options."""
+    # the folders and files named relative to the current folder are fixed before the first line of manifest code
+    # runs: a hook's os.chdir must not move where the results go
+    opts = replace(opts, results_root=absolute(opts.results_root), output=_absolute(opts.output),
+                   user_conf=_absolute(opts.user_conf), audit_config=_absolute(opts.audit_config))
     m = loaded.model
     bounds.check_manifest_numbers(loaded)
     official = m.mlperf.model is not None
