@@ -10,6 +10,7 @@ its deadline, and unable to end the process.
 from __future__ import annotations
 
 import linecache
+import numbers
 import logging
 import traceback
 from collections.abc import Callable
@@ -132,6 +133,21 @@ class HookSet:
             raise
         except Exception as e:
             raise self.runtime_error(name, e) from e
+
+    def sample_cap(self, ctx: dict[str, Any]) -> int | None:
+        """``before_preprocess(ctx)``'s answer: None, or a positive int that caps the sample count (like
+        ``--count``); anything else is refused, naming the hook and its manifest."""
+        if "before_preprocess" not in self:
+            return None
+        cap = self.call("before_preprocess", ctx)
+        if cap is None:
+            return None
+        if isinstance(cap, bool) or not isinstance(cap, numbers.Integral) or cap < 1:
+            shown = repr(cap) if len(repr(cap)) < 80 else f"{repr(cap)[:80]}..."
+            raise HookError("before_preprocess", self._sources.get("before_preprocess", self.manifest),
+                            f"before_preprocess(ctx) must return None or a positive int (it caps the number of "
+                            f"samples, like --count), got {shown}")
+        return int(cap)
 
     def runtime_error(self, name: str, exc: BaseException, when: str = "") -> HookError:
         """Name the hook and the line inside it where the exception was raised."""

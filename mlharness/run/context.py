@@ -58,10 +58,9 @@ def sample_count(hooks: HookSet, count: int | None, ctx: dict[str, Any]) -> int:
     reason = missing_dataset(hooks.loaded)
     if reason:  # with --count alone its hooks would get sample numbers
         raise DatasetError(reason)
-    if "before_preprocess" in hooks:
-        from_hook = hooks.call("before_preprocess", ctx)
-        if isinstance(from_hook, int) and not isinstance(from_hook, bool) and from_hook > 0:
-            count = min(count, from_hook) if count else from_hook
+    cap = hooks.sample_cap(ctx)  # before_preprocess: None, or a positive int that caps the count
+    if cap is not None:
+        count = min(count, cap) if count else cap
     if "init" in hooks:
         total = check_sample_count(hooks, count, hooks.call("init", count))
     elif count:
