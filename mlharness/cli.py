@@ -239,7 +239,9 @@ def main(argv: list[str] | None = None) -> int:
         # a package an extra brings, missing: the install's fault (2), also when found once the run had started
         return 2 if e.exit_code == 3 and missing_package(e) else e.exit_code
     except KeyboardInterrupt as e:  # also mlharness.loadgen.interrupt.Interrupted (SIGINT, SIGTERM)
-        err.print(f"[bold red]error:[/] {escape(str(e) or 'interrupted')}", highlight=False, soft_wrap=True)
+        where = "; ".join(getattr(e, "__notes__", ()))  # the hook it stopped (mlharness.manifest.hookguard)
+        err.print(f"[bold red]error:[/] {escape(str(e) or 'interrupted')}" + (f" ({escape(where)})" if where else ""),
+                  highlight=False, soft_wrap=True)
         return getattr(e, "exit_code", 130)
     except Exception as e:  # a bug, shown with its traceback, unless a signal surfaced as it (inside an import)
         from mlharness.extras import hint_for_exception

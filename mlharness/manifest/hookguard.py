@@ -245,11 +245,27 @@ def _run(spec: _Hook, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         raise ExitAttempt(f"sys.exit({e.code!r})").with_traceback(e.__traceback__) from None
     except _Refused as e:
         raise ExitAttempt(call.exit_attempt or "os._exit").with_traceback(e.__traceback__) from None
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM (loadgen.interrupt.Interrupted): say which hook it stopped
+        name_the_hook(e, spec)
+        raise
     finally:
         _active.discard(call)
     if call.exit_attempt is not None:  # the hook caught the refusal and went on: it still tried to exit
         raise ExitAttempt(call.exit_attempt)
     return result
+
+
+def name_the_hook(e: BaseException, spec: _Hook) -> None:
+    """Note on ``e`` the manifest code it stopped (the innermost call only); the CLI prints the notes."""
+    if any(n.startswith(NOTE_PREFIXES) for n in getattr(e, "__notes__", ())):
+        return
+    if spec.deadline_key == "module":
+        e.add_note(f"while loading hook '{spec.hook}' of {spec.where} (its module-level code)")
+    else:
+        e.add_note(f"while hook '{spec.hook}' of {spec.where} was running")
+
+
+NOTE_PREFIXES = ("while loading hook '", "while hook '")
 
 
 def guarded(hook: str, where: str, timeout_s: float, fn: Callable[..., Any], configured: bool = False
