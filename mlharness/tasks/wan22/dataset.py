@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError
+from mlharness.fileguard import DATA_FILE_LIMIT, load_npy, read_text_bounded, torch_load
 
 PROMPTS = "vbench_prompts.txt"
 LATENT = "fixed_latent.pt"
@@ -26,6 +27,11 @@ NEGATIVE_PROMPT = ("vivid colors, overexposed, static, blurry details, subtitles
                    "background,\nwalking backwards")
 # the latent of one 81-frame 1280x720 video: 16 channels, (81 - 1) / 4 + 1 frames, each side / 8
 LATENT_SHAPE = (1, 16, 21, 90, 160)
+# the reference's prompt list is 248 short lines (about 30 KiB); 16 MiB leaves room for far longer lists
+PROMPTS_LIMIT = 16 << 20
+# the latent above is 19 MiB in float32, a reference video (81 x 720 x 1280 x 3 bytes) 224 MiB: 1 GiB holds both
+# with room, and a wrong file (a device, a checkpoint) is refused before it is read
+LATENT_LIMIT = VIDEO_LIMIT = DATA_FILE_LIMIT
 
 
 def dataset_root(path: Any) -> Path:
@@ -37,10 +43,7 @@ def dataset_root(path: Any) -> Path:
 
 def read_prompts(path: Path, count: int | None = None) -> list[str]:
     """The prompts of ``path`` as the reference's ``load_prompts`` reads them, the first ``count`` of them."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise DatasetError(f"cannot read the prompt list {path}: {e}") from e
+    text = read_text_bounded(Path(path), "the prompt list", PROMPTS_LIMIT, error=DatasetError)
     prompts = [line.strip() for line in text.splitlines() if line.strip()]
     if not prompts:
         raise DatasetError(f"{path}: no prompt (one a line)")
@@ -52,10 +55,7 @@ def read_latent(path: Path) -> np.ndarray:
     weights_only, so the file runs no code)."""
     import torch
 
-    try:
-        latent = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - torch raises many types for a bad file
-        raise DatasetError(f"cannot read the fixed latent {path}: {e}") from e
+    latent = torch_load(Path(path), "the fixed latent", LATENT_LIMIT, error=DatasetError)
     if not isinstance(latent, torch.Tensor) or latent.ndim != 5 or latent.shape[:2] != (1, 16):
         what = tuple(latent.shape) if isinstance(latent, torch.Tensor) else type(latent).__name__
         raise DatasetError(f"{path}: the fixed latent is a (1, 16, frames, height/8, width/8) tensor; got {what}")
@@ -72,8 +72,5 @@ def video_size(latent_shape: tuple[int, ...]) -> tuple[int, int, int]:
 
 def reference_video(root: Path, index: int) -> np.ndarray:
     path = Path(root) / REFERENCES / f"{index}.npy"
-    try:
-        return np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise DatasetError(f"cannot read the reference video of sample {index}: {path}: {e} (mlharness dataset "
-                           f"synth vbench-prompts writes them)") from e
+    return load_npy(path, f"the reference video of sample {index}", VIDEO_LIMIT,
+                    error=lambda m: DatasetError(f"{m} (mlharness dataset synth vbench-prompts writes them)"))

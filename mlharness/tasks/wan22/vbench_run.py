@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import AccuracyError
+from mlharness.fileguard import DATA_FILE_LIMIT, read_json
 from mlharness.tasks.side_env import run_captured
 
 CHILD = Path(__file__).with_name("vbench_child.py")
@@ -44,10 +45,11 @@ def score_files(python: str, folder: Path, dimensions: tuple[str, ...], scorer: 
     if done.returncode != 0:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-5:]) or "(no output)"
         raise AccuracyError(f"the VBench scorer failed over {folder} (exit status {done.returncode}):\n{tail}")
+    # the child's answer: the scores of a few dimensions over the videos, a few KiB per video
+    answer = read_json(out, "the VBench scorer's answer", DATA_FILE_LIMIT, error=AccuracyError)
     try:
-        answer = json.loads(out.read_text(encoding="utf-8"))
         what, results = answer["scorer"], answer["results"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (KeyError, TypeError) as e:
         raise AccuracyError(f"the VBench scorer wrote no readable {out}: {e}") from e
     missing = [d for d in dimensions if not (isinstance(results.get(d), list) and results[d])]
     if missing:
