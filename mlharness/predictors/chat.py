@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import DatasetError
+from mlharness.fileguard import check_regular_file, read_bytes_bounded
 
 ROLES = ("system", "user", "assistant")
 PART_TYPES = ("text", "image_url", "image")
@@ -213,7 +214,11 @@ def _part(part: Any, here: str, limits: ChatLimits) -> Part:
     if isinstance(image, bytes | bytearray | memoryview):
         return _image(bytes(image), here, limits)
     if isinstance(image, str | Path):
-        path = Path(image)
+        # through the one door: a FIFO would block the load for ever, a device never ends
+        def error(message: str) -> DatasetError:
+            return DatasetError(f"{here}: {message}")
+
+        path = check_regular_file(Path(image), "the image", error=error)
         try:
             size = path.stat().st_size
         except OSError as e:
@@ -221,7 +226,7 @@ def _part(part: Any, here: str, limits: ChatLimits) -> Part:
         if size > limits.max_image_bytes:
             raise DatasetError(f"{here}: the image {path} has {size:,} bytes, over the input's cap of "
                                f"{limits.max_image_bytes:,}")
-        return _image(path.read_bytes(), here, limits)
+        return _image(read_bytes_bounded(path, "the image", limits.max_image_bytes, error=error), here, limits)
     if hasattr(image, "save") and hasattr(image, "format"):  # a PIL image: its own bytes when it has a file format
         buf = io.BytesIO()
         image.save(buf, format=image.format or "PNG")
