@@ -102,7 +102,14 @@ class HeteroGraph:
         s = self.settings
         ntypes, etypes, order = self._sorted()
         subs = [sample_one(self.csc, s.seed_type, int(n), list(s.fanouts), s.seed, order) for n in np.ravel(seeds)]
-        return batch_arrays(subs, ntypes, etypes, self.features)
+        arrays = batch_arrays(subs, ntypes, etypes, self.features)
+        # the tables are memory-mapped and may be terabytes: the rows each batch gathers are checked, not the files
+        for ntype, rows in zip(ntypes, arrays, strict=False):
+            if rows.dtype.kind in "fc" and not np.isfinite(rows).all():
+                raise DatasetError(f"{self.feature_files[ntype]}: node_feat holds NaN or infinity (in the rows "
+                                   f"sampled for seed node(s) {', '.join(str(int(n)) for n in np.ravel(seeds)[:8])}); "
+                                   "node features must be finite numbers")
+        return arrays
 
 
 def open_graph(folder: Path, settings: GraphSettings) -> HeteroGraph:

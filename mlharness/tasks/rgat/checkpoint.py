@@ -6,9 +6,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from mlharness.errors import AssetError
+from mlharness.fileguard import DATA_FILE_LIMIT, torch_load
 from mlharness.tasks.rgat.models import ETYPES, rgat
 
 _NAMES = {"fc.weight": "lin.weight", "attn_l": "att_src", "attn_r": "att_dst", "bias": "bias"}
@@ -39,15 +41,13 @@ R2_DOWNLOADER = "https://raw.githubusercontent.com/mlcommons/r2-downloader/refs/
 
 
 def rgat_checkpoint(checkpoint: str) -> Any:
-    import torch
-
-    try:
-        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError) as e:
-        raise AssetError(f"rgat checkpoint {checkpoint}: {e} (factory_args.checkpoint: the reference's RGAT.pt, "
-                         f"which mlharness cannot fetch itself: graph/R-GAT/README.md publishes no plain URL and no "
-                         f"checksum, only {R2_SOURCE} for the MLCommons R2 downloader: bash <(curl -s "
-                         f"{R2_DOWNLOADER}) {R2_SOURCE})") from None
+    # RGAT.pt is tens of MiB (a DGL state dict of 3 GATConv layers over 11 relations): 1 GiB holds it with room
+    state = torch_load(Path(checkpoint), "rgat checkpoint", DATA_FILE_LIMIT, error=lambda m: AssetError(
+        f"{m} (factory_args.checkpoint: the reference's RGAT.pt, which mlharness cannot fetch itself: "
+        f"graph/R-GAT/README.md publishes no plain URL and no checksum, only {R2_SOURCE} for the MLCommons R2 "
+        f"downloader: bash <(curl -s {R2_DOWNLOADER}) {R2_SOURCE})"))
+    if not isinstance(state, dict):
+        raise AssetError(f"rgat checkpoint {checkpoint}: a state dict is expected, found {type(state).__name__}")
     model = rgat()
     model.load_state_dict(pyg_state(state.get("model_state_dict", state)), strict=True)
     return model

@@ -48,6 +48,14 @@ def rgat(in_dim: int = 1024, h_dim: int = 512, num_classes: int = 2983, num_laye
 
         def forward(self, *arrays: Any) -> Any:
             x, edges, seeds = _split(arrays)
+            for ntype, table in x.items():
+                if table.shape[-1] != in_dim:  # else a bare matmul error deep in GATConv
+                    from mlharness.errors import DatasetError
+
+                    raise DatasetError(
+                        f"the graph's '{ntype}' node features ({ntype}/node_feat.npy in the graph input's folder) "
+                        f"have {table.shape[-1]} features per node; this R-GAT's first layer expects {in_dim} "
+                        "(factory_args.in_dim; IGBH's are 1024): give the graph this model was built for")
             for i, conv in enumerate(self.convs):
                 x = conv(x, edges)
                 if i != len(self.convs) - 1:  # dropout is the identity in eval mode
