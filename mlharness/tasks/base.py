@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import AccuracyError
+from mlharness.fileguard import DATA_FILE_LIMIT, read_json
 
 
 @dataclass
@@ -104,13 +105,15 @@ class LogEntry:
             raise AccuracyError(f"{path}: {self.where}: 'data' is not hex: {e}") from e
 
 
+ACCURACY_LOG_LIMIT = 16 * DATA_FILE_LIMIT
+
+
 def accuracy_log_entries(path: Path) -> list[LogEntry]:
     """The entries of an mlperf_log_accuracy.json; each must be an object with an integer ``qsl_idx`` (the
     official scripts crash otherwise)."""
-    try:
-        entries = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise AccuracyError(f"cannot read accuracy log {path}: {e}") from e
+    # LoadGen writes every response in hex: the largest logs read here (token ids, boxes, scores of tens of
+    # thousands of samples) are hundreds of MiB; the bound only refuses a wrong file (images are read elsewhere)
+    entries = read_json(Path(path), "the accuracy log", ACCURACY_LOG_LIMIT, error=AccuracyError)
     if not isinstance(entries, list):
         raise AccuracyError(f"{path}: an accuracy log is a JSON array of entries, found {type(entries).__name__}")
     out = []

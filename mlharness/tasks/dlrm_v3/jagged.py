@@ -16,8 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from mlharness.errors import DatasetError
+from mlharness.fileguard import DATA_FILE_LIMIT, load_npy
 
 STREAM_FILE = "stream.npz"
+STREAM_LIMIT = 16 * DATA_FILE_LIMIT
 # field -> the offsets array that cuts it into samples
 JAGGED = {"uih_item_ids": "uih_offsets", "uih_timestamps": "uih_offsets", "cand_item_ids": "cand_offsets",
           "cand_labels": "cand_offsets", "cand_weights": "cand_offsets"}
@@ -93,14 +95,16 @@ def open_stream(folder: Path) -> Stream:
     from mlharness.tasks.dlrm_v3.streaming import read_reference
 
     path = Path(folder)
-    if path.is_dir() and (path / "requests_per_ts.csv").is_file():
+    # exists(), not is_file(): a FIFO or device there is the reference's layout gone wrong, refused by name
+    if path.is_dir() and (path / "requests_per_ts.csv").exists():
         arrays = read_reference(path)
         check_stream(path, arrays)
         return Stream(path, arrays)
     path = path / STREAM_FILE if path.is_dir() else path
-    if not path.is_file():
-        raise DatasetError(f"{path}: no such file (write one with `mlharness dataset synth dlrm-v3 --out DIR`)")
-    with np.load(path) as z:
-        arrays = {k: z[k] for k in z.files}
+    # the stream's flat arrays: a few hundred MiB for the reference's inference queries; 16 GiB leaves room
+    arrays = load_npy(path, "the stream", STREAM_LIMIT, error=lambda m: DatasetError(
+        f"{m} (write one with `mlharness dataset synth dlrm-v3 --out DIR`)"))
+    if not isinstance(arrays, dict):
+        raise DatasetError(f"{path}: the stream is an .npz of named arrays (np.savez), not one array")
     check_stream(path, arrays)
     return Stream(path, arrays)

@@ -30,15 +30,26 @@ from pathlib import Path
 import numpy as np
 
 from mlharness.errors import DatasetError
+from mlharness.fileguard import iter_lines, open_regular, read_json
 
 REFERENCE_FILES = ("offset.csv", "requests_per_ts.csv", "users_cumsum_per_ts.csv", "requests_per_ts_offset.csv")
 META_FILE = "dataset.json"  # the DLRMv3SyntheticStreamingDataset arguments configs.py gives the reference
 LABEL_RATING = 3.5
+# the counts of dataset.json, each an integer in [low, high]: the reference's largest configuration (streaming-200b)
+# has train_ts 90, total_ts 100, 100 files, 10^7 users, 10^9 items and 128 categories; the bounds leave ten times
+# room or more, and refuse a count that would size arrays past any machine (num_items 10^12)
+META_COUNTS = {"train_ts": (0, 100_000), "total_ts": (1, 100_000), "num_files": (1, 100_000),
+               "num_users": (1, 1_000_000_000), "num_items": (1, 10_000_000_000), "num_categories": (1, 1_000_000)}
+META_OPTIONAL = ("num_items", "num_categories")  # not needed to read the queries; checked when given
+META_LIMIT = 1 << 20  # dataset.json holds six numbers
+# one line of the CSVs: requests_per_ts.csv lists a timestamp's requested users (10^7 users of 8 digits: 80 MiB), a
+# user's row holds ~400 cells of item lists; the reference itself lifts csv's field limit to sys.maxsize
+CSV_LINE_LIMIT = 1 << 30
 
 
 def _line_offsets(path: Path) -> list[int]:
     offsets, at = [], 0
-    with open(path, "rb") as f:
+    with open_regular(path, "the CSV just written") as f:
         for line in f:
             offsets.append(at)
             at += len(line)
@@ -113,21 +124,62 @@ def _floats(cell: str) -> list[float]:
     return [float(x) for x in cell.split(",")] if cell else []
 
 
+def read_meta(meta_path: Path) -> dict[str, int]:
+    """The counts of ``dataset.json`` (DLRMv3SyntheticStreamingDataset's arguments), each checked to be an integer
+    in its range (:data:`META_COUNTS`)."""
+    meta = read_json(meta_path, "the dataset's arguments", META_LIMIT, error=DatasetError)
+    if not isinstance(meta, dict):
+        raise DatasetError(f"{meta_path}: a JSON object of train_ts, total_ts, num_files and num_users "
+                           f"(DLRMv3SyntheticStreamingDataset's arguments) is expected, found {type(meta).__name__}")
+    counts = {}
+    for key, (low, high) in META_COUNTS.items():
+        if key not in meta:
+            if key in META_OPTIONAL:
+                continue
+            raise DatasetError(f"{meta_path}: {key} is missing; the file gives train_ts, total_ts, num_files and "
+                               "num_users (DLRMv3SyntheticStreamingDataset's arguments)")
+        value = meta[key]
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+            raise DatasetError(f"{meta_path}: {key} is {json.dumps(value)[:40]}; an integer from {low:,} to "
+                               f"{high:,} is expected")
+        counts[key] = value
+    if counts["train_ts"] >= counts["total_ts"]:
+        raise DatasetError(f"{meta_path}: train_ts {counts['train_ts']} leaves no inference timestamp; it must be "
+                           f"less than total_ts {counts['total_ts']}")
+    if counts["num_users"] < counts["num_files"]:
+        raise DatasetError(f"{meta_path}: num_users {counts['num_users']} is less than num_files "
+                           f"{counts['num_files']}; every file holds at least one user")
+    return counts
+
+
+def _csv_rows(path: Path, what: str):
+    """(line number, cells) for each line of a CSV of the layout, streamed through the door."""
+    for number, text in iter_lines(path, what, limit=CSV_LINE_LIMIT, error=DatasetError):
+        yield number, next(csv.reader([text]), [])
+
+
+def _parse(path: Path, line: int, parse, cell: str, what: str) -> list:
+    try:
+        return parse(cell)
+    except ValueError:
+        raise DatasetError(f"{path}, line {line}: {what} is not a comma-separated list of numbers: "
+                           f"{cell[:60]!r}") from None
+
+
 def read_reference(folder: Path) -> dict[str, np.ndarray]:
     """The inference queries of a reference-layout folder as the stream's flat arrays and offsets."""
     meta_path = folder / META_FILE
-    try:
-        meta = json.loads(meta_path.read_text())
-        train_ts, total_ts, num_files, num_users = (int(meta[k]) for k in ("train_ts", "total_ts", "num_files",
-                                                                           "num_users"))
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise DatasetError(f"{meta_path}: the dataset's train_ts, total_ts, num_files and num_users "
-                           f"(DLRMv3SyntheticStreamingDataset's arguments) are missing or unreadable ({e})") from e
-    csv.field_size_limit(1 << 30)
-    with open(folder / "offset.csv", newline="") as f:
-        file_offsets = [_ints(row[0]) for row in csv.reader(f)]
-    with open(folder / "requests_per_ts.csv", newline="") as f:
-        requests = [_ints(row[0]) if row else [] for row in csv.reader(f)]
+    meta = read_meta(meta_path)
+    train_ts, total_ts, num_files, num_users = (meta[k] for k in ("train_ts", "total_ts", "num_files",
+                                                                  "num_users"))
+    csv.field_size_limit(CSV_LINE_LIMIT)
+    offsets_path, requests_path = folder / "offset.csv", folder / "requests_per_ts.csv"
+    file_offsets = [_parse(offsets_path, n, _ints, row[0], "the row offsets") if row else []
+                    for n, row in _csv_rows(offsets_path, "the row offsets")]
+    requests = [_parse(requests_path, n, _ints, row[0], "the requested users") if row else []
+                for n, row in _csv_rows(requests_path, "the requests per timestamp")]
     if len(requests) != total_ts:
         raise DatasetError(f"{folder / 'requests_per_ts.csv'}: {len(requests)} timestamps; {meta_path} says "
                            f"total_ts {total_ts}")
@@ -137,25 +189,42 @@ def read_reference(folder: Path) -> dict[str, np.ndarray]:
     for ts in range(train_ts, total_ts):
         for q, user in enumerate(requests[ts]):
             path = folder / f"{user // per_file}.csv"
-            with open(path, newline="") as f:
-                f.seek(file_offsets[user // per_file][user % per_file])
-                row = next(csv.reader([f.readline()]))
+            try:
+                at = file_offsets[user // per_file][user % per_file]
+            except IndexError:
+                raise DatasetError(f"{offsets_path}: no row offset for user {user} (file {user // per_file}, "
+                                   f"row {user % per_file}); requests_per_ts.csv requests that user") from None
+            with open_regular(path, "the users' file", error=DatasetError) as f:
+                f.seek(at)
+                raw = f.readline(CSV_LINE_LIMIT + 1)
+            if len(raw) > CSV_LINE_LIMIT:
+                raise DatasetError(f"{path}, user {user}: the row at byte {at} is longer than 1 GiB, the most read "
+                                   "for one row; check that it is the right file")
+            try:
+                row = next(csv.reader([raw.decode("utf-8")]), [])
+            except UnicodeDecodeError:
+                raise DatasetError(f"{path}, user {user}: the row at byte {at} is not UTF-8 text") from None
             if len(row) != 4 * (total_ts + 2):
                 raise DatasetError(f"{path}, user {user}: {len(row)} cells; total_ts {total_ts} needs "
                                    f"{4 * (total_ts + 2)}")
             slots = [*range(train_ts + 1), *range(train_ts + 2, ts + 2)]
             ids, times = [], []
-            for i in slots:
-                if row[4 * i]:  # a slot the user was sampled in (the reference's test of its candidate cell)
-                    part = _ints(row[2 + 4 * i])
-                    ids += part
-                    times += [0 if i == 0 else (i if i <= train_ts else i - 1)] * len(part)
-            cand = _ints(row[4 * (ts + 2)])
+            try:
+                for i in slots:
+                    if row[4 * i]:  # a slot the user was sampled in (the reference's test of its candidate cell)
+                        part = _ints(row[2 + 4 * i])
+                        ids += part
+                        times += [0 if i == 0 else (i if i <= train_ts else i - 1)] * len(part)
+                cand = _ints(row[4 * (ts + 2)])
+                ratings = _floats(row[1 + 4 * (ts + 2)])
+            except ValueError as e:
+                raise DatasetError(f"{path}, user {user}: a cell is not a comma-separated list of numbers "
+                                   f"({e})") from None
             cols["ts_idx"].append(ts - train_ts), cols["query_idx"].append(q), cols["user_id"].append(user)
             cols["query_time"].append(ts + 1)
             cols["uih_item_ids"].append(ids), cols["uih_timestamps"].append(times)
             cols["cand_item_ids"].append(cand)
-            cols["cand_labels"].append([float(r >= LABEL_RATING) for r in _floats(row[1 + 4 * (ts + 2)])])
+            cols["cand_labels"].append([float(r >= LABEL_RATING) for r in ratings])
     out = {k: np.asarray(cols[k], np.int64) for k in ("ts_idx", "query_idx", "user_id", "query_time")}
     for name, off, dtype in (("uih_item_ids", "uih_offsets", np.int64), ("uih_timestamps", None, np.int64),
                              ("cand_item_ids", "cand_offsets", np.int64), ("cand_labels", None, np.float32)):

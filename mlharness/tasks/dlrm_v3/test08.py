@@ -9,10 +9,11 @@ The verdict and the printed counts are the official script's.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
+
+from mlharness.tasks.base import accuracy_log_entries
 
 TOLERANCE = 0.001
 
@@ -33,7 +34,7 @@ def compute_ne(predictions, labels, weights):
 
 
 def _rows(path: Path) -> list[np.ndarray]:
-    return [np.frombuffer(bytes.fromhex(s["data"]), np.float32) for s in json.loads(Path(path).read_text())]
+    return [np.frombuffer(entry.data(path), np.float32) for entry in accuracy_log_entries(path)]
 
 
 def verify(acc_log: Path, perf_log: Path, tolerance: float = TOLERANCE) -> tuple[bool, str]:
