@@ -116,3 +116,34 @@ def test_a_recorded_cluster_record_that_is_a_fifo_is_refused(env, tmp_path):
     os.mkfifo(state / "ray_cluster.json")
     r, _ = mlharness(env, "cluster", "nodes", "--cluster", "auto")
     assert r.returncode == 2 and "ray_cluster.json" in r.stderr and "FIFO" in r.stderr.upper(), r.stderr
+
+
+def campaign(tmp_path: Path, scenarios: str, options: str) -> Path:
+    path = tmp_path / "campaign.yaml"
+    path.write_text(f"models: [demo]\nscenarios: {scenarios}\nmodes: [performance]\noptions: {options}\n")
+    return path
+
+
+def test_an_option_a_scenario_refuses_is_refused_at_plan_naming_it(env, tmp_path):
+    path = campaign(tmp_path, "[Offline, SingleStream]", "{target_qps: 100, min_duration_ms: 100}")
+    r, _ = mlharness(env, "campaign", "plan", str(path), timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "options.target_qps" in r.stderr and "SingleStream" in r.stderr and "line 4" in r.stderr, r.stderr
+    ok, _ = mlharness(env, "campaign", "plan", str(campaign(tmp_path, "[Offline, Server]", "{target_qps: 100}")),
+                      timeout=60)
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_a_campaigns_runs_are_in_the_evaluation_database_when_they_land(env, tmp_path):
+    """No `results` query first: the database at the results root holds each run as soon as it landed."""
+    import json
+
+    path = campaign(tmp_path, "[Offline]", "{min_duration_ms: 100, min_query_count: 1, count: 16}")
+    root = tmp_path / "results"
+    r, _ = mlharness(env, "campaign", "run", str(path), "--results", str(root), timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (root / "mlharness_results.sqlite").is_file()
+    listed, _ = mlharness(env, "results", "list", str(root), "--no-index", "--json", timeout=60)
+    rows = json.loads(listed.stdout)
+    assert [row["folder"] for row in rows] == ["default/demo/Offline/performance"], listed.stderr
+    assert rows[0]["kind"] == "campaign_job"

@@ -10,6 +10,7 @@ rewritten as each run ends, so a campaign stopped (a signal, a node lost, the dr
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -22,7 +23,9 @@ from mlharness.cluster.campaign_file import CampaignSpec, SystemSpec
 from mlharness.cluster.executor import Executor
 from mlharness.cluster.jobs import Constraints, NodeInfo, RunJob, RunOutcome
 from mlharness.cluster.shipping import is_builtin, manifest_files
-from mlharness.errors import ManifestError, SettingsError
+from mlharness.errors import ManifestError, MLHarnessError, SettingsError
+
+log = logging.getLogger(__name__)
 
 RECORD = "campaign.json"
 # what a finished run folder holds, whatever its mode (the metadata is written last, once LoadGen's logs are in)
@@ -203,6 +206,24 @@ def read_record(root: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def index_results(root: Path) -> None:
+    """Bring the results root's evaluation database up to date as a run lands (incremental: the new folder is
+    read, the others only signed), so the campaign's runs are in it without a query first. A database that
+    cannot be written is a warning: the run is landed and recorded all the same."""
+    try:
+        from mlharness.results_db.db import open_db, sqlite_url
+        from mlharness.results_db.indexer import index
+
+        engine = open_db(sqlite_url(root))
+        try:
+            index(engine, root, sole_root=True)
+        finally:
+            engine.dispose()
+    except (MLHarnessError, ImportError, OSError) as e:
+        log.warning("the evaluation database of %s was not updated (`mlharness results index %s` does it "
+                    "later): %s", root, root, e)
+
+
 def run_campaign(plan: Plan, executor: Executor, root: Path, spec_path: Path, resume: bool,
                  on_done: Callable[[RunOutcome], None] | None = None) -> list[RunOutcome]:
     """Run the plan's jobs (skipping complete ones with ``resume``); every outcome in the plan's order."""
@@ -233,6 +254,8 @@ def run_campaign(plan: Plan, executor: Executor, root: Path, spec_path: Path, re
 
     def done_one(outcome: RunOutcome) -> None:
         record.update(outcome, root)
+        if outcome.ok and not outcome.skipped:
+            index_results(root)
         if on_done:
             on_done(outcome)
 

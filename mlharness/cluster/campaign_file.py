@@ -29,6 +29,10 @@ from mlharness.manifest.names import safe_name
 from mlharness.manifest.problems import format_validation
 
 SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline", "Interactive")
+# run options a scenario's runs refuse (mlharness/loadgen/settings.py): the scenarios each applies to
+SCENARIO_OPTIONS = {"target_qps": ("Offline", "Server", "Interactive"),
+                    "target_latency_ms": ("SingleStream", "MultiStream", "Server", "Interactive"),
+                    "samples_per_query": ("MultiStream",)}
 
 
 class _Strict(BaseModel):
@@ -172,7 +176,7 @@ def load_campaign(path: Path) -> CampaignSpec:
         if isinstance(system, dict) and True in system and "on" not in system:
             system["on"] = system.pop(True)  # YAML 1.1 reads a bare `on:` key as the boolean true
     try:
-        return CampaignSpec.model_validate(data)
+        spec = CampaignSpec.model_validate(data)
     except ValidationError as e:
         err = format_validation(path, CampaignSpec, e)
         line = _line_of(node, tuple(e.errors()[0]["loc"]))
@@ -180,3 +184,18 @@ def load_campaign(path: Path) -> CampaignSpec:
             raise err from None
         prefix = f"{err.path}" + (f": field '{err.field}'" if err.field else "") + ": "
         raise ManifestError(f"{path}, line {line}", err.field, str(err).removeprefix(prefix)) from None
+    _options_fit_every_scenario(spec, path, node)
+    return spec
+
+
+def _options_fit_every_scenario(spec: CampaignSpec, path: Path, node: Any) -> None:
+    """``options`` go to every run: one a scenario refuses would fail each of its runs at run time, after the
+    others started, so it is refused here (``campaign plan`` and ``run``), naming its line."""
+    for name, scenarios in SCENARIO_OPTIONS.items():
+        misfits = [s for s in spec.scenarios if s not in scenarios] if getattr(spec.options, name) else []
+        if misfits:
+            line = _line_of(node, ("options", name))
+            raise ManifestError(f"{path}, line {line}" if line else path, f"options.{name}",
+                                f"applies to {', '.join(scenarios)} only, and every run of the campaign gets it: "
+                                f"its {', '.join(misfits)} runs would fail; run those scenarios in a campaign of "
+                                f"their own without {name}")

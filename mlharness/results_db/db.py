@@ -103,19 +103,14 @@ def sqlite_file(engine: Any) -> Path | None:
 def check_file(engine: Any) -> None:
     """An SQLite database path that is a device, a FIFO or a folder, or a file that cannot be written (read-only,
     immutable): one line naming the file instead of SQLite's "disk I/O error" or a traceback."""
-    import errno
-
     from mlharness import fileguard
 
     path = sqlite_file(engine)
     if path is None or not os.path.lexists(path):
         return
     fileguard.check_regular_file(path, "the evaluation database file", error=DatabaseError)
-    try:
-        os.close(os.open(path, os.O_RDWR | getattr(os, "O_NONBLOCK", 0)))
-    except OSError as e:
-        why = ("it is read-only or immutable (lsattr shows 'i'; chattr -i clears it)"
-               if e.errno in (errno.EPERM, errno.EACCES, errno.EROFS) else e.strerror or str(e))
+    if not os.access(path, os.W_OK):  # the kernel says EPERM for an immutable file, to root too
+        why = "it is read-only or immutable (lsattr shows 'i'; chattr -i clears it)"
         raise DatabaseError(f"the evaluation database file {path} cannot be written: {why}; give a writable "
                             "file (or another results root, or --db URL)") from None
 
