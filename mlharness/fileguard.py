@@ -139,6 +139,23 @@ def open_regular(path: Path, what: str, *, error: ErrorFactory = UnusableFile, n
         raise
 
 
+def _read_at_most(f, most: int, size: int) -> bytes:
+    """Up to ``most`` bytes of ``f``, asking for the size it has on disk first: ``read(n)`` allocates ``n`` bytes up
+    front, so a generous bound (gigabytes) must not be the request size for a file of a few bytes."""
+    first = f.read(min(most, size + 1))
+    if len(first) <= size or len(first) >= most:  # ended where fstat said, or at the bound
+        return first
+    parts = [first]  # a file that grows, or whose size reads 0 (/proc)
+    got = len(first)
+    while got < most:
+        chunk = f.read(min(_CHUNK, most - got))
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
 def read_bytes_bounded(path: Path, what: str, limit: int, *, error: ErrorFactory = UnusableFile,
                        name_path: bool = True) -> bytes:
     """The content of the regular file ``path``; an error naming ``what`` and the bound when it holds more
@@ -147,8 +164,9 @@ def read_bytes_bounded(path: Path, what: str, limit: int, *, error: ErrorFactory
     with open_regular(path, what, error=error, name_path=name_path) as f:
         # the size on disk says it at once (a sparse file of terabytes is never read); the bounded read still
         # holds for a file that grows, or one whose size reads 0 (such as those under /proc)
-        big = os.fstat(f.fileno()).st_size > limit
-        data = b"" if big else f.read(limit + 1)
+        size = os.fstat(f.fileno()).st_size
+        big = size > limit
+        data = b"" if big else _read_at_most(f, limit + 1, size)
     if big or len(data) > limit:
         too_large = error if error is not UnusableFile else FileTooLarge
         raise too_large(f"{_subject(path, what, name_path)} is larger than {_human(limit)}, the most read for "
