@@ -41,6 +41,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from mlharness.errors import DatasetError
+from mlharness.fileguard import open_regular
 from mlharness.pipeline import index
 from mlharness.pipeline.chunking import document_passages
 from mlharness.pipeline.retrieval import asset_path
@@ -52,7 +54,7 @@ def database_md5(folder: str | Path) -> str:
     reference's ``compute_md5``."""
     md5 = hashlib.md5()  # noqa: S324 - the reference's checksum, not a security measure
     for name in ("index.faiss", "passages.jsonl"):
-        with open(Path(folder) / name, "rb") as f:
+        with open_regular(Path(folder) / name, f"database file {name}", error=DatasetError) as f:
             for block in iter(lambda f=f: f.read(8192), b""):
                 md5.update(block)
     return md5.hexdigest()

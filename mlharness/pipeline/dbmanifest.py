@@ -19,6 +19,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+from mlharness.errors import DatasetError
+from mlharness.fileguard import DATA_FILE_LIMIT, parse_json, read_bytes_bounded, read_text_bounded
 from mlharness.pipeline.index import Embedder, VectorDB
 
 MANIFEST_VERSION = 2
@@ -29,8 +31,31 @@ PROBE_TOP_K = 10
 RETRIEVAL_THRESHOLD = 0.95
 
 
-def _open(path: str | Path, mode: str) -> Any:
-    return gzip.open(path, mode) if str(path).endswith(".gz") else open(path, mode)
+MANIFEST_LIMIT = 256 << 20
+"""Most bytes of a database manifest, gzip'd or not (50 probe queries and their top-10 URLs: a few tens of KiB)."""
+
+
+def _create(path: str | Path) -> Any:
+    return gzip.open(path, "wt") if str(path).endswith(".gz") else open(path, "w")
+
+
+def read_manifest(path: str | Path) -> Any:
+    """The JSON of a database manifest (gzip'd when its name ends in ``.gz``), read through the one door and
+    bounded, also once decompressed."""
+    path = Path(path)
+    data = read_bytes_bounded(path, "database manifest", MANIFEST_LIMIT, error=DatasetError)
+    if str(path).endswith(".gz"):
+        import io
+
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(data)) as z:
+                data = z.read(MANIFEST_LIMIT + 1)
+        except (OSError, EOFError) as e:
+            raise DatasetError(f"database manifest {path} is not a readable gzip file: {e}") from None
+        if len(data) > MANIFEST_LIMIT:
+            raise DatasetError(f"database manifest {path} holds more than {MANIFEST_LIMIT >> 20} MiB once "
+                               "decompressed; check that it is the right file")
+    return parse_json(data, f"database manifest {path}", error=DatasetError)
 
 
 def corpus_set_sha256(db: VectorDB) -> str:
@@ -43,8 +68,10 @@ def corpus_set_sha256(db: VectorDB) -> str:
 
 def probe_queries(dataset_tsv: str | Path, n: int = NUM_PROBE_QUERIES) -> list[dict[str, Any]]:
     """``_load_probe_queries``: ``n`` rows of the FRAMES TSV chosen with the reference's seed, in row order."""
-    with open(dataset_tsv, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f, delimiter="\t"))
+    import io
+
+    text = read_text_bounded(Path(dataset_tsv), "dataset TSV", DATA_FILE_LIMIT, error=DatasetError)
+    rows = list(csv.DictReader(io.StringIO(text, newline=""), delimiter="\t"))
     rng = random.Random(SAMPLE_SEED)
     indices = sorted(rng.sample(range(len(rows)), min(n, len(rows))))
     return [{"index": i, "prompt": str(rows[i]["Prompt"])} for i in indices]
@@ -79,7 +106,7 @@ def write(db: VectorDB, embedder: Embedder, dataset_tsv: str | Path, output: str
                 "total_passages": len(db), "embedding_dim": embedder.dim, "index_params": db.params(),
                 "corpus_set_sha256": corpus_set_sha256(db), "probe_top_k": PROBE_TOP_K,
                 "reference_queries": queries, "reference_top_k": top_k_urls(db, embedder, queries, PROBE_TOP_K)}
-    with _open(output, "wt") as f:
+    with _create(output) as f:
         json.dump(manifest, f, indent=2)
     return manifest
 
@@ -87,8 +114,9 @@ def write(db: VectorDB, embedder: Embedder, dataset_tsv: str | Path, output: str
 def verify(db: VectorDB, embedder: Embedder, manifest_path: str | Path,
            threshold: float = RETRIEVAL_THRESHOLD) -> dict[str, Any]:
     """``verify_manifest``: ``{"passed", "failures", "metrics"}``; failures in the reference's words."""
-    with _open(manifest_path, "rt") as f:
-        manifest = json.load(f)
+    manifest = read_manifest(manifest_path)
+    if not isinstance(manifest, dict):
+        raise DatasetError(f"database manifest {manifest_path} is not a JSON object")
     if manifest.get("version") not in ACCEPTED_VERSIONS:
         return {"passed": False, "metrics": {"manifest_version": manifest.get("version")},
                 "failures": [f"not a v2 manifest (got version={manifest.get('version')!r}); regenerate it with "

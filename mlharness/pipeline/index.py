@@ -22,6 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlharness.errors import DatasetError
+from mlharness.fileguard import check_regular_file, iter_jsonl, read_bytes_bounded, read_json
+
+MARKER_LIMIT = 16 << 20
+"""Most bytes read of a database's marker file (its counts, parameters and timings: a few KiB)."""
+
 HNSW_M = 32
 EF_CONSTRUCTION = 200
 EF_SEARCH = 100
@@ -82,8 +88,8 @@ def folder_fingerprint(path: str | Path, small: int = 1 << 20) -> str:
     for f in sorted(p for p in root.rglob("*") if p.is_file()):
         st = f.stat()
         digest.update(f"{f.relative_to(root).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
-        if st.st_size <= small:
-            digest.update(f.read_bytes())
+        if st.st_size <= small:  # through the door: a file swapped for a FIFO is refused, never waited on
+            digest.update(read_bytes_bounded(f, "model file", small, error=DatasetError))
     return digest.hexdigest()
 
 
@@ -174,17 +180,22 @@ class VectorDB:
 
         folder = Path(folder)
         try:
-            marker = json.loads((folder / MARKER).read_text())
-        except (OSError, ValueError) as e:
-            raise FileNotFoundError(f"{folder} is not a vector database mlharness wrote ({MARKER}: {e})") from e
+            marker = read_json(folder / MARKER, "marker", MARKER_LIMIT, error=DatasetError)
+        except DatasetError as e:
+            raise DatasetError(f"{folder} is not a vector database mlharness wrote ({e})") from None
+        if not isinstance(marker, dict):
+            raise DatasetError(f"{folder} is not a vector database mlharness wrote ({MARKER} holds no JSON object)")
         start = time.perf_counter()
-        index = faiss.read_index(str(folder / "index.faiss"))
+        # faiss reads only by path: the file is checked first (a FIFO would block its read for ever)
+        index = faiss.read_index(str(check_regular_file(folder / "index.faiss", "index", error=DatasetError)))
         texts, metas = [], []
-        with open(folder / "passages.jsonl", encoding="utf-8") as rows:
-            for line in rows:
-                row = json.loads(line)
-                texts.append(row["text"])
-                metas.append(row["metadata"])
+        passages = folder / "passages.jsonl"
+        for number, row in iter_jsonl(passages, "passages", error=DatasetError):
+            if not isinstance(row, dict) or "text" not in row or "metadata" not in row:
+                raise DatasetError(f"passages {passages}, line {number}: expected an object with 'text' and "
+                                   "'metadata' (a database mlharness wrote)")
+            texts.append(row["text"])
+            metas.append(row["metadata"])
         if index.ntotal != len(texts):
             raise ValueError(f"{folder}: index.faiss holds {index.ntotal} vectors but passages.jsonl "
                              f"{len(texts)} passages")

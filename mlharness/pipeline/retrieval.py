@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mlharness.errors import DatasetError
+from mlharness.fileguard import read_bytes_bounded, read_json
 from mlharness.pipeline import index
 from mlharness.pipeline.stage import Item, StageContext, StageError, StageSpec, register_stage
 
@@ -45,18 +47,25 @@ def asset_path(spec: StageSpec, ctx: StageContext, model: dict[str, Any] | None 
     return path
 
 
+PAGE_LIMIT = 256 << 20
+"""Most bytes read of one corpus page (the largest Wikipedia pages are a few MiB)."""
+
+
 def corpus_documents(folder: str | Path) -> list[dict[str, Any]]:
     """The pages of a ``doc_html`` folder in name order, each with its URL from ``url_mapping.json`` (file name
     without ``.html`` -> URL), as ``reference_SUT_datasetup.py``'s QSL and ``load_url_mapping`` read them."""
     folder = Path(folder)
     mapping_file = folder / "url_mapping.json"
-    mapping = json.loads(mapping_file.read_text()) if mapping_file.is_file() else {}
+    # a FIFO or a device in its place is an error naming it, not a corpus without URLs
+    mapping = read_json(mapping_file, "URL mapping", error=DatasetError) if mapping_file.exists() else {}
+    if not isinstance(mapping, dict):
+        raise DatasetError(f"URL mapping {mapping_file} is not a JSON object (page name -> URL)")
     pages = sorted(folder.glob("*.html"))
     if not pages:
         raise FileNotFoundError(f"{folder}: no *.html pages (expected a doc_html folder from 'dataset synth e2e-rag'"
                                 " or the official download)")
-    return [{"name": p.name, "content": p.read_text(encoding="utf-8", errors="replace"),
-             "url": mapping.get(p.name[: -len(".html")], "")} for p in pages]
+    return [{"name": p.name, "content": read_bytes_bounded(p, "page", PAGE_LIMIT, error=DatasetError).decode(
+        "utf-8", errors="replace"), "url": mapping.get(p.name[: -len(".html")], "")} for p in pages]
 
 
 def synthetic_corpus() -> Path:
