@@ -61,7 +61,7 @@ def _in_memory(node: ast.Call) -> bool:
 
 def _os_open_writes(node: ast.Call) -> bool:
     flags = ast.unparse(node.args[1]) if len(node.args) > 1 else ""
-    return "O_WRONLY" in flags or "O_CREAT" in flags
+    return any(flag in flags for flag in ("O_WRONLY", "O_CREAT", "O_TMPFILE"))
 
 
 def is_reader(node: ast.Call) -> bool:

@@ -27,6 +27,8 @@ ALLOWED: dict[tuple[str, str], str] = {
         "/proc/<pid>/status of the sandbox's own processes; no user names it",
     ("mlharness/manifest/archives.py", "_extract_zip"):
         "a member of an archive already opened through the door (zf.open(info)), and O_EXCL writes",
+    ("mlharness/results_db/db.py", "exclusive"):
+        "opens the database's folder (O_DIRECTORY) only to flock it; nothing is read",
     ("mlharness/submission/system.py", "template_text"):
         "system-template.yaml shipped beside the module (SYSTEM_TEMPLATE), not a path a user names",
     ("mlharness/loadgen/settings.py", "embedded_mlperf_conf"):
