@@ -35,16 +35,18 @@ def write_campaign(folder: Path, models: dict[str, int], scenarios: str, systems
 
 
 def runs_of(marker: str) -> list[int]:
-    """Processes running `mlharness.cli run` of a manifest whose file name holds ``marker`` (on any node)."""
-    found = []
+    """Processes running `mlharness.cli run` of a manifest whose file name holds ``marker`` (on any node); a run's
+    supervised child (mlharness.supervise: the same command line, under its parent) is not counted again."""
+    found = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
         if b"mlharness.cli" in cmd and b"run" in cmd and any(marker.encode() in part for part in cmd):
-            found.append(int(pid))
-    return found
+            found[int(pid)] = ppid
+    return [pid for pid, ppid in found.items() if ppid not in found]
 
 
 def record(root: Path) -> dict[str, dict]:

@@ -459,12 +459,14 @@ def test_an_ordinary_bug_still_shows_its_traceback(monkeypatch):
 def _importing(pid: int) -> bool:
     """Whether the process is importing the command's modules: numpy's extension is mapped (Linux: /proc/PID/maps),
     which happens in the middle of them. A signal sent earlier may land in Python's own start-up (``site``,
-    ``runpy``), before any line of mlharness runs, where it cannot be handled."""
+    ``runpy``), before any line of mlharness runs, where it cannot be handled. A run's imports happen in its
+    supervised child (mlharness.supervise): the process's children count too."""
     try:
         maps = Path(f"/proc/{pid}/maps").read_text()
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except OSError:
         return False
-    return "/numpy/" in maps and ".so" in maps
+    return ("/numpy/" in maps and ".so" in maps) or any(_importing(int(c)) for c in children)
 
 
 def _console_script() -> list[str]:
