@@ -117,3 +117,96 @@ def test_a_chat_image_that_is_a_fifo_or_device_is_an_error_naming_it(tmp_path, k
     assert done.returncode == 0, done.stderr
     assert f"exit 2 sample 3, message 0, part 0: the image {image} is {kind}, not a regular file" in done.stdout, \
         done.stdout + done.stderr
+
+
+# ---- the pipeline's files in a user's folder (saved databases, corpora, database manifests) ----------------------
+
+def test_pipeline_files_that_are_fifos_or_devices_are_errors_naming_them(tmp_path):
+    pytest.importorskip("faiss")
+    db, corpus = tmp_path / "db", tmp_path / "corpus"
+    db.mkdir()
+    corpus.mkdir()
+    (corpus / "a.html").write_text("<p>a page</p>")
+    for folder, name in [(db, "passages.jsonl"), (corpus, "url_mapping.json"), (tmp_path, "manifest.json.gz")]:
+        os.mkfifo(folder / name)
+    (tmp_path / "frames.tsv").symlink_to("/dev/zero")
+    done = python(f"""
+        import json
+        from pathlib import Path
+        import faiss
+        from mlharness.errors import MLHarnessError
+        from mlharness.pipeline import dbbuild, dbmanifest, index, retrieval
+
+        db, corpus, root = Path({str(db)!r}), Path({str(corpus)!r}), Path({str(tmp_path)!r})
+        (db / index.MARKER).write_text(json.dumps({{"kind": index.MARKER_KIND, "passages": 0}}))
+        faiss.write_index(faiss.IndexFlatL2(4), str(db / "index.faiss"))
+        calls = [lambda: index.VectorDB.load(db), lambda: dbbuild.database_md5(db),
+                 lambda: retrieval.corpus_documents(corpus), lambda: dbmanifest.read_manifest(root / "manifest.json.gz"),
+                 lambda: dbmanifest.probe_queries(root / "frames.tsv")]
+        for call in calls:
+            try:
+                call()
+                print("read")
+            except MLHarnessError as e:
+                print("exit", e.exit_code, e)
+    """, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 5, done.stdout + done.stderr
+    for line, (name, kind) in zip(lines, [("db/passages.jsonl", "a FIFO"), ("db/index.faiss", None),
+                                          ("corpus/url_mapping.json", "a FIFO"), ("manifest.json.gz", "a FIFO"),
+                                          ("frames.tsv", "a character device")], strict=True):
+        if kind is None:  # the MD5 reads index.faiss first: a regular file; then passages.jsonl
+            assert line.startswith("exit 2 ") and "db/passages.jsonl is a FIFO" in line, line
+            continue
+        assert line.startswith("exit 2 ") and f"{tmp_path / name} is {kind}, not a regular file" in line, line
+
+
+# ---- the files a predictor loads ----------------------------------------------------------------------------------
+
+def test_predictor_tables_and_weights_that_are_fifos_or_devices_are_errors_naming_them(tmp_path):
+    odd = odd_files(tmp_path / "odd")
+    done = python(f"""
+        from mlharness.errors import MLHarnessError
+        from mlharness.predictors.base import PredictorConfig
+        from mlharness.predictors.session_oracle import SessionOraclePredictor
+        from mlharness.predictors.token_oracle import TokenOraclePredictor
+
+        fifo, device = {str(odd["a FIFO"])!r}, {str(odd["a character device"])!r}
+        for cls, path in [(SessionOraclePredictor, fifo), (SessionOraclePredictor, device),
+                          (TokenOraclePredictor, fifo), (TokenOraclePredictor, device)]:
+            try:
+                cls(PredictorConfig(model_path=path, input_names=[], output_names=[])).load()
+                print("read")
+            except MLHarnessError as e:
+                print("exit", e.exit_code, e)
+    """, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 4, done.stdout + done.stderr
+    for line, who, kind in zip(lines, ["session-oracle", "session-oracle", "token-oracle", "token-oracle"],
+                               ["a FIFO", "a character device"] * 2, strict=True):
+        assert line.startswith(f"exit 2 {who}: the table {odd[kind]} is {kind}, not a regular file"), line
+
+
+def test_pytorch_weights_and_model_files_that_are_fifos_are_errors_naming_them(tmp_path):
+    pytest.importorskip("torch")
+    fifo = odd_files(tmp_path / "odd")["a FIFO"]
+    done = python(f"""
+        from mlharness.errors import MLHarnessError
+        from mlharness.predictors.base import PredictorConfig
+        from mlharness.predictors.pytorch import PyTorchPredictor
+
+        for config in [dict(model_path=None, factory="torch.nn:Identity", weights_path={str(fifo)!r}),
+                       dict(model_path={str(fifo)!r})]:
+            try:
+                PyTorchPredictor(PredictorConfig(input_names=["x"], output_names=["y"], **config)).load()
+                print("read")
+            except MLHarnessError as e:
+                print("exit", e.exit_code, e)
+    """, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2, done.stdout + done.stderr
+    assert lines[0].startswith(f"exit 2 weights file {fifo} is a FIFO, not a regular file"), lines[0]
+    assert lines[1].startswith(f"exit 2 model file {fifo} is a FIFO, not a regular file"), lines[1]

@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from mlharness.errors import PredictorError
+from mlharness.errors import MLHarnessError, PredictorError
+from mlharness.fileguard import read_json
 from mlharness.predictors.base import Predictor, PredictorConfig
 from mlharness.predictors.checks import ORT_TYPES, ModelTensor, check_inputs
 from mlharness.predictors.options import int_option, option_error, unknown_options, written_file_option
@@ -158,8 +159,6 @@ class OnnxRuntimePredictor(Predictor):
     def profile_stop(self, tracer: Any) -> None:
         if self.session is None or self._profile_dir is None:
             return
-        import json
-
         from mlharness.telemetry.framework_profile import ort_events, thread_names
 
         start_ns = self.session.get_profiling_start_time_ns()
@@ -169,8 +168,8 @@ class OnnxRuntimePredictor(Predictor):
         if path is None:
             return
         try:
-            profile = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
+            profile = read_json(path, "onnxruntime profile")
+        except MLHarnessError as e:
             log.warning("cannot read the onnxruntime profile %s: %s", path, e)
             return
         events = ort_events(profile, start_ns, align, tracer.t0_ns, tracer.pid, since_ns=self._profile_since,

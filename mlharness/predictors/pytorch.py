@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import PredictorError
+from mlharness.fileguard import check_regular_file, torch_load
 from mlharness.predictors.base import Predictor, PredictorConfig
 from mlharness.predictors.checks import check_inputs, exported_inputs
 from mlharness.predictors.options import option_error, unknown_options
@@ -110,7 +111,7 @@ class PyTorchPredictor(Predictor):
                 raise PredictorError(f"factory '{self.config.factory}' returned {type(module).__name__}, "
                                      "not a torch.nn.Module")
             if self.config.weights_path:
-                state = torch.load(self.config.weights_path, map_location="cpu", weights_only=True)
+                state = torch_load(Path(self.config.weights_path), "weights file", error=PredictorError)
                 if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
                     state = state["state_dict"]
                 missing, unexpected = module.load_state_dict(state, strict=bool(opts.get("strict_load", True)))
@@ -120,6 +121,7 @@ class PyTorchPredictor(Predictor):
         path = self.config.model_path
         if not path:
             raise PredictorError("the pytorch predictor needs model.graph_path or model.factory")
+        check_regular_file(Path(path), "model file", error=PredictorError)  # torch reads it by path
         if Path(path).suffix == ".pt2":
             self.kind = "torch.export program"
             self._exported = torch.export.load(path)

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import PredictorError
+from mlharness.fileguard import read_json
 from mlharness.predictors.base import Predictor
 from mlharness.sessions.engine import Timing, TurnRequest
 from mlharness.sessions.model import Answer, Session, ToolCall
@@ -153,10 +154,7 @@ class SessionOraclePredictor(Predictor):
         if not path:
             raise PredictorError("session-oracle needs its table: a model file (model.graph_path or "
                                  "model.generator)")
-        try:
-            table = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise PredictorError(f"session-oracle: cannot read the table {path}: {e}") from e
+        table = read_json(Path(path), "session-oracle: the table", error=PredictorError)
         if not isinstance(table, dict) or table.get("format") != TABLE_FORMAT or not isinstance(
                 table.get("turns"), dict):
             raise PredictorError(f"session-oracle: {path} is not a table of turns (format {TABLE_FORMAT}, 'turns')")

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import MLHarnessError, PredictorError
+from mlharness.fileguard import DATA_FILE_LIMIT, read_bytes_bounded
 from mlharness.predictors.base import Predictor, PredictorConfig
 from mlharness.predictors.checks import ModelTensor, check_inputs, tf_tensor
 from mlharness.predictors.options import int_option, option_error, unknown_options
@@ -25,6 +26,10 @@ log = logging.getLogger(__name__)
 _OPTIONS = {"signature", "inter_op_threads"}
 # TensorFlow's profiler is process-wide: one session serves every instance of a run
 _PROFILER = SharedProfiler()
+
+
+FROZEN_GRAPH_LIMIT = 2 << 30
+"""Most bytes of a frozen GraphDef: protobuf's own limit for one message."""
 
 
 class TensorFlowPredictor(Predictor):
@@ -146,7 +151,8 @@ class TensorFlowPredictor(Predictor):
     def _load_frozen_graph(self, tf: Any, path: str) -> None:
         self.kind = "frozen graph"
         graph_def = tf.compat.v1.GraphDef()
-        graph_def.ParseFromString(Path(path).read_bytes())
+        graph_def.ParseFromString(read_bytes_bounded(Path(path), "frozen graph", FROZEN_GRAPH_LIMIT,
+                                                     error=PredictorError))
         graph = tf.Graph()
         with graph.as_default(), tf.device(self._device):
             tf.compat.v1.import_graph_def(graph_def, name="")
@@ -306,7 +312,8 @@ def _end_tf_profile(logdir: str, align: Any, tracer: Any) -> list[dict[str, Any]
         tf.profiler.experimental.stop()
         events: list[dict[str, Any]] = []
         for path in sorted(Path(logdir).rglob("*.xplane.pb")):
-            events += tf_events(path.read_bytes(), align, tracer.t0_ns, tracer.pid,
+            events += tf_events(read_bytes_bounded(path, "TensorFlow profile", DATA_FILE_LIMIT), align, tracer.t0_ns,
+                                tracer.pid,
                                 tid_map=tracer.native_ids)
         return events
     finally:

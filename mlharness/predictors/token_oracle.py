@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import json
 import logging
 import threading
 import time
@@ -30,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import PredictorError
+from mlharness.fileguard import read_json
 from mlharness.predictors.chat import ChatPrompt
 from mlharness.predictors.generative import GenerativePredictor, TokenRequest, TokenStream
 from mlharness.tasks.cnndm.models import prompt_key
@@ -78,10 +78,7 @@ class TokenOraclePredictor(GenerativePredictor):
             if not self.config.model_path:
                 raise PredictorError("token-oracle needs its table: a model file (model.generator) or the "
                                      "options 'dataset' and 'tokenizer'")
-            try:
-                table = json.loads(Path(self.config.model_path).read_text())
-            except (OSError, ValueError) as e:
-                raise PredictorError(f"token-oracle: cannot read the table {self.config.model_path}: {e}") from e
+            table = read_json(Path(self.config.model_path), "token-oracle: the table", error=PredictorError)
         if not isinstance(table, dict) or not isinstance(table.get("entries", table.get("chat")), dict):
             raise PredictorError(f"token-oracle: {self.config.model_path} is not an oracle table (no 'entries' "
                                  "or 'chat')")

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import json
 from pathlib import Path
 from typing import Any
 
-from mlharness.errors import ManifestError
+from mlharness.errors import ManifestError, MLHarnessError
+from mlharness.fileguard import parse_json, read_bytes_bounded
 from mlharness.predictors.chat import ChatPrompt
 
 TAKES = "a chat prompt runs on an image+text-to-text model (AutoModelForImageTextToText) with its processor"
@@ -47,11 +47,19 @@ def processor_class(name: str, video: bool | None = None) -> Any:
     return type(name, (cls,), {"__init__": __init__, "__module__": cls.__module__})
 
 
+CONFIG_LIMIT = 64 << 20
+"""Most bytes read of a checkpoint's processor_config.json (a few KiB)."""
+
+
 def _processor_name(folder: Path, config: Any) -> str | None:
-    try:
-        name = json.loads((folder / "processor_config.json").read_text()).get("processor_class")
-    except (OSError, ValueError, AttributeError):
-        name = None
+    path = folder / "processor_config.json"
+    name = None
+    if path.exists():  # a FIFO or a device there is an error naming it; a malformed config names no class
+        data = read_bytes_bounded(path, "processor config", CONFIG_LIMIT)
+        try:
+            name = parse_json(data, f"processor config {path}").get("processor_class")
+        except (MLHarnessError, AttributeError):
+            name = None
     if not name:
         from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
 

@@ -13,6 +13,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlharness.errors import DatasetError
+from mlharness.fileguard import iter_jsonl
+
 
 @dataclass
 class TurnRecord:
@@ -74,11 +77,12 @@ def write_records(path: Path, records: list[SessionRecord]) -> None:
 
 def read_records(path: Path) -> list[SessionRecord]:
     out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            row: dict[str, Any] = json.loads(line)
-            turns = [TurnRecord(**t) for t in row.pop("turns")]
-            out.append(SessionRecord(**row, turns=turns))
+    for number, row in iter_jsonl(Path(path), "session records", error=DatasetError):
+        try:
+            fields: dict[str, Any] = dict(row)
+            turns = [TurnRecord(**t) for t in fields.pop("turns")]
+            out.append(SessionRecord(**fields, turns=turns))
+        except (TypeError, ValueError, KeyError):
+            raise DatasetError(f"session records {path}, line {number}: not a session record as mlharness writes "
+                               "them (session, index, started, finished, started_unix, turns)") from None
     return out

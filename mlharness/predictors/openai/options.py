@@ -3,13 +3,13 @@ error; and the vocabulary size that token ids from a server are checked against.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlharness.errors import PredictorError
+from mlharness.errors import MLHarnessError, PredictorError
+from mlharness.fileguard import read_json
 from mlharness.predictors.openai.watch import Deadlines
 
 KNOWN_OPTIONS = frozenset({
@@ -144,6 +144,6 @@ def _json(path: Path) -> Any:
     try:
         if not path.is_file() or path.stat().st_size > CONFIG_BYTES:
             return None
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return read_json(path, "config", CONFIG_BYTES)
+    except (OSError, MLHarnessError):
         return None
