@@ -15,9 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import DatasetError
+from mlharness.fileguard import iter_lines
 
 REQUIRED = ("Prompt", "Answer")
 LINK_PREFIX = "wikipedia_link_"
+# FRAMES' longest row (a prompt of a few sentences, its answer, up to eleven links) is under 4 KiB; a line past
+# 1 MiB is no question, and a query of tens of MiB would only exhaust the pipeline's memory later, unexplained
+LINE_LIMIT = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -42,11 +46,9 @@ def tsv_path(path: Path) -> Path:
 def read_frames(path: Path) -> list[Question]:
     """Every question of a FRAMES TSV (a file, or a folder holding ``frames_dataset.tsv``)."""
     path = tsv_path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise DatasetError(f"cannot read the FRAMES questions {path}: {e}") from e
-    reader = csv.reader(text.splitlines(keepends=True), delimiter="\t")
+    lines = (text + "\n" for _, text in iter_lines(path, "the FRAMES questions", limit=LINE_LIMIT,
+                                                   error=DatasetError))
+    reader = csv.reader(lines, delimiter="\t")
     try:
         header = next(reader)
     except StopIteration:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import AccuracyError
+from mlharness.fileguard import iter_jsonl
 from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult, accuracy_log_entries
 from mlharness.tasks.e2e_rag.dataset import ground_truth_by_query, read_frames
 from mlharness.tasks.e2e_rag.judge import (
@@ -63,18 +64,10 @@ def _record_index(record: dict[str, Any]) -> int | None:
 def read_records(path: Path) -> dict[int, dict[str, Any]]:
     """The pipeline's records by sample index (a later record of the same sample wins, as a later response)."""
     records: dict[int, dict[str, Any]] = {}
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise AccuracyError(f"{NAME}: cannot read the pipeline's records {path}: {e} (the answers are there, not "
-                            f"in the accuracy log)") from e
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise AccuracyError(f"{NAME}: {path}, line {n}: not JSON: {e}") from e
+    # a record holds one sample's answer, contexts and timings: kilobytes; the door's line bound (64 MiB) holds any
+    lines = iter_jsonl(Path(path), "the pipeline's records", error=lambda m: AccuracyError(
+        f"{NAME}: {m} (the answers are there, not in the accuracy log)"))
+    for n, record in lines:
         index = _record_index(record) if isinstance(record, dict) else None
         if index is None:
             raise AccuracyError(f"{NAME}: {path}, line {n}: a record needs an integer 'qsl_idx' (the sample)")
