@@ -15,13 +15,13 @@ types become JSON-schema types), ``tool_choice: "auto"``, no system prompt of it
 from __future__ import annotations
 
 import copy
-import json
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mlharness.errors import DatasetError
+from mlharness.fileguard import iter_jsonl
 from mlharness.sessions.model import Session, Turn
 from mlharness.tasks.bfcl_v4.env import HOW_TO_FIX, PYTHON_ENV, find_python
 from mlharness.tasks.bfcl_v4.oracle import openai_name, oracle_answer
@@ -100,14 +100,8 @@ def data_folder(path: Path | str | None) -> Path:
 
 
 def _json_lines(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise DatasetError(f"BFCL v4: {path}:{n}: not a JSON line: {e}") from e
-    return rows
+    # a BFCL entry (a question, its functions' documentation) is a few KiB: the door's line bound holds any
+    return [row for _, row in iter_jsonl(path, "BFCL v4 subset", error=DatasetError)]
 
 
 def load_entries(path: Path | str | None = None) -> list[Entry]:

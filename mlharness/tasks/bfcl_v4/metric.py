@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import AccuracyError
+from mlharness.fileguard import read_json
 from mlharness.tasks.base import (
     AccuracyContext,
     AccuracyMetric,
@@ -110,7 +111,10 @@ def run_checker(items: list[dict[str, Any]], python: str, timeout_s: float = DEF
             tail = (done.stderr or done.stdout).strip()[-1500:]
             raise AccuracyError(f"{who}: bfcl-eval's AST checker ({python}) failed with exit status "
                                 f"{done.returncode}:\n{tail}")
-        out = json.loads(dst.read_text(encoding="utf-8"))
+        # one verdict per call, a few hundred bytes each
+        out = read_json(dst, f"{who}: the AST checker's verdicts", error=AccuracyError)
+        if not isinstance(out, dict):
+            raise AccuracyError(f"{who}: the AST checker's verdicts {dst} are not a JSON object")
     results = out.get("results")
     if not isinstance(results, list) or len(results) != len(items):
         raise AccuracyError(f"{who}: bfcl-eval's AST checker answered {len(results or [])} verdicts for "

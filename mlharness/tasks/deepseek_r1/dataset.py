@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError
+from mlharness.fileguard import DATA_FILE_LIMIT, read_bytes_bounded
 from mlharness.tasks.generative import PromptSet, find_data_file
 
 DATASET_FILE = "mlperf_deepseek_r1_dataset_4388_fp8_eval.pkl"
@@ -46,10 +47,11 @@ def read_frame(path: Path | str) -> Any:
     import pandas as pd
 
     path = Path(path)
+    # the official pickle of 4,388 samples is tens of MiB: 4 GiB holds it with room
+    data = read_bytes_bounded(path, "the deepseek-r1 dataset", 4 * DATA_FILE_LIMIT, error=DatasetError)
     try:
-        with path.open("rb") as f:
-            frame = pickle.load(f)  # noqa: S301 - the official format; see the module note
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError) as e:
+        frame = pickle.loads(data)  # noqa: S301 - the official format; see the module note
+    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError, TypeError) as e:
         raise DatasetError(f"cannot read the deepseek-r1 dataset {path}: {e}") from e
     if not isinstance(frame, pd.DataFrame):
         raise DatasetError(f"{path}: expected a pickled pandas DataFrame, found {type(frame).__name__}")

@@ -11,7 +11,6 @@ patterns read. Means are numpy float64 sums divided by the count, as pandas take
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import AccuracyError, DatasetError
+from mlharness.fileguard import DATA_FILE_LIMIT, read_json
 from mlharness.tasks.base import AccuracyContext, AccuracyMetric, AccuracyResult
 from mlharness.tasks.generative import (
     DTYPES,
@@ -76,10 +76,9 @@ def load_lcb_tests(path: Path | str | None, who: str = "deepseek-r1") -> dict[st
     """The JSON file of LiveCodeBench tests (question_id -> tests); empty without a file. ``who`` starts errors."""
     if not path:
         return {}
-    try:
-        tests = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise AccuracyError(f"{who}: cannot read the LiveCodeBench tests file {path}: {e}") from e
+    # LiveCodeBench's tests of the benchmark's questions, hidden cases included, take hundreds of MiB
+    tests = read_json(Path(path).expanduser(), f"{who}: the LiveCodeBench tests file", 4 * DATA_FILE_LIMIT,
+                      error=AccuracyError)
     if not isinstance(tests, dict):
         raise AccuracyError(f"{who}: {path}: expected a JSON object question_id -> tests")
     return tests

@@ -14,6 +14,7 @@ the model as they are), ``dataset`` (the family: its name contains ``gpqa``, ``a
 
 from __future__ import annotations
 
+import io
 import pickle
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError
+from mlharness.fileguard import DATA_FILE_LIMIT, read_bytes_bounded
 from mlharness.tasks.generative import PromptSet, find_data_file, local_tokenizer
 
 ACCURACY_FILE = "acc/acc_eval_inputs.parquet"
@@ -45,18 +47,19 @@ def read_frame(path: Path | str) -> Any:
     import pandas as pd
 
     path = Path(path)
+    # the official data files (a few thousand prompts with their references) are tens of MiB: 4 GiB holds them
+    data = read_bytes_bounded(path, "the gpt-oss-120b data file", 4 * DATA_FILE_LIMIT, error=DatasetError)
     try:
         if path.suffix == ".parquet":
-            frame = pd.read_parquet(path)
+            frame = pd.read_parquet(io.BytesIO(data))
         elif path.suffix in (".pkl", ".pickle"):
-            with path.open("rb") as f:
-                frame = pickle.load(f)  # noqa: S301 - the official data files are pickled DataFrames
+            frame = pickle.loads(data)  # noqa: S301 - the official data files are pickled DataFrames
         else:
             try:
-                frame = pd.read_parquet(path)
+                frame = pd.read_parquet(io.BytesIO(data))
             except (OSError, ValueError):
-                frame = pd.read_pickle(path)  # noqa: S301
-    except (OSError, ValueError, pickle.UnpicklingError, ImportError) as e:
+                frame = pd.read_pickle(io.BytesIO(data))  # noqa: S301
+    except (OSError, ValueError, pickle.UnpicklingError, ImportError, EOFError) as e:
         raise DatasetError(f"cannot read the gpt-oss-120b data file {path}: {e}") from e
     if not isinstance(frame, pd.DataFrame) or frame.empty:
         raise DatasetError(f"{path}: expected a non-empty table of samples")
