@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError, HookError, ManifestError
+from mlharness.fileguard import load_npy
 from mlharness.loadgen.graph_sampler import Csc, EdgeType, batch_arrays, sample_one
 
 log = logging.getLogger(__name__)
@@ -139,10 +140,8 @@ def open_graph(folder: Path, settings: GraphSettings) -> HeteroGraph:
 
 
 def _load(path: Path, field: str) -> np.ndarray:
-    try:
-        return np.load(path, mmap_mode="r")
-    except (OSError, ValueError) as e:
-        raise DatasetError(f"{path}: cannot read {field} as a .npy array: {e}") from None
+    # mapped, not read; a FIFO or a device is refused naming it
+    return load_npy(path, f"{field} file", mmap_mode="r", error=DatasetError)
 
 
 def _add_edges(graph: HeteroGraph, path: Path, etype: EdgeType) -> None:

@@ -12,6 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import MLHarnessError, RunFailed
+from mlharness.fileguard import DATA_FILE_LIMIT, open_regular, read_bytes_bounded
+
+LOG_LIMIT = DATA_FILE_LIMIT
+"""Most bytes read of a LoadGen summary or detail log (a long run's detail log is a few MiB)."""
 
 METRIC_LINES = {
     "SingleStream": ("90.0th percentile latency (ns)", "ns"),
@@ -64,15 +68,16 @@ def check_loadgen_logs(outdir: Path) -> None:
     cut short. Raise :class:`ResultsWriteError` naming the first log that is missing or incomplete."""
     for name, endings in _LOG_ENDINGS.items():
         path = Path(outdir) / name
+        if not os.path.lexists(path):
+            if name == "mlperf_log_accuracy.json":
+                continue
+            raise ResultsWriteError(path, "it is missing (is the disk full?)", "LoadGen could not write")
         try:
-            with open(path, "rb") as f:
+            with open_regular(path, "LoadGen log", name_path=False,
+                              error=lambda m, path=path: ResultsWriteError(path, m, "cannot read LoadGen's log")) as f:
                 size = f.seek(0, os.SEEK_END)
                 f.seek(max(0, size - 256))
                 tail = f.read().decode(errors="replace").rstrip()
-        except FileNotFoundError:
-            if name == "mlperf_log_accuracy.json":
-                continue
-            raise ResultsWriteError(path, "it is missing (is the disk full?)", "LoadGen could not write") from None
         except OSError as e:
             raise ResultsWriteError(path, e, "cannot read LoadGen's log") from e
         if not tail.endswith(endings):
@@ -101,7 +106,7 @@ def parse_summary(path: Path, scenario: str, tokens: bool = False) -> Summary:
     if not path.is_file():
         raise MLHarnessError(f"LoadGen wrote no summary at {path}")
     fields: dict[str, str] = {}
-    for line in path.read_text().splitlines():
+    for line in read_bytes_bounded(path, "LoadGen summary", LOG_LIMIT).decode(errors="replace").splitlines():
         if ":" in line:
             k, _, v = line.partition(":")
             fields.setdefault(k.strip(), v.strip())
@@ -120,7 +125,7 @@ _MLLOG = re.compile(r"^:::MLLOG (\{.*\})\s*$")
 def read_detail(path: Path) -> list[dict[str, Any]]:
     """The ``:::MLLOG`` events of an mlperf_log_detail.txt."""
     events = []
-    for line in path.read_text(errors="replace").splitlines():
+    for line in read_bytes_bounded(path, "LoadGen detail log", LOG_LIMIT).decode(errors="replace").splitlines():
         m = _MLLOG.match(line)
         if m:
             try:

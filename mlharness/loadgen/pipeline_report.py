@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from mlharness.fileguard import read_json
+
 RESULTS_FILE = "pipeline_results.jsonl"
 SUMMARY_FILE = "pipeline_summary.json"
 
@@ -73,7 +75,7 @@ def write_reports(outdir: Path, lanes: list[Any], jobs: list[Any], wall: list[fl
 
 def stage_rows(outdir: Path) -> list[tuple[str, str]]:
     """A label and a line per stage for ``mlharness run``'s table, and the pipeline's own."""
-    summary = json.loads((outdir / SUMMARY_FILE).read_text())
+    summary = read_json(Path(outdir) / SUMMARY_FILE, "pipeline summary")
     rows = []
     for s in summary["stages"]:
         lat = s["latency_ms"]

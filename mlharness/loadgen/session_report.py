@@ -11,12 +11,13 @@ played and as a rate over the run's wall time.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from mlharness.errors import MLHarnessError
+from mlharness.fileguard import read_json
 from mlharness.sessions.records import SessionRecord, TurnRecord
 
 SUMMARY_FILE = "sessions_summary.json"
@@ -143,6 +144,6 @@ def terminal_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
 def session_rows(outdir: Path) -> list[tuple[str, str]]:
     """:func:`terminal_rows` of a run folder's ``sessions_summary.json`` (none where it cannot be read)."""
     try:
-        return terminal_rows(json.loads((Path(outdir) / SUMMARY_FILE).read_text()))
-    except (OSError, ValueError, KeyError, TypeError):
+        return terminal_rows(read_json(Path(outdir) / SUMMARY_FILE, "sessions summary"))
+    except (MLHarnessError, OSError, ValueError, KeyError, TypeError):
         return []

@@ -371,7 +371,7 @@ OVERRIDE_CONF_KEYS = {
 def effective_user_conf(base: Path | None, conf_model: str, scenario: str, overrides: dict[str, Any]) -> str:
     """The user.conf the scenario's runs used: the file itself, then the command line's development overrides
     written as the conf lines that would set them."""
-    text = base.read_text() if base is not None else "# no user.conf: LoadGen's embedded mlperf.conf defaults\n"
+    text = read_conf(base) if base is not None else "# no user.conf: LoadGen's embedded mlperf.conf defaults\n"
     if not text.endswith("\n"):
         text += "\n"
     lines = []
