@@ -210,3 +210,28 @@ def test_pytorch_weights_and_model_files_that_are_fifos_are_errors_naming_them(t
     assert len(lines) == 2, done.stdout + done.stderr
     assert lines[0].startswith(f"exit 2 weights file {fifo} is a FIFO, not a regular file"), lines[0]
     assert lines[1].startswith(f"exit 2 model file {fifo} is a FIFO, not a regular file"), lines[1]
+
+
+# ---- manifest assets and the agents' built-in hooks ---------------------------------------------------------------
+
+def test_an_archive_or_agent_input_image_that_is_a_fifo_is_an_error_naming_it(tmp_path):
+    fifo = odd_files(tmp_path / "odd")["a FIFO"]
+    done = python(f"""
+        from pathlib import Path
+        from mlharness.errors import MLHarnessError
+        from mlharness.manifest import agent_hooks
+        from mlharness.manifest.archives import extract_into
+
+        for call in [lambda: extract_into(Path({str(fifo)!r}), Path({str(tmp_path / "out")!r})),
+                     lambda: agent_hooks._read("file://" + {str(fifo)!r})]:
+            try:
+                call()
+                print("read")
+            except MLHarnessError as e:
+                print("exit", e.exit_code, e)
+    """, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2, done.stdout + done.stderr
+    assert lines[0].startswith(f"exit 2 archive {fifo} is a FIFO, not a regular file"), lines[0]
+    assert lines[1].startswith(f"exit 2 input image {fifo} is a FIFO, not a regular file"), lines[1]

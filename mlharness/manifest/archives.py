@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from mlharness.errors import AssetError
+from mlharness.fileguard import check_regular_file, open_regular
 
 _CHUNK = 1 << 20
 _RATIO_FLOOR = 1 << 20  # below 1 MiB expanded, any ratio is harmless (a small file of zeros compresses 1000:1)
@@ -109,6 +110,8 @@ def extract_into(archive: Path, dest: Path, limits: ArchiveLimits | None = None)
     """Unpack ``archive`` into the empty folder ``dest`` within ``limits``; AssetError otherwise (``dest`` may
     then hold part of it: the caller removes it)."""
     limits = limits or ArchiveLimits.from_env()
+    # zipfile and tarfile probe the path themselves: a FIFO would block them
+    check_regular_file(archive, "archive", error=AssetError)
     try:
         if zipfile.is_zipfile(archive):
             _extract_zip(archive, dest, _Budget(archive, limits))
@@ -121,7 +124,7 @@ def extract_into(archive: Path, dest: Path, limits: ArchiveLimits | None = None)
 
 
 def _extract_zip(archive: Path, dest: Path, budget: _Budget) -> None:
-    with zipfile.ZipFile(archive) as zf:
+    with open_regular(archive, "archive", error=AssetError) as raw, zipfile.ZipFile(raw) as zf:
         infos = zf.infolist()
         for info in infos:
             check_member(archive, info.filename)
@@ -161,7 +164,7 @@ def _extract_tar(archive: Path, dest: Path, budget: _Budget) -> None:
         budget.add_bytes(member.size if member.isfile() else 0)
         return data_filter(member, path) if data_filter is not None else member
 
-    with tarfile.open(archive, "r|*") as tf:
+    with open_regular(archive, "archive", error=AssetError) as raw, tarfile.open(fileobj=raw, mode="r|*") as tf:
         if data_filter is not None:
             tf.extractall(dest, filter=guard)
         else:  # Python without extraction filters: the guard is called by hand, member by member

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from mlharness.errors import ManifestError, MLHarnessError
 from mlharness.manifest import modelcheck, safeyaml
-from mlharness.manifest.hooks import check_hooks
+from mlharness.manifest.hooks import check_hooks, read_hook_file
 from mlharness.manifest.imports import missing_imports
 from mlharness.manifest.loader import LoadedManifest, load_manifest, manifest_dirs
 from mlharness.manifest.schema import DATASET_ALL_HOOK_KEYS, MODEL_HOOK_KEYS, HookRef
@@ -194,8 +194,8 @@ def check_imports(loaded: LoadedManifest, trust: bool = False) -> list[str]:
             hook = getattr(owner, key, None)
             if isinstance(hook, HookRef):
                 file = (path.parent / hook.file)
-                text = file.read_text(encoding="utf-8") if file.is_file() else ""
                 field = f"{prefix}{key}.file"
+                text = read_hook_file(path, field, file) if file.is_file() else ""
             else:
                 text, field = hook or "", prefix + key
             for name in missing_imports(text):

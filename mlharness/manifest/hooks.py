@@ -19,6 +19,7 @@ from typing import Any
 
 from mlharness import extras
 from mlharness.errors import HookError, ManifestError
+from mlharness.fileguard import read_bytes_bounded
 from mlharness.manifest import hookguard
 from mlharness.manifest.loader import LoadedManifest, SourceInfo
 from mlharness.manifest.schema import DATASET_ALL_HOOK_KEYS, MODEL_HOOK_KEYS, HookRef
@@ -189,12 +190,13 @@ def too_nested(key: str, where: str) -> HookError:
     return HookError(key, where, "the source is nested too deeply for Python to compile")
 
 
+HOOK_FILE_LIMIT = 64 << 20
+"""Most bytes of a hook file (Python source beside the manifest: kilobytes; a larger one is the wrong file)."""
+
+
 def read_hook_file(manifest: Path, field: str, path: Path) -> str:
     """The text of a hook file named by ``field`` of ``manifest``: UTF-8 Python source."""
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise ManifestError(manifest, field, f"cannot read hook file {path}: {e.strerror or e}") from None
+    data = read_bytes_bounded(path, "hook file", HOOK_FILE_LIMIT, error=lambda m: ManifestError(manifest, field, m))
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -77,7 +77,7 @@ class LoadedManifest:
 def _read_yaml(path: Path) -> tuple[dict[str, Any], SourceInfo]:
     """A manifest file, read within the YAML budget of :mod:`mlharness.manifest.safeyaml`."""
     try:
-        raw = safeyaml.read_bytes(path)
+        raw = safeyaml.read_manifest_bytes(path)
     except OSError as e:
         raise ManifestError(path, None, f"cannot read the file: {e.strerror or e}") from e
     except ValueError as e:

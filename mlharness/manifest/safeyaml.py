@@ -131,7 +131,7 @@ def decode(data: bytes) -> str:
     return data.decode("utf-8")
 
 
-def read_bytes(path: Path, limit: int = MAX_BYTES) -> bytes:
+def read_manifest_bytes(path: Path, limit: int = MAX_BYTES) -> bytes:
     """At most ``limit`` bytes of ``path``; ValueError when the file is larger, or is not a regular file (a FIFO
     would block the read forever, a device never end it), or cannot be read. The message leaves the path out:
     the caller's error names it."""
@@ -182,7 +182,7 @@ def undecodable(data: bytes, e: UnicodeDecodeError) -> str:
 def safe_load_file(path: Path) -> Any:
     """A user's YAML file within the budget, for readers that need no node tree. Raises ValueError with a
     one-line reason (size, encoding, syntax, budget, duplicate key)."""
-    data = read_bytes(path)
+    data = read_manifest_bytes(path)
     try:
         text = decode(data)
     except UnicodeDecodeError as e:
