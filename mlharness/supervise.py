@@ -43,7 +43,7 @@ STOPPED_BY = _signal.SIGTSTP  # Ctrl-Z: the child stops, then the parent stops i
 INTERRUPTS = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP)
 PR_SET_PDEATHSIG = 1
 
-_notes: list[int] = []  # in a supervised child: the notes fd, then the child's pid (a forked grandchild writes none)
+_notes: list[int] = []  # in a supervised child: the notes fd, its pid (a forked grandchild writes none), the parent's
 
 
 # ------------------------------------------------------------------------------------------------ the child side
@@ -59,7 +59,7 @@ def child() -> bool:
     except (ValueError, OSError):
         return True  # a marker the supervisor did not set: never supervise, write no notes
     _die_with(parent)
-    _notes[:] = [fd, os.getpid()]
+    _notes[:] = [fd, os.getpid(), parent]
     return True
 
 
@@ -84,6 +84,12 @@ def note(kind: str, *fields: object) -> None:
         os.write(_notes[0], record)
     except OSError:
         pass
+
+
+def command_pid() -> int:
+    """The pid of the ``mlharness`` command a user started (and would signal): the supervisor's in a supervised
+    child, else this process's."""
+    return _notes[2] if len(_notes) > 2 and os.getpid() == _notes[1] else os.getpid()
 
 
 def finish(main: Callable[[], int]) -> int:
@@ -284,8 +290,10 @@ def _keep(staged: dict[str, str]) -> list[str]:
 def _remove_lock(path: str) -> None:
     import fcntl
 
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    if not os.path.lexists(path):
+        return
+    try:  # O_CREAT: the lock file is mlharness's own, opened as destination.exclusive opens it
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError:
         return
     try:

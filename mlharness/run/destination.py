@@ -35,6 +35,7 @@ from typing import Any
 
 from mlharness.errors import MLHarnessError
 from mlharness.fileguard import UnusableFile, describe_kind, read_bytes_bounded
+from mlharness.supervise import command_pid
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ def read_marker(folder: Path) -> dict[str, Any] | None:
 def write_marker(folder: Path, ident: dict[str, str]) -> None:
     """Record, in the staged run folder, that mlharness wrote it and which files are its own."""
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if not p.is_dir())
-    data = {"format": MARKER_FORMAT, **ident, "pid": os.getpid(), "written": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    data = {"format": MARKER_FORMAT, **ident, "pid": command_pid(), "written": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "files": [f for f in files if f != MARKER]}
     (folder / MARKER).write_text(json.dumps(data, indent=1) + "\n")
 
@@ -252,7 +253,7 @@ def exclusive(path: Path, what: str) -> Iterator[None]:
         os.close(fd)  # the holder removed it as we opened it: lock the new one
     try:
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"mlharness (pid {os.getpid()})\n".encode(), 0)
+        os.pwrite(fd, f"mlharness (pid {command_pid()})\n".encode(), 0)  # the pid a user would signal
         yield
     finally:
         try:
