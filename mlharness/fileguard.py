@@ -262,7 +262,8 @@ def json_depth(text: str | bytes) -> int:
     data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
     if data.count(b"[") + data.count(b"{") < JSON_DEPTH_LIMIT:
         return 0
-    brackets = re.sub(rb'"(?:[^"\\]|\\.)*"|[^\[\]{}]', b"", data, flags=re.DOTALL)
+    # strings first (the unrolled form, one match per string), then every run of other characters
+    brackets = re.sub(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[^\[\]{}"]+', b"", data, flags=re.DOTALL)
     import numpy as np
 
     steps = np.frombuffer(brackets, dtype=np.uint8)
@@ -340,14 +341,15 @@ def torch_load(path: Path, what: str, limit: int = DATA_FILE_LIMIT * 64, *, erro
     import torch
 
     path = Path(path)
-    data = read_bytes_bounded(path, what, limit, error=error)
-    import io
-
-    try:
-        return torch.load(io.BytesIO(data), map_location=map_location, weights_only=weights_only)
-    except Exception as e:  # torch raises RuntimeError, pickle's UnpicklingError, EOFError, ...
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise error(f"{what} {path} is not a readable torch file: {first}") from None
+    with open_regular(path, what, error=error) as f:
+        if os.fstat(f.fileno()).st_size > limit:
+            raise (error if error is not UnusableFile else FileTooLarge)(
+                f"{what} {path} is larger than {_human(limit)}, the most read for it; check that it is the right file")
+        try:  # from the checked descriptor itself: no second copy of the weights in memory
+            return torch.load(f, map_location=map_location, weights_only=weights_only)
+        except Exception as e:  # torch raises RuntimeError, pickle's UnpicklingError, EOFError, ...
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise error(f"{what} {path} is not a readable torch file: {first}") from None
 
 
 def open_image(path: Path, what: str, limit: int = 256 << 20, *, error: ErrorFactory = UnusableFile):
