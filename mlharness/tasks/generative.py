@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import AccuracyError, DatasetError, MLHarnessError
+from mlharness.fileguard import DATA_FILE_LIMIT, check_regular_file, open_regular, read_json
 from mlharness.tasks.base import AccuracyContext, accuracy_log_entries
 
 log = logging.getLogger(__name__)
@@ -198,7 +200,13 @@ def source_digest(paths: list[Path]) -> str:
     for p in paths:
         files = sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
         for f in files:
-            digest.update(str(f.relative_to(p) if p.is_dir() else f.name).encode() + b"\0" + f.read_bytes())
+            digest.update(str(f.relative_to(p) if p.is_dir() else f.name).encode() + b"\0")
+            # streamed (a source may be a dataset of GiBs), up to the size the file had when it was opened
+            with open_regular(f, "oracle table source", error=DatasetError) as fh:
+                left = os.fstat(fh.fileno()).st_size
+                while left > 0 and (chunk := fh.read(min(1 << 20, left))):
+                    digest.update(chunk)
+                    left -= len(chunk)
     return digest.hexdigest()
 
 
@@ -207,10 +215,13 @@ def ensure_table(path: Path | str, sources: list[Path], build: Callable[[], dict
     records their :func:`source_digest`)."""
     path = Path(path)
     source = source_digest(sources)
+    if os.path.lexists(path):  # a FIFO or folder there is not a table mlharness wrote: never replaced
+        check_regular_file(path, "oracle table", error=DatasetError)
     try:  # made from these very files: reused without building (seconds per run)
-        if json.loads(path.read_text()).get("source_sha256") == source:
+        # a table holds one answer's token ids per prompt: a few MiB for the largest sets
+        if read_json(path, "oracle table", DATA_FILE_LIMIT).get("source_sha256") == source:
             return path
-    except (OSError, ValueError, AttributeError):
+    except (MLHarnessError, AttributeError):
         pass
     data = json.dumps({**build(), "source_sha256": source}, sort_keys=True)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -258,11 +269,11 @@ def ensure_checkpoint(path: Path | str, doc: str, build: Callable[[Path], Any], 
     """The checkpoint folder at ``path``, built by ``build(folder)`` (into a fresh folder, then moved there)
     unless one marked with ``doc`` is complete there."""
     path = Path(path)
-    try:
-        if json.loads((path / "mlharness.json").read_text()).get("doc") == doc and all(
+    try:  # mlharness.json is the one-line mark save_checkpoint writes
+        if read_json(path / "mlharness.json", "checkpoint mark", 1 << 20).get("doc") == doc and all(
                 (path / name).is_file() for name in CHECKPOINT_FILES):
             return path
-    except (OSError, ValueError):
+    except (MLHarnessError, AttributeError):
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))

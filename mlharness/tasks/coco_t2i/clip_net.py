@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import html
+import io
 import importlib.util
 from collections import OrderedDict
 from functools import lru_cache
@@ -20,6 +21,11 @@ import torch
 from torch import nn
 
 from mlharness.errors import AccuracyError
+from mlharness.fileguard import read_bytes_bounded
+
+# open_clip's bpe_simple_vocab_16e6.txt.gz is 1.3 MiB (1.6 MiB unpacked); the ViT-B/32 weights about 600 MiB
+VOCAB_LIMIT = 16 << 20
+WEIGHTS_LIMIT = 4 << 30
 
 CONTEXT = 77
 IMAGE_SIZE = 224
@@ -88,7 +94,17 @@ class Tokenizer:
     def __init__(self, path: Path | None = None) -> None:
         import regex
 
-        merges = gzip.open(path or vocab_path()).read().decode("utf-8").split("\n")[1:49152 - 256 - 2 + 1]
+        source = Path(path or vocab_path())
+        data = read_bytes_bounded(source, "CLIP BPE vocabulary", VOCAB_LIMIT, error=AccuracyError)
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(data)) as z:
+                text = z.read(VOCAB_LIMIT + 1)
+        except (OSError, EOFError) as e:
+            raise AccuracyError(f"CLIP BPE vocabulary {source} is not a gzip file: {e}") from None
+        if len(text) > VOCAB_LIMIT:
+            raise AccuracyError(f"CLIP BPE vocabulary {source} unpacks to more than 16 MiB; check that it is the "
+                                "right file")
+        merges = text.decode("utf-8").split("\n")[1:49152 - 256 - 2 + 1]
         pairs = [tuple(m.split()) for m in merges]
         self.byte_encoder = _bytes_to_unicode()
         symbols = list(self.byte_encoder.values())
@@ -223,10 +239,17 @@ class ClipViTB32(nn.Module):
 
 def load_state(path: Path) -> dict[str, torch.Tensor]:
     """Weights from the OpenAI TorchScript checkpoint or from a plain state dict (open_clip's names)."""
+    data = read_bytes_bounded(Path(path), "CLIP weights", WEIGHTS_LIMIT, error=AccuracyError)
     try:
-        state = torch.jit.load(str(path), map_location="cpu").state_dict()
+        state = torch.jit.load(io.BytesIO(data), map_location="cpu").state_dict()
     except RuntimeError:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        try:
+            state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 - torch raises many types for a file it cannot read
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise AccuracyError(f"CLIP weights {path} are neither a TorchScript checkpoint nor a state dict: "
+                                f"{first}") from None
+    del data
     if not isinstance(state, dict):
         raise AccuracyError(f"CLIP weights {path}: expected a state dict, found {type(state).__name__}")
     return {k: v.float() for k, v in state.items() if k not in _OPENAI_EXTRA_KEYS}

@@ -104,14 +104,14 @@ class CaptionSet:
         """The reference image of a sample as (1024, 1024, 3) uint8 (what the oracle answers)."""
         from PIL import Image
 
-        from mlharness.fileguard import open_regular
+        from mlharness.fileguard import open_image
 
         path = self.image_path(index)
         if not path.exists() and not path.is_symlink():
             raise DatasetError(f"COCO captions: reference image {path} of sample {index} is missing")
         try:
-            with open_regular(path, f"reference image of sample {index}", error=_dataset_error) as f, \
-                    Image.open(f) as img:
+            # a 1024x1024 PNG is a few MiB; open_image's 256 MiB bound holds any real one
+            with open_image(path, f"reference image of sample {index}", error=_dataset_error) as img:
                 arr = np.asarray(img.convert("RGB"), dtype=np.uint8)
         except (OSError, ValueError, Image.DecompressionBombError) as e:
             raise DatasetError(f"COCO captions: reference image {path} of sample {index}: {e}") from e

@@ -82,22 +82,25 @@ def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma
 def read_statistics(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """``mu`` and ``sigma`` of an .npz statistics file, checked: a regular file, an archive (not a bare .npy),
     arrays of numbers of matching shapes, every value finite."""
-    from mlharness.fileguard import open_regular
+    import io
+
+    from mlharness.fileguard import DATA_FILE_LIMIT, read_bytes_bounded
 
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         raise AccuracyError(f"FID statistics {path} not found (the benchmark's is "
                             f"text_to_image/tools/val2014.npz)")
-    with open_regular(path, "FID statistics file", error=AccuracyError) as f:
-        try:
-            archive = np.load(f, allow_pickle=False)
-        except (OSError, ValueError, EOFError) as e:
-            raise AccuracyError(f"FID statistics {path}: expected an .npz with 'mu' and 'sigma': {e}") from e
-        if not isinstance(archive, np.lib.npyio.NpzFile):
-            raise AccuracyError(f"FID statistics {path} is a .npy array of shape {archive.shape}, not an .npz "
-                                f"archive holding 'mu' and 'sigma' (as numpy.savez writes it)")
-        with archive:
-            mu, sigma = _member(archive, path, "mu"), _member(archive, path, "sigma")
+    # val2014.npz: a 2048-vector and a 2048x2048 covariance in float64, 32 MiB; 1 GiB holds it with room
+    data = read_bytes_bounded(path, "FID statistics file", DATA_FILE_LIMIT, error=AccuracyError)
+    try:
+        archive = np.load(io.BytesIO(data), allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise AccuracyError(f"FID statistics {path}: expected an .npz with 'mu' and 'sigma': {e}") from e
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise AccuracyError(f"FID statistics {path} is a .npy array of shape {archive.shape}, not an .npz "
+                            f"archive holding 'mu' and 'sigma' (as numpy.savez writes it)")
+    with archive:
+        mu, sigma = _member(archive, path, "mu"), _member(archive, path, "sigma")
     if mu.ndim != 1 or sigma.shape != (mu.shape[0], mu.shape[0]):
         raise AccuracyError(f"FID statistics {path}: 'mu' has shape {mu.shape} and 'sigma' {sigma.shape}; "
                             f"expected (d,) and (d, d)")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlharness.errors import AccuracyError, AssetError
+from mlharness.fileguard import DATA_FILE_LIMIT, torch_load
 
 CLIP_SHA256 = "40d365715913c9da98579312b702a82c18be219cc2a73407c4526f58eba950af"
 CLIP_URL = f"https://openaipublic.azureedge.net/clip/models/{CLIP_SHA256}/ViT-B-32.pt"
@@ -56,14 +57,14 @@ def network_files(folder: Path | str | None) -> NetworkFiles:
 
 
 def load_inception(path: Path):
-    import torch
-
     from mlharness.tasks.coco_t2i.inception import FidInception
 
     net = FidInception()
+    # pt_inception-2015-12-05 is 92 MiB: 1 GiB holds it with room
+    state = torch_load(Path(path), "FID Inception weights", DATA_FILE_LIMIT, error=AccuracyError)
     try:
-        net.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-    except (RuntimeError, OSError) as e:
+        net.load_state_dict(state)
+    except (RuntimeError, TypeError, AttributeError) as e:
         raise AccuracyError(f"FID Inception weights {path} do not fit the network: {str(e)[:300]}") from e
     return net.eval()
 

@@ -66,15 +66,15 @@ def write_synthetic_captions(out: Path | str, count: int = 10, seed: int = 0,
 
 def write_statistics(root: Path, networks: Path, out: Path | None = None) -> Path:
     """``val2014.npz`` (mu, sigma) of the set's reference images under the given networks folder's Inception."""
-    from PIL import Image
-
+    from mlharness.fileguard import open_image
     from mlharness.tasks.coco_t2i.dataset import caption_set
     from mlharness.tasks.coco_t2i.metric import STATISTICS, image_statistics
     from mlharness.tasks.coco_t2i.networks import load_inception, network_files
 
     captions = caption_set(root)
     inception = load_inception(network_files(networks).inception)
-    images = (Image.open(captions.image_path(i)) for i in range(len(captions.captions)))
+    images = (open_image(captions.image_path(i), f"reference image of sample {i}")
+              for i in range(len(captions.captions)))
     mu, sigma, _ = image_statistics(images, inception)
     out = out or Path(root) / STATISTICS
     np.savez_compressed(out, mu=mu, sigma=sigma)

@@ -199,10 +199,13 @@ def preprocess_demo(path: Path | str, layout: str = "NCHW") -> np.ndarray:
     """The demo's reference pre-processing: RGB, float32 in [0, 1], minus 0.5; CHW (NCHW) or HWC (NHWC)."""
     from PIL import Image
 
+    from mlharness.fileguard import open_image
+
     if layout not in ("NCHW", "NHWC"):
         raise DatasetError(f"demo pre-processing: unknown layout '{layout}'; expected NCHW or NHWC")
     try:
-        with Image.open(path) as im:
+        # the demo's images are small PNGs; open_image's 256 MiB bound holds any photograph
+        with open_image(Path(path), "demo image", error=DatasetError) as im:
             im = im.convert("RGB")
             if im.size != (DEMO_SIZE, DEMO_SIZE):
                 im = im.resize((DEMO_SIZE, DEMO_SIZE), Image.BILINEAR)

@@ -3,11 +3,11 @@ the official accuracy scripts map qsl_idx to)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from mlharness.errors import DatasetError
+from mlharness.fileguard import DATA_FILE_LIMIT, read_json
 
 
 @dataclass
@@ -32,10 +32,8 @@ def read_images(root: Path | str | None, annotations: str, image_dir: str, count
     ann = root / annotations
     if not root.is_dir():
         raise DatasetError(f"{what}: dataset folder {root} does not exist (pass --dataset-path)")
-    try:
-        doc = json.loads(ann.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise DatasetError(f"{what}: cannot read annotations file {ann}: {e}") from e
+    # COCO's instances_val2017.json is 450 MiB, OpenImages' validation annotations about as large: 1 GiB holds them
+    doc = read_json(ann, f"{what}: annotations file", DATA_FILE_LIMIT, error=DatasetError)
     images = doc.get("images") if isinstance(doc, dict) else None
     if not isinstance(images, list) or not images:
         raise DatasetError(f"{what}: {ann} has no 'images' list")

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from mlharness.errors import DatasetError
-from mlharness.fileguard import DATA_FILE_LIMIT, read_text_bounded
+from mlharness.errors import DatasetError, MLHarnessError
+from mlharness.fileguard import DATA_FILE_LIMIT, read_json, read_text_bounded
 
 QUESTIONS_FILE = "questions.jsonl"
 ANSWERS_FILE = "answers.txt"
@@ -109,10 +109,10 @@ def synthetic_dir() -> Path:
 def ensure_vlm_questions(out: Path | str | None = None, count: int = DEFAULT_COUNT) -> Path:
     """The synthetic set in ``out`` (default: the cache), written unless it is complete there."""
     out = Path(out) if out is not None else synthetic_dir()
-    try:
-        if json.loads((out / MARKER).read_text()).get("count", 0) >= count:
+    try:  # the marker is the small JSON write_vlm_questions writes last
+        if read_json(out / MARKER, "synthetic set's marker", 1 << 20).get("count", 0) >= count:
             return out
-    except (OSError, ValueError, AttributeError):
+    except (MLHarnessError, AttributeError, TypeError):
         pass
     return write_vlm_questions(out, max(count, DEFAULT_COUNT))
 

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError
+from mlharness.fileguard import check_regular_file
 from mlharness.tasks.files import atomic_write
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,8 @@ def read_bgr(source: Source) -> np.ndarray:
         return source
     import cv2
 
+    # cv2 takes only a path: checked first, so a FIFO or device is named, never waited on or read for ever
+    check_regular_file(Path(os.fspath(source)), "image", error=DatasetError)
     img = cv2.imread(os.fspath(source))  # IMREAD_COLOR: grayscale and CMYK come back as 3-channel BGR
     if img is None:
         raise DatasetError(f"cannot decode image {os.fspath(source)} (missing, unreadable or not an image)")

@@ -9,11 +9,14 @@ from pathlib import Path
 import numpy as np
 
 from mlharness.errors import DatasetError
+from mlharness.fileguard import check_regular_file
 
 
 def read_bgr(path: Path | str) -> np.ndarray:
     import cv2
 
+    # cv2 takes only a path: checked first, so a FIFO or device is named, never waited on or read for ever
+    check_regular_file(Path(path), "image", error=DatasetError)
     img = cv2.imread(str(path))  # always 3-channel BGR, as the reference's cv2.imread(src)
     if img is None:
         raise DatasetError(f"cannot decode image {path}")
