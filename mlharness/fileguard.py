@@ -271,10 +271,12 @@ def json_depth(text: str | bytes) -> int:
     return int(depth.max()) if depth.size else 0
 
 
-def parse_json(text: str | bytes, where: str, *, error: ErrorFactory = UnusableFile, line: int = 1) -> object:
+def parse_json(text: str | bytes, where: str, *, error: ErrorFactory = UnusableFile, line: int = 1,
+               allow_nan: bool = False) -> object:
     """The JSON value of ``text``; ``where`` names its source in errors ("trace t.jsonl, line 4"): a malformed value
     is an error naming the line and column where decoding stopped (counted from ``line``), too deep a nesting one
-    naming the bound. Non-standard ``NaN`` and ``Infinity`` are refused."""
+    naming the bound. Non-standard ``NaN`` and ``Infinity`` are refused, unless ``allow_nan`` (a record mlharness
+    wrote with Python's ``json``, whose figures may be NaN)."""
     import json
 
     if json_depth(text) > JSON_DEPTH_LIMIT:
@@ -284,7 +286,7 @@ def parse_json(text: str | bytes, where: str, *, error: ErrorFactory = UnusableF
         raise ValueError(f"{name} is not a JSON number")
 
     try:
-        return json.loads(text, parse_constant=constant)
+        return json.loads(text) if allow_nan else json.loads(text, parse_constant=constant)
     except json.JSONDecodeError as e:
         raise error(f"{where}: not valid JSON at line {line + e.lineno - 1}, column {e.colno}: {e.msg}") from None
     except ValueError as e:  # NaN / Infinity, or bytes that are not UTF-8
@@ -293,21 +295,23 @@ def parse_json(text: str | bytes, where: str, *, error: ErrorFactory = UnusableF
         raise error(f"{where} nests arrays and objects too deeply to decode") from None
 
 
-def read_json(path: Path, what: str, limit: int = DATA_FILE_LIMIT, *, error: ErrorFactory = UnusableFile) -> object:
+def read_json(path: Path, what: str, limit: int = DATA_FILE_LIMIT, *, error: ErrorFactory = UnusableFile,
+              allow_nan: bool = False) -> object:
     """The JSON value in the regular file ``path`` (at most ``limit`` bytes, UTF-8); errors name the file, and the
     line and column of a malformed value."""
     path = Path(path)
     text = read_text_bounded(path, what, limit, error=error)
-    return parse_json(text, f"{what} {path}", error=error)
+    return parse_json(text, f"{what} {path}", error=error, allow_nan=allow_nan)
 
 
-def iter_jsonl(path: Path, what: str, *, limit: int = LINE_LIMIT, error: ErrorFactory = UnusableFile):
+def iter_jsonl(path: Path, what: str, *, limit: int = LINE_LIMIT, error: ErrorFactory = UnusableFile,
+               allow_nan: bool = False):
     """``(line number, value)`` for each non-blank line of the JSON Lines file ``path``, read as a stream; an error
     names the file and the very line at fault (too long, not UTF-8, not JSON, too deep)."""
     path = Path(path)
     for number, text in iter_lines(path, what, limit=limit, error=error):
         if text.strip():
-            yield number, parse_json(text, _where(path, what, number), error=error)
+            yield number, parse_json(text, _where(path, what, number), error=error, allow_nan=allow_nan)
 
 
 def load_npy(path: Path, what: str, limit: int = DATA_FILE_LIMIT * 64, *, error: ErrorFactory = UnusableFile,

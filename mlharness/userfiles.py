@@ -50,7 +50,7 @@ def read_optional_json(path: Path, what: str, limit: int = RECORD_LIMIT) -> Any:
         return None
     data = read_bytes_bounded(path, what, limit)
     try:
-        return parse_json(data, f"{what} {path}", error=ValueError)
+        return parse_json(data, f"{what} {path}", error=ValueError, allow_nan=True)
     except ValueError:
         return None
 

@@ -58,7 +58,8 @@ def record(root: Path) -> dict[str, dict]:
 
 def mtimes(root: Path) -> dict[str, int]:
     return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()
-            and ".failed-" not in str(p) and p.name != "campaign.json"}
+            and ".failed-" not in str(p) and p.name != "campaign.json"
+            and not p.name.startswith("mlharness_results.sqlite")}  # the root's index, written as each run lands
 
 
 def start(env: dict[str, str], path: Path, root: Path, *extra: str) -> subprocess.Popen:

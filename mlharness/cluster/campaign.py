@@ -200,7 +200,7 @@ def read_record(root: Path) -> dict[str, Any] | None:
         return None
     fileguard.check_regular_file(path, "the campaign's record", error=SettingsError)
     try:
-        data = fileguard.read_json(path, "the campaign's record", RECORD_LIMIT, error=ValueError)
+        data = fileguard.read_json(path, "the campaign's record", RECORD_LIMIT, error=ValueError, allow_nan=True)
     except ValueError:
         return None
     return data if isinstance(data, dict) else None

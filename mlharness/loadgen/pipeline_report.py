@@ -75,7 +75,7 @@ def write_reports(outdir: Path, lanes: list[Any], jobs: list[Any], wall: list[fl
 
 def stage_rows(outdir: Path) -> list[tuple[str, str]]:
     """A label and a line per stage for ``mlharness run``'s table, and the pipeline's own."""
-    summary = read_json(Path(outdir) / SUMMARY_FILE, "pipeline summary")
+    summary = read_json(Path(outdir) / SUMMARY_FILE, "pipeline summary", allow_nan=True)
     rows = []
     for s in summary["stages"]:
         lat = s["latency_ms"]

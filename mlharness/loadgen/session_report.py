@@ -144,6 +144,6 @@ def terminal_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
 def session_rows(outdir: Path) -> list[tuple[str, str]]:
     """:func:`terminal_rows` of a run folder's ``sessions_summary.json`` (none where it cannot be read)."""
     try:
-        return terminal_rows(read_json(Path(outdir) / SUMMARY_FILE, "sessions summary"))
+        return terminal_rows(read_json(Path(outdir) / SUMMARY_FILE, "sessions summary", allow_nan=True))
     except (MLHarnessError, OSError, ValueError, KeyError, TypeError):
         return []

@@ -227,7 +227,7 @@ def run_vllm(cfg: ClientBenchConfig, server: FakeOpenAI, n: int, concurrency: in
     out.mkdir(parents=True, exist_ok=True)
     server.reset()
     _, process_cpu = _child(cmd, core, "vllm bench serve")
-    got = read_json(out / "result.json", "vllm bench serve result", RECORD_LIMIT)
+    got = read_json(out / "result.json", "vllm bench serve result", RECORD_LIMIT, allow_nan=True)
     stats = server.stats()
     return {"requests_per_s": got["request_throughput"], "tokens_per_s": got["output_throughput"],
             "requests": got["completed"], "tokens": got["total_output_tokens"], "peak_streams": stats["peak_streams"],

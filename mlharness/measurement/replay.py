@@ -206,7 +206,7 @@ def replay(args: argparse.Namespace, say: Callable[[str], None] | None = None, p
             if rate is not None or sizing:
                 fixed["overrides"] = overrides_of(args, **sizing, **({} if rate is None else {"target_qps": rate}))
             result = run(run_options(args, **fixed))
-            summary = read_json(result.output / "sessions_summary.json", "sessions summary", RECORD_LIMIT)
+            summary = read_json(result.output / "sessions_summary.json", "sessions summary", RECORD_LIMIT, allow_nan=True)
             results.append({"label": label or scenario, "session_rate": rate, "concurrency": concurrency,
                             "output": str(result.output), "summary": summary})
             if root is None:
@@ -298,7 +298,7 @@ def cmd_sweep_replay(args: argparse.Namespace, out: Any, say: Callable[[str], No
     points: list[dict[str, Any]] = []
     replay(args, say=say, progress=RunProgress(err, live=not args.no_progress), sweep_mode=True,
            on_point=points.append)
-    state = read_json(Path(args.output) / SWEEP_FILE, "sweep state", RECORD_LIMIT)
+    state = read_json(Path(args.output) / SWEEP_FILE, "sweep state", RECORD_LIMIT, allow_nan=True)
     unit = "sessions/s offered" if state["axis"] == RATE_AXIS else "sessions in flight"
     table = Table("value", "result", "sessions/s", "turns/s", "goodput", "session p50/p90/p99 ms", "TTFT p90 ms",
                   "TPOT p90 ms", "run", title=f"session replay sweep over {unit}: {escape(str(args.output))}/"

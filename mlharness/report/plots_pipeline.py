@@ -36,7 +36,7 @@ def first_records(path: Path, n: int = TIMELINE_SAMPLES) -> list[dict[str, Any]]
     if not present(path / RESULTS_FILE, "pipeline results"):
         return []
     try:
-        for _, r in iter_jsonl(path / RESULTS_FILE, "pipeline results", error=ValueError):
+        for _, r in iter_jsonl(path / RESULTS_FILE, "pipeline results", error=ValueError, allow_nan=True):
             if isinstance(r, dict) and r.get("stages"):
                 records.append(r)
     except ValueError:

@@ -114,7 +114,8 @@ def read_optional_json(path: Path, what: str, limit: int = JSON_LIMIT) -> Any:
     if not present(path, what):
         return None
     try:
-        return parse_json(read_bytes(path, what, limit), f"{what} {shown(path)}", error=ValueError)
+        return parse_json(read_bytes(path, what, limit), f"{what} {shown(path)}", error=ValueError,
+                          allow_nan=True)
     except ValueError:
         return None
 

@@ -77,7 +77,7 @@ def write_records(path: Path, records: list[SessionRecord]) -> None:
 
 def read_records(path: Path) -> list[SessionRecord]:
     out = []
-    for number, row in iter_jsonl(Path(path), "session records", error=DatasetError):
+    for number, row in iter_jsonl(Path(path), "session records", error=DatasetError, allow_nan=True):
         try:
             fields: dict[str, Any] = dict(row)
             turns = [TurnRecord(**t) for t in fields.pop("turns")]

@@ -133,7 +133,7 @@ def eos_ids_from_record(metadata_path: Path) -> set[int]:
     from mlharness.submission.test06 import eos_ids_for_manifest
 
     try:
-        meta = read_json(metadata_path, "record of the accuracy run", RECORD_LIMIT)
+        meta = read_json(metadata_path, "record of the accuracy run", RECORD_LIMIT, allow_nan=True)
         return eos_ids_for_manifest(load_manifest(meta["manifest"]["path"]))
     except (KeyError, TypeError, MLHarnessError) as e:
         raise MLHarnessError(f"TEST06 needs the model's EOS ids, from the manifest of the accuracy run recorded in "

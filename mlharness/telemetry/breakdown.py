@@ -61,7 +61,7 @@ class Breakdown:
 def load_events(path: Path) -> list[dict[str, Any]]:
     """The events of a Chrome trace file (object with ``traceEvents``, or a bare list)."""
     # a framework trace holds an event per operator call: hundreds of MiB for a long run
-    doc = read_json(Path(path), "trace", DATA_FILE_LIMIT, error=MLHarnessError)
+    doc = read_json(Path(path), "trace", DATA_FILE_LIMIT, error=MLHarnessError, allow_nan=True)
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     if not isinstance(events, list):
         raise MLHarnessError(f"{path} is not a Chrome trace (no traceEvents list)")

@@ -66,7 +66,7 @@ def read_records(path: Path) -> dict[int, dict[str, Any]]:
     records: dict[int, dict[str, Any]] = {}
     # a record holds one sample's answer, contexts and timings: kilobytes; the door's line bound (64 MiB) holds any
     lines = iter_jsonl(Path(path), "the pipeline's records", error=lambda m: AccuracyError(
-        f"{NAME}: {m} (the answers are there, not in the accuracy log)"))
+        f"{NAME}: {m} (the answers are there, not in the accuracy log)"), allow_nan=True)
     for n, record in lines:
         index = _record_index(record) if isinstance(record, dict) else None
         if index is None:

@@ -46,7 +46,8 @@ def score_files(python: str, folder: Path, dimensions: tuple[str, ...], scorer: 
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-5:]) or "(no output)"
         raise AccuracyError(f"the VBench scorer failed over {folder} (exit status {done.returncode}):\n{tail}")
     # the child's answer: the scores of a few dimensions over the videos, a few KiB per video
-    answer = read_json(out, "the VBench scorer's answer", DATA_FILE_LIMIT, error=AccuracyError)
+    answer = read_json(out, "the VBench scorer's answer", DATA_FILE_LIMIT, error=AccuracyError,
+                       allow_nan=True)
     try:
         what, results = answer["scorer"], answer["results"]
     except (KeyError, TypeError) as e:
