@@ -71,7 +71,7 @@ def oracle_offline(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]
 
 
 def test_prepared_layout_and_checksums(prepared: Path):
-    data = PreparedKits19.open(prepared)
+    data = PreparedKits19.load(prepared)
     assert data.cases == [f"case_{i:05d}" for i in range(CASES)]
     shapes = [tuple(data.entry(c)["image_shape"]) for c in data.cases]
     # the synthetic edges exercise edge padding, cropping and constant padding: every edge ends on 128 or 192
@@ -95,7 +95,7 @@ def test_tampered_volume_is_refused(prepared: Path, tmp_path: Path):
     data[-1] ^= 0xFF
     path.write_bytes(bytes(data))
     with pytest.raises(DatasetError, match="sha256"):
-        PreparedKits19.open(copy).image(1)
+        PreparedKits19.load(copy).image(1)
 
 
 def test_oracle_offline_accuracy_and_outputs(oracle_offline, prepared: Path, env: dict[str, str]):
@@ -103,7 +103,7 @@ def test_oracle_offline_accuracy_and_outputs(oracle_offline, prepared: Path, env
     assert mean >= 0.95 and kidney >= 0.95 and tumor >= 0.93, (mean, kidney, tumor)
     entries = json.loads((out / "mlperf_log_accuracy.json").read_text())
     assert sorted(e["qsl_idx"] for e in entries) == list(range(CASES))  # exactly one response per case
-    data = PreparedKits19.open(prepared)
+    data = PreparedKits19.load(prepared)
     for e in entries:  # the response is the uint8 segmentation of the pre-processed case, D*H*W bytes
         assert len(e["data"]) // 2 == int(np.prod(data.entry(data.cases[e["qsl_idx"]])["image_shape"]))
     rows = (out / "kits19_dice.csv").read_text().splitlines()
@@ -154,10 +154,10 @@ def test_reference_preprocessed_folder_runs_to_the_same_figure(oracle_offline, p
     ref = tmp_path / "reference"
     shutil.copytree(prepared / "nifti", ref / "nifti")
     shutil.copy(prepared / kits19.REFERENCE_META_FILE, ref / kits19.REFERENCE_META_FILE)
-    for case in PreparedKits19.open(prepared).cases:
+    for case in PreparedKits19.load(prepared).cases:
         with open(ref / f"{case}.pkl", "wb") as f:
             pickle.dump([np.load(prepared / "images" / f"{case}.npy"), np.load(prepared / "labels" / f"{case}.npy")], f)
-    assert type(PreparedKits19.open(ref)).__name__ == "ReferenceKits19"
+    assert type(PreparedKits19.load(ref)).__name__ == "ReferenceKits19"
     again = tmp_path / "again"
     _accuracy_run(env, "3d-unet-oracle", ref, again)
     assert (again / "accuracy.txt").read_text() == (out / "accuracy.txt").read_text()
@@ -187,7 +187,7 @@ def test_flipped_axis_scores_lower(oracle_offline, prepared: Path, env: dict[str
 
 
 def test_accuracy_command_refuses_bad_logs(prepared: Path, env: dict[str, str], tmp_path: Path):
-    shape = PreparedKits19.open(prepared).entry("case_00000")["image_shape"]
+    shape = PreparedKits19.load(prepared).entry("case_00000")["image_shape"]
     good = np.zeros(shape, np.uint8).tobytes().hex()
     cases = {
         "more than one response": [{"seq_id": i, "qsl_idx": 0, "data": good} for i in range(2)],
@@ -214,7 +214,7 @@ def test_prepare_with_case_list_and_missing_case(prepared: Path, env: dict[str, 
     proc = cli(env, "dataset", "prepare", "kits19", "--raw", str(raw), "--out", str(tmp_path / "sub"),
                 "--cases", str(tmp_path / "cases.json"), "--workers", "1")
     assert proc.returncode == 0, proc.stderr
-    assert PreparedKits19.open(tmp_path / "sub").cases == ["case_00003", "case_00000"]  # the list's order
+    assert PreparedKits19.load(tmp_path / "sub").cases == ["case_00003", "case_00000"]  # the list's order
     proc = cli(env, "dataset", "prepare", "kits19", "--raw", str(raw), "--out", str(tmp_path / "off"), "--official")
     assert proc.returncode == 2 and "case case_00005 is not in" in proc.stderr.replace("\n", " ")  # the 3rd official
 

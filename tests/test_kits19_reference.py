@@ -81,7 +81,7 @@ def _log(path: Path, predictions: list[np.ndarray], indexes: list[int]) -> Path:
 
 
 def test_reference_layout_is_read_as_a_dataset(reference_dir: Path) -> None:
-    data = PreparedKits19.open(reference_dir)
+    data = PreparedKits19.load(reference_dir)
     assert data.cases == CASES and len(data) == 3
     for i, case in enumerate(CASES):
         with open(reference_dir / f"{case}.pkl", "rb") as f:
@@ -99,7 +99,7 @@ def test_reference_layout_errors_name_the_file(reference_dir: Path, tmp_path: Pa
     shutil.copytree(reference_dir, copy)
     (copy / f"{CASES[1]}.pkl").unlink()
     with pytest.raises(DatasetError, match=rf"missing, e\.g\. {CASES[1]}\.pkl"):
-        PreparedKits19.open(copy)
+        PreparedKits19.load(copy)
 
     class Evil:
         def __reduce__(self):
@@ -109,10 +109,10 @@ def test_reference_layout_errors_name_the_file(reference_dir: Path, tmp_path: Pa
     with open(copy / "preprocessed_files.pkl", "wb") as f:
         pickle.dump({"file_list": CASES, "cases": Evil()}, f)
     with pytest.raises(DatasetError, match="refusing to load builtins.eval"):
-        PreparedKits19.open(copy)
+        PreparedKits19.load(copy)
     (copy / "preprocessed_files.pkl").unlink()
     with pytest.raises(DatasetError, match="neither kits19_preprocessed.json nor the reference's"):
-        PreparedKits19.open(copy)
+        PreparedKits19.load(copy)
 
 
 def test_all_cases_give_the_official_line_and_csv(run_cli, reference_dir: Path, tmp_path: Path) -> None:

@@ -80,7 +80,7 @@ def _prepare(args: argparse.Namespace, console: Any) -> int:
     elif args.cases is not None:
         cases = kits19.read_case_list(args.cases)
     out = kits19.prepare(args.raw, args.out, cases, workers=args.workers, image_nifti=args.image_nifti)
-    data = PreparedKits19.open(out)
+    data = PreparedKits19.load(out)
     shapes = sorted({tuple(data.entry(c)["image_shape"]) for c in data.cases})
     console.print(f"pre-processed {len(data)} cases into {escape(str(out))}; shapes: "
                   f"{', '.join('x'.join(map(str, s)) for s in shapes)}", highlight=False)

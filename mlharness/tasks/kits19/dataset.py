@@ -16,7 +16,6 @@ DICE metric lives in :mod:`mlharness.tasks.kits19.metric`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import pickle
@@ -29,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError
-from mlharness.fileguard import DATA_FILE_LIMIT, read_text_bounded
+from mlharness.fileguard import DATA_FILE_LIMIT, check_regular_file, hash_file, read_text_bounded
 from mlharness.tasks.files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -174,6 +173,8 @@ def read_nifti(path: Path, dtype: type[np.generic]) -> Any:
     without scaling skips the float64 copy (exact: such values are representable in float32)."""
     import nibabel
 
+    # nibabel takes only a path: checked first, so a FIFO or device is named, never waited on or read for ever
+    check_regular_file(Path(path), "NIfTI file", error=DatasetError)
     try:
         img = nibabel.load(str(path))
         data = np.asanyarray(img.dataobj)
@@ -184,11 +185,7 @@ def read_nifti(path: Path, dtype: type[np.generic]) -> Any:
 
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
+    return hash_file(path, "pre-processed KiTS19 file", error=DatasetError)
 
 
 def prepare_case(raw: Path, out: Path, case: str, image_nifti: bool = False) -> dict[str, Any]:

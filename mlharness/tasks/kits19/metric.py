@@ -114,7 +114,7 @@ class Kits19DiceMetric(AccuracyMetric):
             raise AccuracyError(f"kits19_dice: unsupported response dtype '{dtype_name}'; expected one of "
                                 f"{', '.join(DTYPES)}")
         try:
-            data = PreparedKits19.open(ctx.dataset_path)
+            data = PreparedKits19.load(ctx.dataset_path)
         except DatasetError as e:
             raise AccuracyError(f"kits19_dice: {e}") from e
         by_index = self._responses(accuracy_log, data.cases, ctx.count)

@@ -1,6 +1,6 @@
 """Prepared KiTS19 folders: the one ``mlharness dataset prepare kits19`` writes (:class:`PreparedKits19`) and the
 one the MLPerf reference's ``preprocess.py`` (vision/medical_imaging/3d-unet-kits19) writes (:class:`ReferenceKits19`);
-:meth:`PreparedKits19.open` reads either.
+:meth:`PreparedKits19.load` reads either.
 
 The reference writes, into its ``--results_dir``:
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
-import json
+import os
 import pickle
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError
+from mlharness.fileguard import open_regular, read_bytes_bounded, read_json
 from mlharness.tasks.kits19.dataset import FORMAT, META_FILE, REFERENCE_META_FILE, read_nifti
 
 
@@ -41,21 +42,19 @@ class PreparedKits19:
         self.cases: list[str] = list(meta["file_list"])
 
     @classmethod
-    def open(cls, root: Path | str | None) -> PreparedKits19:
+    def load(cls, root: Path | str | None) -> PreparedKits19:
         if root is None:
             raise DatasetError("KiTS19 needs --dataset-path: the folder written by 'mlharness dataset prepare kits19'")
         root = Path(root)
         path = root / META_FILE
-        if not path.is_file() and (root / REFERENCE_META_FILE).is_file() and not (root / "images").is_dir():
+        if not os.path.lexists(path) and os.path.lexists(root / REFERENCE_META_FILE) and not (root / "images").is_dir():
             return ReferenceKits19.open_reference(root)  # written by the reference's preprocess.py
-        try:
-            meta = json.loads(path.read_text())
-        except FileNotFoundError:
+        if not os.path.lexists(path):
             raise DatasetError(f"{root} is not a prepared KiTS19 folder (neither {META_FILE} nor the reference's "
                                f"{REFERENCE_META_FILE} is there); run 'mlharness dataset prepare kits19 --raw "
-                               f"<kits19/data> --out {root}' or the reference's preprocess.py") from None
-        except (OSError, json.JSONDecodeError) as e:
-            raise DatasetError(f"cannot read {path}: {e}") from e
+                               f"<kits19/data> --out {root}' or the reference's preprocess.py")
+        # about 1 KiB a case (shape, affines, checksums): the 489 cases of KiTS19 hold well under 1 MiB
+        meta = read_json(path, "KiTS19 preparation metadata", 64 << 20, error=DatasetError)
         if not isinstance(meta, dict) or meta.get("format") != FORMAT or not meta.get("file_list"):
             raise DatasetError(f"{path} is not a KiTS19 preparation written by mlharness")
         missing = [c for c in meta["file_list"] if c not in meta.get("cases", {})]
@@ -71,10 +70,9 @@ class PreparedKits19:
 
     def _read_verified(self, case: str, key: str) -> bytes:
         rel = self.entry(case)["files"][key]
-        try:
-            data = (self.root / rel).read_bytes()
-        except OSError as e:
-            raise DatasetError(f"cannot read {self.root / rel}: {e}") from e
+        # a pre-processed float32 volume is at most a few hundred MiB; only what the file holds is read
+        data = read_bytes_bounded(self.root / rel, f"KiTS19 {key.replace('_', ' ')} of {case}", 4 << 30,
+                                  error=DatasetError)
         expected = self.entry(case)["sha256"][rel]
         if hashlib.sha256(data).hexdigest() != expected:
             raise DatasetError(f"{self.root / rel} does not match the sha256 recorded at preparation; prepare the "
@@ -126,13 +124,11 @@ class _ArrayUnpickler(pickle.Unpickler):
 
 
 def load_pickle(path: Path) -> Any:
-    try:
-        with open(path, "rb") as f:
+    with open_regular(path, "KiTS19 pickle", error=DatasetError) as f:
+        try:
             return _ArrayUnpickler(f).load()
-    except FileNotFoundError:
-        raise DatasetError(f"{path} is missing") from None
-    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError, ValueError) as e:
-        raise DatasetError(f"cannot read {path}: {e}") from e
+        except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError, ValueError) as e:
+            raise DatasetError(f"cannot read {path}: {e}") from e
 
 
 def _shape(case: str, aux: Any, path: Path) -> list[int]:
@@ -168,7 +164,7 @@ class ReferenceKits19(PreparedKits19):
         missing = [c for c in file_list if c not in aux]
         if missing:
             raise DatasetError(f"{path}: no entry in 'cases' for {', '.join(missing[:5])}")
-        absent = [f"{c}.pkl" for c in file_list if not (root / f"{c}.pkl").is_file()]
+        absent = [f"{c}.pkl" for c in file_list if not os.path.lexists(root / f"{c}.pkl")]
         if absent:
             raise DatasetError(f"{root}: {len(absent)} pre-processed volume(s) of the file list are missing, e.g. "
                                f"{', '.join(absent[:3])}")

@@ -1,0 +1,66 @@
+"""Dataset files of kits19, librispeech, squad and qwen3-vl read through the one door: a FIFO given as a set's main
+file ends the command with exit 2 naming the file (never waited on), and good files read as before. Every test is
+bounded in time: on code that opens a FIFO as a file, the read blocks for ever."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlharness.errors import DatasetError
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _fifo_in_place_of(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+    return path
+
+
+def _mlharness(*args: str | Path, timeout: float = 50) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mlharness", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _exits_2_naming(r: subprocess.CompletedProcess, fifo: Path) -> None:
+    assert r.returncode == 2, r.stderr + r.stdout
+    assert f"{fifo} is a FIFO" in r.stderr.replace("\n", ""), r.stderr
+    assert "Traceback" not in r.stderr
+
+
+# ---- kits19: the preparation's metadata, its volumes and the reference's pickles -------------------------------------
+
+def test_kits19_fifo_metadata_exits_2(tmp_path: Path) -> None:
+    from mlharness.tasks.kits19.dataset import META_FILE
+
+    fifo = _fifo_in_place_of(tmp_path / "prepared" / META_FILE)
+    log = tmp_path / "mlperf_log_accuracy.json"
+    log.write_text("[]\n")
+    r = _mlharness("accuracy", "kits19", "--log", log, "--preprocessed-dir", fifo.parent)
+    _exits_2_naming(r, fifo)
+
+
+def test_kits19_fifo_reference_pickle_is_refused(tmp_path: Path) -> None:
+    from mlharness.tasks.kits19.dataset import REFERENCE_META_FILE
+    from mlharness.tasks.kits19.prepared import PreparedKits19
+
+    fifo = _fifo_in_place_of(tmp_path / REFERENCE_META_FILE)
+    (tmp_path / "x").write_text("")  # the folder is not empty: the reference layout is looked for by its pickle
+    with pytest.raises(DatasetError, match=rf"KiTS19 pickle {fifo} is a FIFO, not a regular file"):
+        PreparedKits19.load(tmp_path)
+
+
+def test_kits19_fifo_nifti_is_refused(tmp_path: Path) -> None:
+    import numpy as np
+
+    from mlharness.tasks.kits19.dataset import read_nifti
+
+    fifo = _fifo_in_place_of(tmp_path / "imaging.nii.gz")
+    with pytest.raises(DatasetError, match=rf"NIfTI file {fifo} is a FIFO, not a regular file"):
+        read_nifti(fifo, np.float32)
