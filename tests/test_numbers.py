@@ -172,3 +172,19 @@ def test_a_flag_a_manifest_key_and_a_trace_row_reach_the_same_validator(tmp_path
         "must be <= 604800 s, got 1000000000000"]
     assert [str(x).split(": ")[0] for x in errors] == ["--session-rate", str(path), f"{trace}:3"]
     assert all(x.exit_code == 2 for x in errors)
+
+
+# ------------------------------------------------------------------------------------------- model inputs, at load
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_a_non_finite_model_input_is_refused_naming_the_sample(bad):
+    from mlharness.loadgen.qsl import check_preprocessed
+
+    sample = np.zeros((3, 4), dtype=np.float32)
+    sample[1, 2] = bad
+    specs = [{"name": "pixels", "element_type": "float32", "shape": [3, 4]}]
+    with pytest.raises(HookError, match=r"preprocess.*sample 7: input 0 \('pixels'\) holds 1 NaN or infinite "
+                                        r"value\(s\) \(first at flat index 6\)"):
+        check_preprocessed(sample, 7, 1, specs, "m.yaml")
+    sample[1, 2] = 0.5  # the same sample, finite: taken as it is
+    assert check_preprocessed(sample, 7, 1, specs, "m.yaml")[0] is sample

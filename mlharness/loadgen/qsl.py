@@ -275,6 +275,11 @@ def check_preprocessed(out: Any, index: int, n_inputs: int, specs: list[dict[str
         if declared not in (None, "bytes", "bfloat16") and a.dtype != np.dtype(declared):
             raise fail(f"{label} is a {a.dtype} array but field 'inputs[{k}].element_type' declares {declared}; "
                        f"return {declared} (e.g. .astype(np.{declared})) or correct the declaration")
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
+            bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
+            raise fail(f"{label} holds {bad} NaN or infinite value(s) (first at flat index "
+                       f"{int(np.flatnonzero(~np.isfinite(a))[0])}); a model input must be finite: check the "
+                       "sample's data and what preprocess computes from it")
         shape = spec.get("shape")
         if shape is not None and not _shape_matches(shape, a.shape):
             raise fail(f"{label} has shape {tuple(a.shape)} but field 'inputs[{k}].shape' declares {list(shape)} "
