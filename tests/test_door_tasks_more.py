@@ -64,3 +64,45 @@ def test_kits19_fifo_nifti_is_refused(tmp_path: Path) -> None:
     fifo = _fifo_in_place_of(tmp_path / "imaging.nii.gz")
     with pytest.raises(DatasetError, match=rf"NIfTI file {fifo} is a FIFO, not a regular file"):
         read_nifti(fifo, np.float32)
+
+
+# ---- librispeech: the manifest, the synthetic set's files in the cache, the BPE ranks -------------------------------
+
+def test_librispeech_fifo_manifest_exits_2(tmp_path: Path) -> None:
+    from mlharness.tasks.librispeech.dataset import MANIFEST_FILE
+
+    fifo = _fifo_in_place_of(tmp_path / "librispeech" / MANIFEST_FILE)
+    log = tmp_path / "mlperf_log_accuracy.json"
+    log.write_text("[]\n")
+    r = _mlharness("accuracy", "librispeech", "--log", log, "--manifest", fifo, "--dtype", "int64")
+    _exits_2_naming(r, fifo)
+
+
+@pytest.mark.parametrize("name", ["synth.json", "dev-all-repack.json"])
+def test_librispeech_fifo_in_the_synthetic_set_is_refused_never_replaced(tmp_path: Path, name: str) -> None:
+    from mlharness.tasks.librispeech.synth import ensure_synthetic_librispeech
+
+    fifo = _fifo_in_place_of(tmp_path / "synth" / name)
+    with pytest.raises(DatasetError, match=rf"synthetic LibriSpeech file {fifo} is a FIFO, not a regular file"):
+        ensure_synthetic_librispeech(fifo.parent, count=2)
+    assert fifo.is_fifo()
+
+
+def test_librispeech_synthetic_set_is_reused_as_before(tmp_path: Path) -> None:
+    from mlharness.tasks.librispeech.synth import ensure_synthetic_librispeech, write_synthetic_librispeech
+
+    out = write_synthetic_librispeech(tmp_path / "synth", count=2, use_espeak=False)
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    assert ensure_synthetic_librispeech(out, count=2) == out
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before  # complete: nothing written again
+
+
+def test_librispeech_fifo_ranks_file_is_refused(tmp_path: Path) -> None:
+    from mlharness.tasks.librispeech.checkpoint import ranks_size
+
+    good = tmp_path / "ranks.tiktoken"
+    good.write_text("IQ== 0\nIg== 1\n\n")
+    assert ranks_size(good) == 2
+    fifo = _fifo_in_place_of(tmp_path / "fifo.tiktoken")
+    with pytest.raises(DatasetError, match=rf"BPE ranks file {fifo} is a FIFO, not a regular file"):
+        ranks_size(fifo)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import DatasetError
+from mlharness.fileguard import read_text_bounded
 
 RANDOM_CONFIG: dict[str, Any] = {
     "d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 2,
@@ -45,7 +46,9 @@ def asset_path() -> Path:
 
 def ranks_size(path: Path | str) -> int:
     """How many BPE ranks a ``.tiktoken`` file (one ``base64(token bytes) rank`` per line) holds."""
-    lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
+    # multilingual.tiktoken holds 50,257 ranks in under 1 MiB
+    text = read_text_bounded(Path(path), "BPE ranks file", 64 << 20, error=DatasetError)
+    lines = [line for line in text.splitlines() if line.strip()]
     for n, line in enumerate(lines, 1):
         parts = line.split()
         if len(parts) != 2 or not parts[1].isdigit():

@@ -42,7 +42,12 @@ def cmd_synth(args: argparse.Namespace, console: Any) -> int:
     check_free(args.out, args.force)
     count = args.count if args.count is not None else DEFAULT_COUNT
     out = write_synthetic_librispeech(args.out, count=count, seed=args.seed, use_espeak=False if args.tones else None)
-    speech = (out / "synth.json").read_text(encoding="utf-8")
+    from mlharness.errors import DatasetError
+    from mlharness.fileguard import read_text_bounded
+    from mlharness.tasks.librispeech.synth import SYNTH_INFO
+
+    # the one-line record write_synthetic_librispeech has just written
+    speech = read_text_bounded(out / SYNTH_INFO, "synthetic LibriSpeech record", 1 << 20, error=DatasetError)
     console.print(f"wrote {count} clips to {out} (dev-all-repack.json, dev-all-repack/): {speech}",
                   highlight=False, soft_wrap=True)
     return 0

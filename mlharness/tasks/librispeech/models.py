@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from mlharness.errors import DatasetError, MLHarnessError
+from mlharness.fileguard import DATA_FILE_LIMIT, check_regular_file, read_bytes_bounded, read_json
 
 TABLE_FORMAT = 1
 END_LABEL = 0  # " ": what the oracle appends to each answer
@@ -33,7 +37,10 @@ def _source_digest(root: Path) -> str:
     from mlharness.tasks.librispeech.dataset import MANIFEST_FILE
     from mlharness.tasks.librispeech.synth import SYNTH_INFO
 
-    return hashlib.sha256((root / MANIFEST_FILE).read_bytes() + (root / SYNTH_INFO).read_bytes()).hexdigest()
+    # the synthetic set's manifest (a few KiB a clip) and its one-line record
+    manifest = read_bytes_bounded(root / MANIFEST_FILE, "LibriSpeech: manifest", DATA_FILE_LIMIT, error=DatasetError)
+    info = read_bytes_bounded(root / SYNTH_INFO, "synthetic LibriSpeech record", 1 << 20, error=DatasetError)
+    return hashlib.sha256(manifest + info).hexdigest()
 
 
 def ensure_oracle_table(path: Path | str) -> Path:
@@ -44,10 +51,12 @@ def ensure_oracle_table(path: Path | str) -> Path:
     path = Path(path)
     root = ensure_synthetic_librispeech(synthetic_dir())
     source = _source_digest(root)
-    try:
-        if json.loads(path.read_text()).get("source_sha256") == source:
+    if os.path.lexists(path):  # a FIFO or folder there is not a table mlharness wrote: never replaced
+        check_regular_file(path, "oracle table", error=DatasetError)
+    try:  # label indices of each clip's transcript: well under 1 MiB for the synthetic set
+        if read_json(path, "oracle table", DATA_FILE_LIMIT).get("source_sha256") == source:
             return path
-    except (OSError, ValueError, AttributeError):
+    except (MLHarnessError, AttributeError):
         pass
     data = json.dumps({**oracle_table(root / MANIFEST_FILE), "source_sha256": source}, sort_keys=True)
     path.parent.mkdir(parents=True, exist_ok=True)

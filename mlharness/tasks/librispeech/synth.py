@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import shutil
 import subprocess
@@ -20,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from mlharness.errors import DatasetError
+from mlharness.errors import DatasetError, MLHarnessError
+from mlharness.fileguard import DATA_FILE_LIMIT, check_regular_file, read_json
 from mlharness.tasks.librispeech.dataset import AUDIO_DIR, MANIFEST_FILE, MAX_DURATION, SAMPLE_RATE
 
 log = logging.getLogger(__name__)
@@ -133,11 +135,14 @@ def synthetic_dir() -> Path:
 def ensure_synthetic_librispeech(out: Path | str, count: int = DEFAULT_COUNT, seed: int = 0) -> Path:
     """The synthetic set in ``out``, written unless a complete one of ``count`` clips is there."""
     out = Path(out)
+    for name in (SYNTH_INFO, MANIFEST_FILE):  # a FIFO or folder there is not a file mlharness wrote: never replaced
+        if os.path.lexists(out / name):
+            check_regular_file(out / name, "synthetic LibriSpeech file", error=DatasetError)
     try:
-        info = json.loads((out / SYNTH_INFO).read_text(encoding="utf-8"))
+        info = read_json(out / SYNTH_INFO, "synthetic LibriSpeech record", 1 << 20)
         if info.get("count") == count and info.get("seed") == seed and len(
-                json.loads((out / MANIFEST_FILE).read_text(encoding="utf-8"))) == count:
+                read_json(out / MANIFEST_FILE, "LibriSpeech: manifest", DATA_FILE_LIMIT)) == count:
             return out
-    except (OSError, ValueError, AttributeError):
+    except (MLHarnessError, AttributeError, TypeError):
         pass
     return write_synthetic_librispeech(out, count, seed)
