@@ -106,3 +106,56 @@ def test_librispeech_fifo_ranks_file_is_refused(tmp_path: Path) -> None:
     fifo = _fifo_in_place_of(tmp_path / "fifo.tiktoken")
     with pytest.raises(DatasetError, match=rf"BPE ranks file {fifo} is a FIFO, not a regular file"):
         ranks_size(fifo)
+
+
+# ---- squad: the dev set, the feature cache and the synthetic set ---------------------------------------------------
+
+@pytest.fixture
+def squad(tmp_path: Path) -> Path:
+    from mlharness.tasks.squad.synth import write_synthetic_squad
+
+    return write_synthetic_squad(tmp_path / "squad", count=4)
+
+
+def test_squad_fifo_dev_set_exits_2(squad: Path, tmp_path: Path) -> None:
+    fifo = _fifo_in_place_of(squad / "dev-v1.1.json")
+    log = tmp_path / "mlperf_log_accuracy.json"
+    log.write_text("[]\n")
+    r = _mlharness("accuracy", "squad", "--log", log, "--val-data", fifo, "--vocab", squad / "vocab.txt",
+                   "--out-file", tmp_path / "predictions.json")
+    _exits_2_naming(r, fifo)
+
+
+def test_squad_fifo_feature_cache_is_refused_never_replaced(squad: Path, tmp_path: Path) -> None:
+    from mlharness.tasks.squad.dataset import features_cache_key, load_features
+
+    val, vocab = squad / "dev-v1.1.json", squad / "vocab.txt"
+    fifo = _fifo_in_place_of(tmp_path / "cache" / "squad_features" / f"{features_cache_key(val, vocab, 'slow')}.npz")
+    with pytest.raises(DatasetError, match=rf"SQuAD feature cache {fifo} is a FIFO, not a regular file"):
+        load_features(val, vocab, cache=tmp_path / "cache")
+    assert fifo.is_fifo()
+
+
+def test_squad_feature_cache_reads_as_before(squad: Path, tmp_path: Path) -> None:
+    import numpy as np
+
+    from mlharness.tasks.squad.dataset import load_features
+
+    val, vocab = squad / "dev-v1.1.json", squad / "vocab.txt"
+    built = load_features(val, vocab, cache=tmp_path / "cache")
+    (cached,) = (tmp_path / "cache" / "squad_features").iterdir()
+    again = load_features(val, vocab, cache=tmp_path / "cache")
+    for name in ("input_ids", "input_mask", "segment_ids", "unique_id", "max_context"):
+        assert getattr(again, name).dtype == getattr(built, name).dtype
+        assert np.array_equal(getattr(again, name), getattr(built, name))
+    with np.load(cached) as z:
+        assert np.array_equal(z["orig_index"], again.orig_index)
+
+
+def test_squad_fifo_in_the_synthetic_set_is_refused_never_replaced(tmp_path: Path) -> None:
+    from mlharness.tasks.squad.synth import write_synthetic_squad
+
+    fifo = _fifo_in_place_of(tmp_path / "squad" / "vocab.txt")
+    with pytest.raises(DatasetError, match=rf"synthetic SQuAD file {fifo} is a FIFO, not a regular file"):
+        write_synthetic_squad(fifo.parent, count=4)
+    assert fifo.is_fifo()

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import string
 from pathlib import Path
 from typing import Any
 
 from mlharness.errors import DatasetError
+from mlharness.fileguard import check_regular_file, read_bytes_bounded
 from mlharness.tasks.files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -139,7 +141,10 @@ def write_synthetic_squad(out: Path | str, count: int = DEFAULT_COUNT, seed: int
     try:
         out.mkdir(parents=True, exist_ok=True)
         for name, data in files.items():  # the vocabulary first: the data file is what makes the set complete
-            if not (out / name).is_file() or (out / name).read_bytes() != data:
+            if os.path.lexists(out / name):  # a FIFO or folder there is not a file mlharness wrote: never replaced
+                check_regular_file(out / name, "synthetic SQuAD file", error=DatasetError)
+            if not (out / name).is_file() or (out / name).stat().st_size != len(data) or \
+                    read_bytes_bounded(out / name, "synthetic SQuAD file", len(data), error=DatasetError) != data:
                 atomic_write_bytes(out / name, data)
     except OSError as e:
         raise DatasetError(f"synthetic SQuAD: cannot write {out}: {e}") from e
