@@ -14,13 +14,14 @@ MLCommons download or ``mlharness dataset synth openorca``).
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from mlharness.errors import DatasetError
-from mlharness.fileguard import DATA_FILE_LIMIT, check_regular_file
+from mlharness.fileguard import DATA_FILE_LIMIT, read_bytes_bounded
 from mlharness.tasks.generative import PromptSet, find_data_file, local_tokenizer
 
 DATASET_FILE = "open_orca_gpt4_tokenized_llama.sampled_24576.pkl"
@@ -55,11 +56,12 @@ def read_frame(path: Path | str) -> Any:
     except ImportError as e:
         raise DatasetError(f"the OpenOrca pickle needs pandas (pip install 'mlharness[llm]'): {e}") from e
     path = Path(path)
-    size = check_regular_file(path, "OpenOrca pickle", error=DatasetError).stat().st_size
-    if size > DATA_FILE_LIMIT:
-        raise DatasetError(f"OpenOrca pickle {path} is {size} bytes, over the {DATA_FILE_LIMIT}-byte limit")
-    try:
-        frame = pd.read_pickle(path)
+    # the official pickle (24,576 samples with their token ids) is about 100 MiB
+    data = read_bytes_bounded(path, "OpenOrca pickle", DATA_FILE_LIMIT, error=DatasetError)
+    try:  # a compressed pickle (p.pkl.gz) is read as pandas reads it by path: the suffix names the compression
+        from pandas.io.common import infer_compression
+
+        frame = pd.read_pickle(io.BytesIO(data), compression=infer_compression(str(path), "infer"))
     except Exception as e:  # an unpickling error can be of any type
         raise DatasetError(f"cannot read OpenOrca pickle {path}: {type(e).__name__}: {e}") from e
     if not isinstance(frame, pd.DataFrame):
