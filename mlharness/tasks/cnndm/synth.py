@@ -10,11 +10,13 @@ Llama-3.1-8B-Instruct's).
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 from typing import Any
 
 from mlharness.errors import DatasetError
+from mlharness.fileguard import DATA_FILE_LIMIT, check_regular_file, read_json
 from mlharness.tasks.cnndm.dataset import (
     DATASET_FILE,
     EDGE_COUNT,
@@ -79,5 +81,11 @@ def synthetic_dir() -> Path:
 
 def ensure_synthetic_cnndm(out: Path | str, count: int = DEFAULT_COUNT, seed: int = 0) -> Path:
     """The synthetic set in ``out``, written unless a complete one of ``count`` samples is there."""
-    return ensure_synthetic(out, lambda o: len(json.loads((o / DATASET_FILE).read_text(encoding="utf-8"))) == count,
-                            lambda o: write_synthetic_cnndm(o, count, seed))
+    def complete(o: Path) -> bool:
+        path = o / DATASET_FILE
+        if os.path.lexists(path):  # a FIFO or folder there is not a file mlharness wrote: refused, never replaced
+            check_regular_file(path, "synthetic CNN/DailyMail file")
+        # a malformed file (DatasetError) is written again, as a missing one
+        return len(read_json(path, "synthetic CNN/DailyMail file", DATA_FILE_LIMIT, error=DatasetError)) == count
+
+    return ensure_synthetic(out, complete, lambda o: write_synthetic_cnndm(o, count, seed))
