@@ -159,3 +159,66 @@ def test_squad_fifo_in_the_synthetic_set_is_refused_never_replaced(tmp_path: Pat
     with pytest.raises(DatasetError, match=rf"synthetic SQuAD file {fifo} is a FIFO, not a regular file"):
         write_synthetic_squad(fifo.parent, count=4)
     assert fifo.is_fifo()
+
+
+# ---- qwen3-vl: the catalogue's parquet shards and images stored by path --------------------------------------------
+
+def test_qwen3_vl_fifo_shard_exits_2(tmp_path: Path) -> None:
+    fifo = _fifo_in_place_of(tmp_path / "catalogue" / "data" / "test-00000-of-00001.parquet")
+    log = tmp_path / "mlperf_log_accuracy.json"
+    log.write_text("[]\n")
+    r = _mlharness("accuracy", "qwen3-vl", "--log", log, "--dataset-path", tmp_path / "catalogue")
+    _exits_2_naming(r, fifo)
+
+
+def test_qwen3_vl_catalogue_reads_as_before_and_a_fifo_image_is_refused(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mlharness.tasks.qwen3_vl.dataset import IMAGE_COLUMN, TEXT_COLUMNS, CatalogueData
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "a.png").write_bytes(b"\x89PNG not decoded here")
+    fifo = _fifo_in_place_of(tmp_path / "b.png")
+    rows = {name: [f"{name} 0", f"{name} 1"] for name in TEXT_COLUMNS}
+    rows[IMAGE_COLUMN] = [{"bytes": None, "path": "a.png"}, {"bytes": None, "path": str(fifo)}]
+    pq.write_table(pa.table(rows), tmp_path / "data" / "test-00000-of-00001.parquet")
+    data = CatalogueData(tmp_path)
+    assert len(data) == 2 and data.row(1)["product_title"] == "product_title 1"
+    assert data.image_bytes(0) == b"\x89PNG not decoded here"
+    with pytest.raises(DatasetError, match=rf"sample 1: image {fifo} is a FIFO, not a regular file"):
+        data.image_bytes(1)
+
+
+# ---- openorca: the dataset pickle ----------------------------------------------------------------------------------
+
+def test_openorca_pickle_reads_as_before_compressed_or_not_and_a_fifo_is_refused(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from mlharness.tasks.openorca.dataset import read_frame
+
+    frame = pd.DataFrame({"tok_input": [[1, 2, 3], [4]], "output": ["a", "b"]})
+    frame.to_pickle(tmp_path / "orca.pkl")
+    frame.to_pickle(tmp_path / "orca.pkl.gz")  # pandas compresses by the suffix, and reads by it
+    for name in ("orca.pkl", "orca.pkl.gz"):
+        pd.testing.assert_frame_equal(read_frame(tmp_path / name), frame)
+    fifo = _fifo_in_place_of(tmp_path / "fifo.pkl")
+    with pytest.raises(DatasetError, match=rf"OpenOrca pickle {fifo} is a FIFO, not a regular file"):
+        read_frame(fifo)
+
+
+# ---- cnndm: the synthetic set in the cache -------------------------------------------------------------------------
+
+def test_cnndm_synthetic_set_is_reused_and_a_fifo_in_it_is_refused_never_replaced(tmp_path: Path) -> None:
+    from mlharness.fileguard import UnusableFile
+    from mlharness.tasks.cnndm.dataset import DATASET_FILE
+    from mlharness.tasks.cnndm.synth import ensure_synthetic_cnndm
+
+    out = ensure_synthetic_cnndm(tmp_path / "cnndm", count=2)
+    written = (out / DATASET_FILE).stat().st_mtime_ns
+    assert ensure_synthetic_cnndm(out, count=2) == out
+    assert (out / DATASET_FILE).stat().st_mtime_ns == written  # complete: not written again
+    fifo = _fifo_in_place_of(out / DATASET_FILE)
+    with pytest.raises(UnusableFile, match=rf"synthetic CNN/DailyMail file {fifo} is a FIFO, not a regular file"):
+        ensure_synthetic_cnndm(out, count=2)
+    assert fifo.is_fifo()

@@ -15,11 +15,13 @@ A row index of the concatenation is the sample index (``qsl_idx``), as in the re
 
 from __future__ import annotations
 
+import io
 import re
 from pathlib import Path
 from typing import Any
 
 from mlharness.errors import DatasetError
+from mlharness.fileguard import DATA_FILE_LIMIT, read_bytes_bounded
 
 SPLITS = ("train", "test")  # concatenated in this order, as the reference's split="train+test"
 FULL_COUNT = 48289
@@ -64,8 +66,10 @@ class CatalogueData:
         tables = []
         columns = [*TEXT_COLUMNS, *((IMAGE_COLUMN,) if with_images else ())]
         for path in self.files:
+            # a shard of the download holds a few thousand rows with their images: some hundreds of MiB
+            data = read_bytes_bounded(path, "qwen3-vl-235b-a22b data file", 4 * DATA_FILE_LIMIT, error=DatasetError)
             try:
-                table = pq.read_table(path, columns=columns)
+                table = pq.read_table(io.BytesIO(data), columns=columns)
             except (OSError, ValueError, pa.ArrowException) as e:
                 raise DatasetError(f"cannot read the qwen3-vl-235b-a22b data file {path}: {e}") from e
             tables.append(table)
@@ -94,10 +98,8 @@ class CatalogueData:
         if isinstance(value, dict) and not data and value.get("path"):  # an image stored by path
             path = Path(value["path"])
             path = path if path.is_absolute() else self.root / path
-            try:
-                data = path.read_bytes()
-            except OSError as e:
-                raise DatasetError(f"sample {index}: cannot read its image {path}: {e}") from e
+            # a product photo is at most a few MiB
+            data = read_bytes_bounded(path, f"sample {index}: image", 256 << 20, error=DatasetError)
         if not isinstance(data, bytes) or not data:
             raise DatasetError(f"sample {index}: '{IMAGE_COLUMN}' holds no image bytes")
         return data
