@@ -222,3 +222,48 @@ def test_cnndm_synthetic_set_is_reused_and_a_fifo_in_it_is_refused_never_replace
     with pytest.raises(UnusableFile, match=rf"synthetic CNN/DailyMail file {fifo} is a FIFO, not a regular file"):
         ensure_synthetic_cnndm(out, count=2)
     assert fifo.is_fifo()
+
+
+# ---- imagenet: the pre-processing cache, the oracle model, torchvision's checkpoint --------------------------------
+
+def test_imagenet_cache_entries_read_as_before_and_a_fifo_entry_is_refused(tmp_path: Path) -> None:
+    import numpy as np
+
+    from mlharness.tasks.imagenet.preprocess import PreprocessCache
+
+    source = tmp_path / "img.jpg"
+    source.write_bytes(b"not decoded: compute() stands in for the pre-processing")
+    cache = PreprocessCache(tmp_path / "cache")
+    value = np.arange(12, dtype=np.float16).reshape(3, 2, 2)
+    first = cache.get(source, {"size": 2}, lambda: value)
+    again = cache.get(source, {"size": 2}, lambda: pytest.fail("a hit computes nothing"))
+    assert cache.hits == 1 and again.dtype == np.float16 and np.array_equal(again, first)
+    key = cache.key(source, {"size": 3})
+    fifo = _fifo_in_place_of(tmp_path / "cache" / key[:2] / f"{key}.npy")
+    with pytest.raises(DatasetError, match=rf"pre-processing cache entry {fifo} is a FIFO, not a regular file"):
+        cache.get(source, {"size": 3}, lambda: value)
+    assert fifo.is_fifo()
+
+
+def test_imagenet_oracle_model_is_reused_and_a_fifo_in_its_place_is_refused(tmp_path: Path) -> None:
+    from mlharness.errors import AssetError
+    from mlharness.tasks.imagenet.models import ensure_oracle_model
+
+    model = ensure_oracle_model(tmp_path / "oracle.onnx")
+    written = model.stat().st_mtime_ns
+    assert ensure_oracle_model(model) == model and model.stat().st_mtime_ns == written
+    fifo = _fifo_in_place_of(tmp_path / "fifo.onnx")
+    with pytest.raises(AssetError, match=rf"oracle model {fifo} is a FIFO, not a regular file"):
+        ensure_oracle_model(fifo)
+    assert fifo.is_fifo()
+
+
+def test_imagenet_torchvision_checkpoint_fifo_is_refused(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from mlharness.errors import AssetError
+    from mlharness.tasks.imagenet.resnet50_onnx import convert_torchvision_checkpoint
+
+    fifo = _fifo_in_place_of(tmp_path / "resnet50.pth")
+    with pytest.raises(AssetError, match=rf"PyTorch checkpoint {fifo} is a FIFO, not a regular file"):
+        convert_torchvision_checkpoint(fifo, tmp_path / "resnet50.onnx")
+    assert not (tmp_path / "resnet50.onnx").exists()

@@ -12,10 +12,13 @@ different class.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 
+from mlharness.errors import AssetError
+from mlharness.fileguard import check_regular_file, read_bytes_bounded
 from mlharness.tasks.imagenet.preprocess import IMAGENET_MEAN_RGB
 from mlharness.tasks.imagenet.resnet50_onnx import (  # noqa: F401 - ensure_random_resnet50 is a manifest generator
     ARGMAX_NAME,
@@ -76,8 +79,11 @@ def ensure_oracle_model(path: Path) -> Path:
     """``model.generator`` hook: write the oracle model unless an identical one is already at ``path``."""
     path = Path(path)
     data = build_oracle_model().SerializeToString()  # ~0.4 MB, built in milliseconds: compare, don't trust
-    if path.is_file() and path.read_bytes() == data:
-        return path
+    if os.path.lexists(path):  # a FIFO or folder there is not a model mlharness wrote: never replaced
+        check_regular_file(path, "oracle model", error=AssetError)
+        if os.path.getsize(path) == len(data) and read_bytes_bounded(path, "oracle model", len(data),
+                                                                      error=AssetError) == data:
+            return path
     import onnx
 
     return save_model(onnx.load_from_string(data), path)

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError
-from mlharness.fileguard import check_regular_file
+from mlharness.fileguard import check_regular_file, load_npy
 from mlharness.tasks.files import atomic_write
 
 log = logging.getLogger(__name__)
@@ -269,13 +269,14 @@ class PreprocessCache:
             return compute()
         key = self.key(source, params)
         entry = self.root / key[:2] / f"{key}.npy"
-        if entry.is_file():
-            try:
-                arr = np.load(entry, allow_pickle=False)
+        if os.path.lexists(entry):  # a FIFO or folder there is not an entry mlharness wrote: never replaced
+            check_regular_file(entry, "pre-processing cache entry", error=DatasetError)
+            try:  # an entry is one pre-processed image: under 1 MiB at 224x224, tens of MiB for the largest inputs
+                arr = load_npy(entry, "pre-processing cache entry", 256 << 20, error=DatasetError)
                 with self._lock:
                     self.hits += 1
                 return arr
-            except (OSError, ValueError) as e:
+            except DatasetError as e:
                 log.warning("ignoring unreadable cache entry %s: %s", entry, e)
         arr = compute()
         with self._lock:

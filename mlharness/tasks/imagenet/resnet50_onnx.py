@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from mlharness.errors import AssetError
+from mlharness.fileguard import DATA_FILE_LIMIT, torch_load
 from mlharness.tasks.files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -206,13 +207,13 @@ def ensure_torchvision_resnet50(path: Path) -> Path:
 def convert_torchvision_checkpoint(pth: Path, path: Path) -> Path:
     """A torchvision resnet50 ``.pth`` state dict -> ONNX at ``path`` (needs torch to read the pickle)."""
     try:
-        import torch
+        import torch  # noqa: F401 - torch_load needs it: said here with the extra to install
     except ImportError as e:
         raise AssetError("converting the PyTorch ResNet50 weights needs torch (pip install 'mlharness[torch]')") from e
-    try:
-        state = torch.load(str(pth), map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - torch raises many types for a bad pickle
-        raise AssetError(f"cannot read the PyTorch checkpoint {pth}: {e}") from e
+    # torchvision's resnet50 weights are 98 MiB
+    state = torch_load(Path(pth), "PyTorch checkpoint", DATA_FILE_LIMIT, error=AssetError)
+    if not isinstance(state, dict):
+        raise AssetError(f"PyTorch checkpoint {pth} holds a {type(state).__name__}, not a state dict of tensors")
     arrays = {k: v.detach().cpu().numpy() for k, v in state.items() if hasattr(v, "detach")}
     log.info("converting %s to ONNX at %s", pth, path)
     return save_model(torchvision_resnet50(arrays), path)
