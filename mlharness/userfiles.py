@@ -23,7 +23,6 @@ from typing import Any
 from mlharness.errors import MLHarnessError
 from mlharness.fileguard import DATA_FILE_LIMIT, ErrorFactory, UnusableFile, parse_json, read_bytes_bounded
 
-
 LOG_LIMIT = 16 << 20
 """Most bytes of a LoadGen summary or detail log, an accuracy.txt or a verify_*.txt read whole: a few KiB each,
 a detail log a few MiB at most."""

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from mlharness.errors import MLHarnessError
 from mlharness.sessions.trace_rows import TraceError, iter_records
 
 ROW = '{"conversation_id": "c1", "turn": 1, "role": "user", "content": "hi"}'

@@ -155,8 +155,8 @@ def test_a_flag_a_manifest_key_and_a_trace_row_reach_the_same_validator(tmp_path
         values("inf", "--session-rate", float)
     errors.append(e.value)
     path = toy_with(tmp_path, timeout_s=float("inf"))
-    from mlharness.manifest.loader import load_manifest
     from mlharness.loadgen.bounds import check_manifest_numbers
+    from mlharness.manifest.loader import load_manifest
 
     with pytest.raises(numbers.NumberError) as e:
         check_manifest_numbers(load_manifest(str(path)))

@@ -10,8 +10,9 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-import mlharness
 from door_scan import scan
+
+import mlharness
 
 PACKAGE = Path(mlharness.__file__).parent
 

@@ -193,7 +193,7 @@ class Pipeline:
                 raise HookError("postprocess", self.hooks.manifest,
                                 f"the {batch.dtype} response {sample} holds {bad} non-finite values (NaN or "
                                 f"infinity), refused as a {self.dtype} response"
-                                + (f" (the cast would make them arbitrary numbers, scored as data)"
+                                + (" (the cast would make them arbitrary numbers, scored as data)"
                                    if np.dtype(self.dtype).kind in "iub" else "") + ": the model's output is bad")
 
 

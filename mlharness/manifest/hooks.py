@@ -10,8 +10,8 @@ its deadline, and unable to end the process.
 from __future__ import annotations
 
 import linecache
-import numbers
 import logging
+import numbers
 import traceback
 from collections.abc import Callable
 from pathlib import Path

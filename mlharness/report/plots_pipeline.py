@@ -14,8 +14,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from mlharness.loadgen.pipeline_report import RESULTS_FILE, SUMMARY_FILE
 from mlharness.fileguard import iter_jsonl
+from mlharness.loadgen.pipeline_report import RESULTS_FILE, SUMMARY_FILE
 from mlharness.report.plots import LEGEND_OUTSIDE, figure, plain, svg
 from mlharness.report.treefiles import present, read_optional_json
 

@@ -24,8 +24,16 @@ from mlharness.numbers import MAX_RECORDED_S, MAX_TURNS
 from mlharness.sessions.model import Session, Turn
 from mlharness.sessions.trace_agentic import read_agentic
 from mlharness.sessions.trace_mooncake import read_mooncake
-from mlharness.sessions.trace_rows import (RECORDED_WHY, TURNS_WHY, Fields, TraceError, iter_records, read_records,
-                                           shown, tool_calls)
+from mlharness.sessions.trace_rows import (
+    RECORDED_WHY,
+    TURNS_WHY,
+    Fields,
+    TraceError,
+    iter_records,
+    read_records,
+    shown,
+    tool_calls,
+)
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,6 @@ from typing import Any
 
 import yaml
 
-from mlharness.userfiles import read_log_text
 from mlharness.submission.endpoints import (
     ACCURACY_FILE,
     CONFIG_FILE,
@@ -29,6 +28,7 @@ from mlharness.submission.endpoints import (
 )
 from mlharness.submission.findings import Findings
 from mlharness.submission.rules import MAX_ACCURACY_LOG_SIZE, MEASUREMENTS_FIELDS, MIN_DURATION_MS, Benchmark
+from mlharness.userfiles import read_log_text
 
 SCENARIO_ENTRIES = {"accuracy", "performance", CONFIG_FILE, "measurements.json", "README.md", "user.conf"}
 PERF_ENTRIES = {SUMMARY_FILE, MEASURED_DIR}

@@ -19,7 +19,6 @@ from mlharness.submission.compliance import score_of
 from mlharness.submission.endpoints import ACCURACY_FILE, CONFIG_FILE, SUMMARY_FILE, is_endpoints_benchmark
 from mlharness.submission.findings import Findings
 from mlharness.submission.llm_rules import conf_model_for, is_llm, loadgen_scenario
-from mlharness.userfiles import LOG_LIMIT, read_log_text
 from mlharness.submission.rules import (
     ACC_PATTERNS,
     ACCURACY_EXTRA_FILES,
@@ -42,6 +41,7 @@ from mlharness.submission.rules import (
     Benchmark,
     conf_minimums,
 )
+from mlharness.userfiles import LOG_LIMIT, read_log_text
 
 SCENARIO_ENTRIES = {"accuracy", "performance", *COMPLIANCE_TESTS, *SCENARIO_FILES}
 TEST_ENTRIES = {"TEST01": {"accuracy", "performance", "verify_accuracy.txt", "verify_performance.txt"},

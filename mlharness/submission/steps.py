@@ -23,9 +23,9 @@ from typing import Any
 
 from mlharness.calibration.explain import explain_run
 from mlharness.errors import MLHarnessError
+from mlharness.fileguard import open_regular
 from mlharness.loadgen.interrupt import GUARD
 from mlharness.loadgen.logs import parse_summary
-from mlharness.fileguard import open_regular
 from mlharness.submission.layout import Tree, replace_dir, stamp, unique
 from mlharness.submission.rules import (
     ACCURACY_EXTRA_DIRS,

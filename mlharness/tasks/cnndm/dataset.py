@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError
-from mlharness.fileguard import DATA_FILE_LIMIT, read_text_bounded
+from mlharness.fileguard import DATA_FILE_LIMIT, read_json
 from mlharness.tasks.generative import PromptSet, find_data_file, local_tokenizer
 
 PROMPT_TEMPLATE = ("Summarize the following news article in 128 tokens. Please output the summary only, without any "
@@ -38,7 +38,7 @@ def dataset_file(root: Path | str, name: str = DATASET_FILE) -> Path:
 def read_records(path: Path | str) -> list[dict[str, Any]]:
     """The records of a cnn_eval.json, each checked for the official fields."""
     try:
-        records = json.loads(read_text_bounded(Path(path), "CNN/DailyMail file", DATA_FILE_LIMIT, error=DatasetError))
+        records = read_json(Path(path), "CNN/DailyMail file", DATA_FILE_LIMIT, error=DatasetError)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise DatasetError(f"cannot read CNN/DailyMail file {path}: {e}") from e
     if not isinstance(records, list) or not records:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import gzip
 import html
-import io
 import importlib.util
+import io
 from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path

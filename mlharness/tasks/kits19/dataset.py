@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError
-from mlharness.fileguard import DATA_FILE_LIMIT, check_regular_file, hash_file, read_text_bounded
+from mlharness.fileguard import DATA_FILE_LIMIT, check_regular_file, hash_file, parse_json, read_text_bounded
 from mlharness.tasks.files import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -72,8 +72,8 @@ def read_case_list(path: Path) -> list[str]:
     except OSError as e:
         raise DatasetError(f"cannot read case list {path}: {e}") from e
     try:
-        cases = json.loads(text)
-    except json.JSONDecodeError:
+        cases = parse_json(text, f"case list {path}", error=ValueError)
+    except ValueError:  # not JSON: one case id a line
         cases = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
     if not isinstance(cases, list) or not all(isinstance(c, str) and _CASE_RE.match(c) for c in cases):
         raise DatasetError(f"{path}: expected a list of case ids like 'case_00000'")

@@ -16,7 +16,6 @@ absolute names, so a folder that was moved is found by the last two parts of the
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError
-from mlharness.fileguard import DATA_FILE_LIMIT, check_regular_file, read_text_bounded
+from mlharness.fileguard import DATA_FILE_LIMIT, check_regular_file, parse_json, read_text_bounded
 
 MANIFEST_FILE = "dev-all-repack.json"
 AUDIO_DIR = "dev-all-repack"
@@ -112,7 +111,7 @@ class LibriSpeech:
         self.data_dir = Path(data_dir) if data_dir is not None else self.path.parent
         text = read_text_bounded(self.path, "LibriSpeech: manifest", DATA_FILE_LIMIT, error=DatasetError)
         try:
-            records = json.loads(text)
+            records = parse_json(text, f"LibriSpeech: manifest {self.path}", error=DatasetError)
         except ValueError as e:
             raise DatasetError(f"LibriSpeech: cannot read {self.path}: {e}") from e
         if not isinstance(records, list):

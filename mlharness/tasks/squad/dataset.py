@@ -17,7 +17,6 @@ from __future__ import annotations
 import collections
 import hashlib
 import io
-import json
 import logging
 import os
 from dataclasses import dataclass, fields
@@ -27,8 +26,14 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError
-from mlharness.fileguard import (DATA_FILE_LIMIT, check_regular_file, hash_file, load_npy, read_bytes_bounded,
-                                 read_text_bounded)
+from mlharness.fileguard import (
+    DATA_FILE_LIMIT,
+    check_regular_file,
+    hash_file,
+    load_npy,
+    read_bytes_bounded,
+    read_json,
+)
 from mlharness.tasks.files import atomic_write
 
 log = logging.getLogger(__name__)
@@ -54,7 +59,7 @@ def _is_squad_whitespace(c: str) -> bool:
 def read_squad_examples(path: Path | str) -> tuple[list[SquadExample], list[dict[str, Any]]]:
     """(one example per question, the json's ``data``): contexts split on whitespace as the reference does."""
     try:
-        data = json.loads(read_text_bounded(Path(path), "SQuAD file", DATA_FILE_LIMIT, error=DatasetError))["data"]
+        data = read_json(Path(path), "SQuAD file", DATA_FILE_LIMIT, error=DatasetError)["data"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise DatasetError(f"cannot read SQuAD file {path}: {e}") from e
     examples = []
