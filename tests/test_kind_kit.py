@@ -102,10 +102,32 @@ def _bad_utf8(good: bytes) -> Callable[[Path], None]:
 
 
 def _nan(good: bytes) -> Callable[[Path], None]:
-    import re
+    def first_number_to_nan(value: object) -> tuple[object, bool]:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float("nan"), True
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for key, item in items:
+            new, done = first_number_to_nan(item)
+            if done:
+                value[key] = new  # type: ignore[index]
+                return value, True
+        return value, False
 
-    def make(path: Path) -> None:  # the first number of the file becomes NaN
-        path.write_bytes(re.sub(rb"(?<=[:\[, ])-?\d+(\.\d+)?", b"NaN", good, count=1))
+    def make(path: Path) -> None:  # the file's first number (JSON, or the first line of JSON Lines) becomes NaN
+        text = good.decode()
+        try:
+            doc, done = first_number_to_nan(json.loads(text))
+            out = json.dumps(doc)
+        except json.JSONDecodeError:
+            lines = text.splitlines()
+            for i, line in enumerate(lines):
+                doc, done = first_number_to_nan(json.loads(line))
+                if done:
+                    lines[i] = json.dumps(doc)
+                    break
+            out = "\n".join(lines) + "\n"
+        assert done, f"no number in {path.name} to make NaN"
+        path.write_text(out)
 
     return make
 

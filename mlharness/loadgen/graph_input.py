@@ -25,6 +25,7 @@ default ``[5, 10, 15]``), ``seed`` (the sampler's; default 42) and ``reverse_edg
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,7 +119,9 @@ def open_graph(folder: Path, settings: GraphSettings) -> HeteroGraph:
     if not folder.is_dir():
         raise DatasetError(f"graph folder {folder} does not exist (input parameter 'path' under the dataset path)")
     graph = HeteroGraph(folder, settings)
-    for sub in sorted(p for p in folder.iterdir() if (p / "node_feat.npy").is_file()):
+    # a table is any folder holding the name (os.path.lexists: a FIFO or a device there is the door's error naming
+    # it, not a node type silently missing)
+    for sub in sorted(p for p in folder.iterdir() if os.path.lexists(p / "node_feat.npy")):
         path = sub / "node_feat.npy"
         table = _load(path, "node_feat")
         if table.ndim != 2:
@@ -128,7 +131,7 @@ def open_graph(folder: Path, settings: GraphSettings) -> HeteroGraph:
     if settings.seed_type not in graph.features:
         raise DatasetError(f"{folder}: no node table for the seed type '{settings.seed_type}' "
                            f"(input parameter 'seed_type'); node types found: {', '.join(graph.ntypes) or 'none'}")
-    for sub in sorted(p for p in folder.iterdir() if (p / "edge_index.npy").is_file()):
+    for sub in sorted(p for p in folder.iterdir() if os.path.lexists(p / "edge_index.npy")):
         etype = tuple(sub.name.split("__"))
         if len(etype) != 3:
             raise DatasetError(f"{sub}: an edge folder is named <src>__<relation>__<dst>")
