@@ -147,3 +147,42 @@ def test_a_campaigns_runs_are_in_the_evaluation_database_when_they_land(env, tmp
     rows = json.loads(listed.stdout)
     assert [row["folder"] for row in rows] == ["default/demo/Offline/performance"], listed.stderr
     assert rows[0]["kind"] == "campaign_job"
+
+
+def test_records_name_the_users_manifest_and_resume_refuses_changed_options(env, tmp_path):
+    """A shipped manifest's run records the user's file (not the node's temporary copy) with its digest; a resume
+    whose options differ from those of the finished runs is refused naming them, and kept only when asked."""
+    import json
+    import shutil
+
+    from mlharness.manifest.loader import find_builtin
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    shutil.copy(find_builtin("demo"), mine / "demo.yaml")
+    root = tmp_path / "results"
+
+    def write(count: int) -> Path:
+        path = tmp_path / "campaign.yaml"
+        path.write_text(f"models: [mine/demo.yaml]\nscenarios: [Offline]\nmodes: [performance]\n"
+                        f"options: {{min_duration_ms: 100, min_query_count: 1, count: {count}}}\n")
+        return path
+
+    r, _ = mlharness(env, "campaign", "run", str(write(16)), "--results", str(root), timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    key = "default/demo/Offline/performance"
+    meta = json.loads((root / key / "mlharness_run.json").read_text())
+    assert meta["manifest"]["path"] == str((mine / "demo.yaml").resolve())
+    assert meta["manifest"]["shipped_as"] != meta["manifest"]["path"]
+    entry = {e["key"]: e for e in json.loads((root / "campaign.json").read_text())["jobs"]}[key]
+    assert entry["manifest"]["sha256"] == meta["manifest"]["sha256"]
+    assert "--count" in entry["options"]
+    before = (root / key / "mlharness_run.json").stat().st_mtime_ns
+
+    refused, _ = mlharness(env, "campaign", "run", str(write(8)), "--results", str(root), "--resume", timeout=120)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert key in refused.stderr and "--count 16" in refused.stderr and "--accept-changed" in refused.stderr
+    kept, _ = mlharness(env, "campaign", "run", str(write(8)), "--results", str(root), "--resume",
+                        "--accept-changed", timeout=120)
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    assert (root / key / "mlharness_run.json").stat().st_mtime_ns == before

@@ -22,7 +22,7 @@ from typing import Any
 from mlharness.cluster.campaign_file import CampaignSpec, SystemSpec
 from mlharness.cluster.executor import Executor
 from mlharness.cluster.jobs import Constraints, NodeInfo, RunJob, RunOutcome
-from mlharness.cluster.shipping import is_builtin, manifest_files
+from mlharness.cluster.shipping import is_builtin, manifest_files, origin_env
 from mlharness.errors import ManifestError, MLHarnessError, SettingsError
 
 log = logging.getLogger(__name__)
@@ -53,20 +53,21 @@ def node_tag(node: NodeInfo) -> str:
     return "".join(c for c in node.node_id[:12] if c.isalnum() or c in "-_.") or "node"
 
 
-def _models(spec: CampaignSpec, base: Path) -> list[tuple[str, str, tuple[tuple[str, bytes], ...]]]:
-    """(label, reference the run names, files shipped) per model; a manifest file is shipped, a name is not."""
+def _models(spec: CampaignSpec, base: Path) -> list[tuple[str, str, tuple[tuple[str, bytes], ...], tuple]]:
+    """(label, reference the run names, files shipped, the run's extra environment) per model; a manifest file is
+    shipped (its record names the user's file: shipping.ORIGIN_ENV), a name is not."""
     out = []
     for i, ref in enumerate(spec.models):
         path = (base / ref).expanduser()
         if path.is_file():
             rel, files = manifest_files(path, f"manifests/{i}")
-            out.append((path.stem, rel, files))
+            out.append((path.stem, rel, files, (origin_env(path, files),)))
         elif is_builtin(ref):
-            out.append((ref, ref, ()))
+            out.append((ref, ref, (), ()))
         else:
             raise ManifestError(base / "<campaign>", f"models[{i}]", f"{ref!r} is neither a built-in manifest "
                                 f"(`mlharness manifest list`) nor a file (relative to {base})")
-    labels = [label for label, _, _ in out]
+    labels = [label for label, *_ in out]
     twice = sorted({x for x in labels if labels.count(x) > 1})
     if twice:
         raise ManifestError(base / "<campaign>", "models", f"two models would share the results folder "
@@ -110,7 +111,7 @@ def expand(spec: CampaignSpec, executor: Executor, base: Path, source: Path | No
         pinned = [(f"{system.name}@{node_tag(n)}", replace(c, node=n.node_id), n)
                   for n in every] if system.on == "each" else [(system.name, c, None)]
         for sys_label, constraints, node in pinned:
-            for label, ref, files in models:
+            for label, ref, files, env in models:
                 for dataset in datasets:
                     model_part = label if len(datasets) == 1 else f"{label}~{Path(str(dataset)).name}"
                     for scenario in spec.scenarios:
@@ -121,9 +122,11 @@ def expand(spec: CampaignSpec, executor: Executor, base: Path, source: Path | No
                             if dataset:
                                 argv += ["--dataset-path", dataset]
                             meta = {"system": system.name, "on": system.on, "model": label, "scenario": scenario,
-                                    "mode": mode, "node": node.node_id if node else None}
+                                    "mode": mode, "node": node.node_id if node else None,
+                                    "manifest": json.loads(env[0][1]) if env else {"name": ref},
+                                    "options": list(spec.options.flags())}
                             plan.jobs.append(RunJob(key=dest, argv=tuple(argv), dest=dest, constraints=constraints,
-                                                    timeout_s=spec.timeout_s, files=files, meta=meta))
+                                                    timeout_s=spec.timeout_s, env=env, files=files, meta=meta))
                             if node is not None and node.node_id in gone:
                                 plan.gone[dest] = gone[node.node_id]
     return plan
@@ -224,15 +227,44 @@ def index_results(root: Path) -> None:
                     "later): %s", root, root, e)
 
 
+def changed_since(plan: Plan, earlier: dict[str, Any] | None, root: Path) -> list[str]:
+    """The finished runs a resume would keep although they were made with other run options or another manifest
+    than the plan's (as ``campaign.json`` recorded them): one line each."""
+    prior = {e.get("key"): e for e in (earlier or {}).get("jobs", []) if isinstance(e, dict)}
+    lines = []
+    for job in plan.jobs:
+        entry = prior.get(job.key)
+        if entry is None or not complete(root / job.dest):
+            continue
+        was, now = entry.get("options"), job.meta.get("options")
+        if was is not None and now is not None and list(was) != list(now):
+            lines.append(f"{job.key}: run with options {' '.join(was) or '(none)'}, now {' '.join(now) or '(none)'}")
+        was_sha = (entry.get("manifest") or {}).get("sha256")
+        now_sha = (job.meta.get("manifest") or {}).get("sha256")
+        if was_sha and now_sha and was_sha != now_sha:
+            lines.append(f"{job.key}: run with another version of {job.meta['manifest'].get('path')} "
+                         f"(sha256 {was_sha[:12]}, now {now_sha[:12]})")
+    return lines
+
+
 def run_campaign(plan: Plan, executor: Executor, root: Path, spec_path: Path, resume: bool,
-                 on_done: Callable[[RunOutcome], None] | None = None) -> list[RunOutcome]:
-    """Run the plan's jobs (skipping complete ones with ``resume``); every outcome in the plan's order."""
+                 on_done: Callable[[RunOutcome], None] | None = None,
+                 accept_changed: bool = False) -> list[RunOutcome]:
+    """Run the plan's jobs (skipping complete ones with ``resume``); every outcome in the plan's order. A resume
+    that would keep runs made with other options or another manifest is refused, naming them, unless
+    ``accept_changed``."""
     root.mkdir(parents=True, exist_ok=True)
     done = [job for job in plan.jobs if (root / job.dest).exists()]
     if not resume and (done or (root / RECORD).exists()):
         what = f"runs of this campaign ({done[0].dest}, ...)" if done else f"a {RECORD}"
         raise SettingsError(f"{root} already holds {what}: pass --resume to run only what is missing or failed, "
                             f"or give another --results folder")
+    changed = changed_since(plan, read_record(root), root) if resume else []
+    if changed and not accept_changed:
+        shown = "; ".join(changed[:5]) + (f"; and {len(changed) - 5} more" if len(changed) > 5 else "")
+        raise SettingsError(f"--resume would keep {len(changed)} finished run(s) of {root} made otherwise than the "
+                            f"campaign now asks: {shown}. Give another --results folder, move those runs away, or "
+                            "pass --accept-changed to keep them as they are")
     record = Record(root, spec_path, executor.name, plan.jobs)
     outcomes: dict[str, RunOutcome] = {}
     for job in plan.jobs:

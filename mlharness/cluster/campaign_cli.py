@@ -23,6 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--results", type=Path, default=Path("results"), help="results root (default: results)")
     r.add_argument("--resume", action="store_true", help="skip every job whose run folder is complete; run the "
                                                          "failed and missing ones")
+    r.add_argument("--accept-changed", action="store_true",
+                   help="with --resume: keep finished runs made with other run options or another version of "
+                        "the manifest than the campaign now asks (refused by default, naming them)")
     r.set_defaults(func=cmd_run)
     p = actions.add_parser("plan", help="print a campaign's jobs and the nodes each system matches, run nothing")
     p.add_argument("file", type=Path)
@@ -102,7 +105,8 @@ def cmd_run(args: argparse.Namespace, console: Any) -> int:
     stopped: Cancelled | None = None
     try:  # SIGINT/SIGTERM stop every run in flight; what finished is recorded, the stopped ones as cancelled
         with cancel_on_signals(executor):
-            outcomes = run_campaign(plan, executor, root, args.file.resolve(), args.resume, done)
+            outcomes = run_campaign(plan, executor, root, args.file.resolve(), args.resume, done,
+                                    accept_changed=args.accept_changed)
     except Cancelled as e:
         stopped = e
     finally:

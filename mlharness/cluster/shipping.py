@@ -7,6 +7,7 @@ the node at the same path.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from mlharness import fileguard
@@ -69,6 +70,19 @@ def manifest_files(path: Path, folder: str) -> tuple[str, tuple[tuple[str, bytes
     return f"{folder}/{path.name}", tuple(files)
 
 
+ORIGIN_ENV = "MLHARNESS_MANIFEST_ORIGIN"
+"""Set on a run whose manifest was shipped: JSON ``{"path", "sha256"}`` of the user's own file, which the run's
+record keeps (``manifest.path``) instead of the node's temporary copy, so the driver can load it again (TEST01's
+verification reads the accuracy run's manifest) and the record names what the user ran."""
+
+
+def origin_env(path: Path, shipped: tuple[tuple[str, bytes], ...]) -> tuple[str, str]:
+    """The environment entry naming a shipped manifest's original file and the digest of the bytes shipped."""
+    import hashlib
+
+    return ORIGIN_ENV, json.dumps({"path": str(path.resolve()), "sha256": hashlib.sha256(shipped[0][1]).hexdigest()})
+
+
 def job_from_argv(argv: list[str], key: str, dest: str, constraints: Constraints | None = None,
                   timeout_s: float | None = None, meta: dict | None = None) -> RunJob:
     """A local child's command line (``<python> -m mlharness.cli run ... --output DIR ...``) as a run job: the
@@ -79,6 +93,7 @@ def job_from_argv(argv: list[str], key: str, dest: str, constraints: Constraints
         args = args[3:]
     out: list[str] = []
     files: list[tuple[str, bytes]] = []
+    env: list[tuple[str, str]] = []
     i = 0
     while i < len(args):
         flag = args[i]
@@ -97,6 +112,8 @@ def job_from_argv(argv: list[str], key: str, dest: str, constraints: Constraints
             folder = f"{FILE_FLAGS[flag]}{len(files)}"
             if flag in ("--manifest", "--dataset"):
                 rel, shipped = manifest_files(Path(value), folder)
+                if flag == "--manifest":
+                    env.append(origin_env(Path(value), shipped))
             else:
                 rel, shipped = f"{folder}/{Path(value).name}", ((f"{folder}/{Path(value).name}",
                                                                   _read(Path(value))),)
@@ -107,4 +124,4 @@ def job_from_argv(argv: list[str], key: str, dest: str, constraints: Constraints
         out.append(flag)
         i += 1
     return RunJob(key=key, argv=tuple(out), dest=dest, constraints=constraints or Constraints(), timeout_s=timeout_s,
-                  files=tuple(files), meta=dict(meta or {}))
+                  env=tuple(env), files=tuple(files), meta=dict(meta or {}))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import json
 import os
 import subprocess
 from dataclasses import asdict
@@ -26,6 +27,7 @@ from mlharness.telemetry.sysinfo import host_facts
 from mlharness.userfiles import read_log_text
 
 SEED_KEYS = ("qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed")
+ORIGIN_ENV = "MLHARNESS_MANIFEST_ORIGIN"  # cluster/shipping.py: the user's file of a manifest shipped to a node
 LABEL_ENV = "MLHARNESS_RUN_LABEL"  # the user's label of a run (a change under test, a ticket), recorded as given
 LABEL_MAX = 256
 GIT_TIMEOUT_S = 5.0
@@ -71,8 +73,7 @@ def run_metadata(run: RunPlan, conf: LoadgenSettings, predictors: list[Predictor
         # which code produced the result: the checkout's commit when mlharness runs from one, else None
         **source_commit(),
         "label": (os.environ.get(LABEL_ENV) or "")[:LABEL_MAX] or None,
-        "manifest": {"name": loaded.model.name, "version": loaded.model.version, "path": str(loaded.path),
-                     "sha256": loaded.source.sha256},
+        "manifest": manifest_record(loaded),
         "dataset_manifest": (
             {"name": loaded.dataset.name, "sha256": (loaded.dataset_source or loaded.source).sha256}
             if loaded.dataset else None),
@@ -151,3 +152,19 @@ def source_commit(package: Path = PACKAGE_DIR) -> dict[str, Any]:
     if not commit or status is None:
         return none
     return {"git_commit": commit, "git_dirty": bool(status)}
+
+
+def manifest_record(loaded: Any) -> dict[str, Any]:
+    """The record's ``manifest``: its name, version, path and digest. A manifest shipped to a cluster's node is
+    loaded from the node's temporary copy; when the driver named the user's file with the digest of the bytes it
+    shipped (``ORIGIN_ENV``) and they are the bytes loaded, the record keeps the user's path, and the copy's as
+    ``shipped_as``."""
+    record = {"name": loaded.model.name, "version": loaded.model.version, "path": str(loaded.path),
+              "sha256": loaded.source.sha256}
+    try:
+        origin = json.loads(os.environ.get(ORIGIN_ENV) or "null")
+    except ValueError:
+        origin = None
+    if isinstance(origin, dict) and origin.get("sha256") == loaded.source.sha256 and origin.get("path"):
+        record.update(path=str(origin["path"]), shipped_as=str(loaded.path))
+    return record
