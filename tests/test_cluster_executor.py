@@ -51,18 +51,20 @@ def metadata(folder: Path) -> dict:
 
 
 def children_of_mlharness(marker: str) -> list[int]:
-    """Processes still running an `mlharness.cli` command whose output path contains ``marker``."""
-    found = []
+    """Processes still running an `mlharness.cli` command whose output path contains ``marker``, one per command: a
+    run's supervised child (mlharness.supervise: the same command line, under its parent) is not counted again."""
+    found = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
         if b"mlharness.cli" in cmd and any(marker.encode() in part for part in cmd):
-            found.append(int(pid))
-    return found
+            found[int(pid)] = ppid
+    return [pid for pid, ppid in found.items() if ppid not in found]
 
 
 @pytest.fixture(autouse=True)
