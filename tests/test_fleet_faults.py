@@ -71,6 +71,17 @@ def test_a_ray_address_that_never_answers_is_one_line_exit_2(env, silent_port, f
     assert took < 15
 
 
+def test_a_database_server_that_never_answers_is_one_line_exit_2(env, silent_port, tmp_path):
+    """PostgreSQL's connect has the same bound: a server that accepts and never speaks ends the command."""
+    pytest.importorskip("psycopg")
+    (tmp_path / "results").mkdir()
+    r, took = mlharness(env, "results", "list", str(tmp_path / "results"), "--db",
+                        f"postgresql+psycopg://u@127.0.0.1:{silent_port}/results")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"127.0.0.1:{silent_port}" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert took < 15
+
+
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "soon"])
 def test_the_connect_timeout_is_a_finite_positive_number(env, silent_port, value):
     env["MLHARNESS_CONNECT_TIMEOUT"] = value
