@@ -197,8 +197,9 @@ def test_a_fifo_as_latents_is_named_without_waiting(run_cli, dataset, tmp_path):
 # --- a sample whose image is bad ---
 
 def test_a_nan_image_fails_the_run_naming_the_sample(run_cli, dataset, tmp_path):
-    """The oracle fed a float image with a NaN for sample 1: the shipped postprocess refuses it, naming its
-    qsl_idx (a cast to uint8 would have made it pixels, and they would have been scored)."""
+    """The oracle fed a float image with a NaN for sample 1: the run refuses it as a model input at load time,
+    naming the sample (a cast to uint8 would have made it pixels, and they would have been scored); the shipped
+    postprocess's own refusal of a NaN response is test_image_responses_refuse_what_a_cast_would_hide's."""
     text = find_builtin("stable-diffusion-xl-oracle").read_text()
     old = "  def preprocess(ctx, index):\n      return LOADED[index]\n"
     assert old in text
@@ -211,7 +212,7 @@ def test_a_nan_image_fails_the_run_naming_the_sample(run_cli, dataset, tmp_path)
     proc = run_cli("run", "--manifest", str(manifest), "--dataset-path", str(dataset), "--scenario", "Offline",
                    "--mode", "accuracy", "--count", "2", "--output", str(tmp_path / "run"), "--no-progress",
                    timeout=120)
-    refused(proc, 3, "qsl_idx 1", "non-finite")
+    refused(proc, 3, "sample 1: input 0", "NaN or infinite")
     assert not (tmp_path / "run" / "accuracy.txt").exists()
 
 
