@@ -51,8 +51,21 @@ def test_clip_and_fid_equal_the_official_script(inputs, run_cli):
                    timeout=300)
     assert proc.returncode == 0, proc.stderr
     expected = (FIXTURES / "official_output.txt").read_text()
-    assert proc.stdout == expected
-    assert float(json.loads(expected.split(": ", 1)[1].replace("'", '"'))["CLIP_SCORE"]) > 0
+
+    def figures(text: str) -> dict[str, str]:
+        head, _, body = text.partition(": ")
+        assert head == "Accuracy Results" and text.endswith("}\n"), text
+        return json.loads(body.replace("'", '"'))
+
+    got, official = figures(proc.stdout), figures(expected)
+    assert list(got) == list(official)
+    # CLIP to the byte; FID to 1e-9 of itself: the square root of the product of two rank-deficient covariances
+    # (four images) moves in its tenth digit with the BLAS kernel and thread count of the machine (1791963.8793 in
+    # the fixture, .8785 with 2 OpenBLAS threads and .8784 with 1 on another CPU), for the official script as much
+    # as for mlharness, which run the same numpy and scipy calls
+    assert got["CLIP_SCORE"] == official["CLIP_SCORE"]
+    assert abs(float(got["FID_SCORE"]) - float(official["FID_SCORE"])) <= 1e-9 * float(official["FID_SCORE"])
+    assert float(official["CLIP_SCORE"]) > 0
 
 
 def test_synthetic_layout_is_the_references(inputs):
