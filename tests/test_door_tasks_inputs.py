@@ -229,3 +229,18 @@ def test_e2e_rag_questions_fifo_is_refused(tmp_path: Path) -> None:
     fifo = _fifo_in_place_of(tmp_path / "frames_dataset.tsv")
     with pytest.raises(DatasetError, match=rf"{fifo} is a FIFO, not a regular file"):
         read_frames(fifo)
+
+
+@pytest.mark.timeout(60)
+def test_a_bfcl_subset_that_is_a_fifo_is_named_not_skipped(tmp_path):
+    """A subset file the folder holds but that is no regular file is the door's error, never silently left out of
+    the entries (a missing subset is still skipped, as the reference skips it)."""
+    from mlharness.errors import DatasetError
+    from mlharness.tasks.bfcl_v4.dataset import load_entries
+
+    row = {"id": "simple_python_0", "question": [[{"role": "user", "content": "hi"}]], "function": []}
+    (tmp_path / "BFCL_v4_simple_python.json").write_text(json.dumps(row) + "\n")
+    assert [e.id for e in load_entries(tmp_path)] == ["simple_python_0"]
+    os.mkfifo(tmp_path / "BFCL_v4_multiple.json")
+    with pytest.raises(DatasetError, match="BFCL_v4_multiple.json is a FIFO"):
+        load_entries(tmp_path)

@@ -15,6 +15,7 @@ types become JSON-schema types), ``tool_choice: "auto"``, no system prompt of it
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,11 +113,11 @@ def load_entries(path: Path | str | None = None) -> list[Entry]:
     entries: list[Entry] = []
     for subset in SINGLE_TURN_SUBSETS:
         data_file = folder / f"BFCL_v4_{subset}.json"
-        if not data_file.is_file():
+        if not os.path.lexists(data_file):  # anything else there (a FIFO, a folder) is the door's error naming it
             continue
         answers_file = folder / "possible_answer" / f"BFCL_v4_{subset}.json"
         truths = {r.get("id", ""): r.get("ground_truth", []) for r in _json_lines(answers_file)} \
-            if answers_file.is_file() else {}
+            if os.path.lexists(answers_file) else {}
         for row in _json_lines(data_file):
             if not row.get("question"):
                 continue
