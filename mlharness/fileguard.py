@@ -369,3 +369,22 @@ def open_image(path: Path, what: str, limit: int = 256 << 20, *, error: ErrorFac
         return Image.open(io.BytesIO(data))
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as e:
         raise error(f"{what} {path} is not a readable image: {e}") from None
+
+
+def read_gzip_bounded(path: Path, what: str, limit: int, *, error: ErrorFactory = UnusableFile) -> bytes:
+    """The decompressed content of the gzip file ``path``: at most ``limit`` bytes read, and at most ``limit`` once
+    decompressed (a small file can unpack to gigabytes); a file that is not gzip is an error naming it."""
+    import gzip
+    import io
+
+    path = Path(path)
+    data = read_bytes_bounded(path, what, limit, error=error)
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as z:
+            data = z.read(limit + 1)
+    except (OSError, EOFError) as e:
+        raise error(f"{what} {path} is not a readable gzip file: {e}") from None
+    if len(data) > limit:
+        raise error(f"{what} {path} holds more than {_human(limit)} once decompressed; check that it is the right "
+                    "file")
+    return data

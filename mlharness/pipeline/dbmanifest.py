@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import DatasetError
-from mlharness.fileguard import DATA_FILE_LIMIT, parse_json, read_bytes_bounded, read_text_bounded
+from mlharness.fileguard import (
+    DATA_FILE_LIMIT,
+    parse_json,
+    read_bytes_bounded,
+    read_gzip_bounded,
+    read_text_bounded,
+)
 from mlharness.pipeline.index import Embedder, VectorDB
 
 MANIFEST_VERSION = 2
@@ -43,18 +49,10 @@ def read_manifest(path: str | Path) -> Any:
     """The JSON of a database manifest (gzip'd when its name ends in ``.gz``), read through the one door and
     bounded, also once decompressed."""
     path = Path(path)
-    data = read_bytes_bounded(path, "database manifest", MANIFEST_LIMIT, error=DatasetError)
     if str(path).endswith(".gz"):
-        import io
-
-        try:
-            with gzip.GzipFile(fileobj=io.BytesIO(data)) as z:
-                data = z.read(MANIFEST_LIMIT + 1)
-        except (OSError, EOFError) as e:
-            raise DatasetError(f"database manifest {path} is not a readable gzip file: {e}") from None
-        if len(data) > MANIFEST_LIMIT:
-            raise DatasetError(f"database manifest {path} holds more than {MANIFEST_LIMIT >> 20} MiB once "
-                               "decompressed; check that it is the right file")
+        data = read_gzip_bounded(path, "database manifest", MANIFEST_LIMIT, error=DatasetError)
+    else:
+        data = read_bytes_bounded(path, "database manifest", MANIFEST_LIMIT, error=DatasetError)
     return parse_json(data, f"database manifest {path}", error=DatasetError)
 
 

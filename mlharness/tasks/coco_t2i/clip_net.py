@@ -8,7 +8,6 @@ end-of-text pooling.
 
 from __future__ import annotations
 
-import gzip
 import html
 import importlib.util
 import io
@@ -21,7 +20,7 @@ import torch
 from torch import nn
 
 from mlharness.errors import AccuracyError
-from mlharness.fileguard import read_bytes_bounded
+from mlharness.fileguard import read_bytes_bounded, read_gzip_bounded
 
 # open_clip's bpe_simple_vocab_16e6.txt.gz is 1.3 MiB (1.6 MiB unpacked); the ViT-B/32 weights about 600 MiB
 VOCAB_LIMIT = 16 << 20
@@ -95,15 +94,7 @@ class Tokenizer:
         import regex
 
         source = Path(path or vocab_path())
-        data = read_bytes_bounded(source, "CLIP BPE vocabulary", VOCAB_LIMIT, error=AccuracyError)
-        try:
-            with gzip.GzipFile(fileobj=io.BytesIO(data)) as z:
-                text = z.read(VOCAB_LIMIT + 1)
-        except (OSError, EOFError) as e:
-            raise AccuracyError(f"CLIP BPE vocabulary {source} is not a gzip file: {e}") from None
-        if len(text) > VOCAB_LIMIT:
-            raise AccuracyError(f"CLIP BPE vocabulary {source} unpacks to more than 16 MiB; check that it is the "
-                                "right file")
+        text = read_gzip_bounded(source, "CLIP BPE vocabulary", VOCAB_LIMIT, error=AccuracyError)
         merges = text.decode("utf-8").split("\n")[1:49152 - 256 - 2 + 1]
         pairs = [tuple(m.split()) for m in merges]
         self.byte_encoder = _bytes_to_unicode()
