@@ -102,6 +102,8 @@ class Hostile:
                 self.send_response(status)
                 for k, v in (headers or {}).items():
                     self.send_header(k, v)
+                if status >= 400:  # each retry on a new connection: none races a kept-alive one being closed
+                    self.send_header("Connection", "close")
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

@@ -141,8 +141,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                   "same options")
     cl = sw.add_argument_group("cluster (docs/cluster.md): each point a run on a node, all at once")
     cl.add_argument("--cluster", default=None, metavar="local|auto|ray://HOST:PORT", help="run the points on an "
-                    "executor's nodes: 'auto' (the Ray cluster of this host) or 'ray://HOST:PORT' (needs "
-                    "mlharness[cluster]); a list or --plan even|log2 only, no --endpoint/--agent/--replay")
+                    "executor's nodes: 'auto' (the Ray cluster RAY_ADDRESS names or `mlharness cluster "
+                    "start` started; never another job's) or 'ray://HOST:PORT' (needs mlharness[cluster]); a list or --plan even|log2 only, no --endpoint/--agent/--replay")
     cl.add_argument("--constraints", default=None, metavar="KEY=VALUE,...", help="with --cluster: what a node "
                     "needs to run a point (as submission run takes it); give what only identical nodes meet")
     from mlharness.measurement.replay import add_replay_flags

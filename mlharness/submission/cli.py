@@ -65,8 +65,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--compliance-dtype", default=None, choices=DTYPES, help="TEST01 compares the first "
                    "element of each response in this dtype (default: the manifest's response.element_type)")
     r.add_argument("--cluster", default=None, metavar="local|auto|ray://HOST:PORT", help="run the LoadGen tests "
-                   "on an executor's nodes, independent ones at once: 'auto' (the Ray cluster of this host) or "
-                   "'ray://HOST:PORT' (needs mlharness[cluster]); the tree stays here (docs/cluster.md)")
+                   "on an executor's nodes, independent ones at once: 'auto' (the Ray cluster RAY_ADDRESS names or "
+                   "`mlharness cluster start` started; never another job's) or 'ray://HOST:PORT' (needs mlharness[cluster]); the tree stays here (docs/cluster.md)")
     r.add_argument("--constraints", default=None, metavar="KEY=VALUE,...", help="with --cluster: what a node needs "
                    "to run this benchmark (accelerator=GPU, accelerators=2, min_memory_gb=32, cpus=1, label.NAME=V, "
                    "framework.NAME=SPEC)")
