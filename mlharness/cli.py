@@ -140,6 +140,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         say=lambda text: err.print(f"[dim]{escape(text)}[/]", highlight=False),
     )
     result = run(opts)
+    from mlharness.results_db.at_commit import index_committed
+
+    # its row in the evaluation database of the results root that holds it, now (none: --output outside it)
+    index_committed(result.output, opts.results_root, say=lambda text: err.print(
+        f"[yellow]warning:[/] {escape(text)}", highlight=False, soft_wrap=True))
     s = result.summary
     table = Table(show_header=False, box=None)
     md = result.metadata

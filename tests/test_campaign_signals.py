@@ -100,7 +100,7 @@ def test_sigint_stops_every_remote_run_keeps_what_finished_and_exits_130(ray_clu
     fast, slow = f"fast-{marker}", f"slow-{marker}"
     path = write_campaign(tmp_path, {fast: 1, slow: 60000}, "[Offline, SingleStream]", "  - {name: any}\n")
     root = tmp_path / "results"
-    proc = start(env, path, root)
+    proc = start(env, path, root, "--share-host")  # the nodes share this host; the runs in flight share it too
     try:
         # the two fast runs finish; the two slow ones are running on their nodes (one CPU each: 3 at a time)
         wait_for(lambda: sum(e["outcome"] == "ok" for e in record(root).values()) == 2
@@ -152,7 +152,7 @@ def test_resume_after_a_node_died_reports_its_pinned_runs_and_resumes_the_rest(t
         path = write_campaign(tmp_path, {toy: 1}, "[Offline]", "  - {name: all, on: each}\n  - {name: any}\n", ms=2500)
         root = tmp_path / "results"
         dead = cluster.node_id("c")
-        proc = start(env, path, root)
+        proc = start(env, path, root, "--share-host")  # three runs at once on the nodes that share this host
         try:  # node c dies under its run
             wait_for(lambda: len(runs_of(marker)) == 3, 120, proc)
             cluster.kill("c")

@@ -239,7 +239,8 @@ def test_ray_cancel_stops_every_run_within_seconds(cluster, tmp_path):
     from mlharness.cluster.ray_executor import RayExecutor
 
     rex = RayExecutor(cluster[0].address)  # a cancelled executor starts nothing more: one of its own
-    jobs = [RunJob(key=f"long{i}", argv=slow_argv(60), dest=f"sys/long{i}") for i in range(2)]
+    # the three nodes share this host: the runs share it too (share_host), as runs on machines of their own
+    jobs = [RunJob(key=f"long{i}", argv=slow_argv(60), dest=f"sys/long{i}", share_host=True) for i in range(2)]
     result = {}
     t = threading.Thread(target=lambda: result.update(out=rex.run_all(jobs, tmp_path)), daemon=True)
     t.start()
@@ -272,9 +273,13 @@ def test_ray_node_death_reruns_elsewhere_or_fails_naming_the_node(cluster, tmp_p
                           tmp_path)
     assert first.ok, first.error
     before = {p: p.stat().st_mtime_ns for p in first.folder.iterdir()}
-    jobs = [RunJob(key="only-b", argv=slow_argv(60), dest="sys/only-b", constraints=Constraints(accelerator="accel_b")),
-            RunJob(key="spare1", argv=slow_argv(4), dest="sys/spare1", constraints=Constraints(accelerator="spare")),
-            RunJob(key="spare2", argv=slow_argv(4), dest="sys/spare2", constraints=Constraints(accelerator="spare"))]
+    # the three nodes share this host: the runs share it too (share_host), as runs on machines of their own
+    jobs = [RunJob(key="only-b", argv=slow_argv(60), dest="sys/only-b", constraints=Constraints(accelerator="accel_b"),
+                   share_host=True),
+            RunJob(key="spare1", argv=slow_argv(4), dest="sys/spare1", constraints=Constraints(accelerator="spare"),
+                   share_host=True),
+            RunJob(key="spare2", argv=slow_argv(4), dest="sys/spare2", constraints=Constraints(accelerator="spare"),
+                   share_host=True)]
     result = {}
     t = threading.Thread(target=lambda: result.update(out=rex.run_all(jobs, tmp_path)), daemon=True)
     t.start()

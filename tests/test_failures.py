@@ -224,7 +224,9 @@ def test_failed_runs_never_replace_an_earlier_result(tmp_path):
     assert (second / "mlperf_log_detail.txt").is_file()
     assert str(second) in r.stderr
     assert list(out.parent.glob(".*")) == []  # no staging folder or lock left behind
-    assert sorted(p.name for p in out.parent.iterdir()) == sorted(["D", first.name, second.name])
+    # beside them only the results root's evaluation database, which the good run's row went into as it committed
+    assert sorted(p.name for p in out.parent.iterdir()) == sorted(["D", first.name, second.name,
+                                                                    "mlharness_results.sqlite"])
 
 
 def test_staged_dir_abandon_is_idempotent_and_never_collides(tmp_path, monkeypatch):

@@ -23,7 +23,7 @@ from mlharness.cluster.campaign_file import CampaignSpec, SystemSpec
 from mlharness.cluster.executor import Executor
 from mlharness.cluster.jobs import Constraints, NodeInfo, RunJob, RunOutcome
 from mlharness.cluster.shipping import is_builtin, manifest_files, origin_env
-from mlharness.errors import ManifestError, MLHarnessError, SettingsError
+from mlharness.errors import ManifestError, SettingsError
 
 log = logging.getLogger(__name__)
 
@@ -92,10 +92,12 @@ def _gone_nodes(system: SystemSpec, live: list[NodeInfo], executor: Executor,
 
 
 def expand(spec: CampaignSpec, executor: Executor, base: Path, source: Path | None = None,
-           earlier: dict[str, Any] | None = None) -> Plan:
+           earlier: dict[str, Any] | None = None, share_host: bool = False) -> Plan:
     """Every run job of the campaign, in a stable order with stable keys (``dest``). A system no live node
     matches is an error naming it (exit status 2): nothing starts. ``earlier``: the ``campaign.json`` a resumed
-    campaign continues; its jobs pinned to a node that is gone stay in the plan, marked in ``Plan.gone``."""
+    campaign continues; its jobs pinned to a node that is gone stay in the plan, marked in ``Plan.gone``.
+    ``share_host`` (``--share-host``): the runs start without waiting for other runs on their host
+    (:mod:`mlharness.cluster.hostlock`)."""
     models = _models(spec, base)
     datasets = [str((base / d).expanduser()) for d in spec.datasets] or [None]
     plan = Plan(jobs=[])
@@ -126,7 +128,8 @@ def expand(spec: CampaignSpec, executor: Executor, base: Path, source: Path | No
                                     "manifest": json.loads(env[0][1]) if env else {"name": ref},
                                     "options": list(spec.options.flags())}
                             plan.jobs.append(RunJob(key=dest, argv=tuple(argv), dest=dest, constraints=constraints,
-                                                    timeout_s=spec.timeout_s, env=env, files=files, meta=meta))
+                                                    timeout_s=spec.timeout_s, env=env, files=files, meta=meta,
+                                                    share_host=share_host))
                             if node is not None and node.node_id in gone:
                                 plan.gone[dest] = gone[node.node_id]
     return plan
@@ -210,21 +213,12 @@ def read_record(root: Path) -> dict[str, Any] | None:
 
 
 def index_results(root: Path) -> None:
-    """Bring the results root's evaluation database up to date as a run lands (incremental: the new folder is
-    read, the others only signed), so the campaign's runs are in it without a query first. A database that
-    cannot be written is a warning: the run is landed and recorded all the same."""
-    try:
-        from mlharness.results_db.db import open_db, sqlite_url
-        from mlharness.results_db.indexer import index
+    """Bring the results root's evaluation database up to date as a run lands, so the campaign's runs are in it
+    without a query first (:func:`mlharness.results_db.at_commit.index_quietly`). A database that cannot be
+    written is one notice: the run is landed and recorded all the same."""
+    from mlharness.results_db.at_commit import index_quietly
 
-        engine = open_db(sqlite_url(root))
-        try:
-            index(engine, root, sole_root=True)
-        finally:
-            engine.dispose()
-    except (MLHarnessError, ImportError, OSError) as e:
-        log.warning("the evaluation database of %s was not updated (`mlharness results index %s` does it "
-                    "later): %s", root, root, e)
+    index_quietly(root)
 
 
 def changed_since(plan: Plan, earlier: dict[str, Any] | None, root: Path) -> list[str]:

@@ -26,6 +26,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--accept-changed", action="store_true",
                    help="with --resume: keep finished runs made with other run options or another version of "
                         "the manifest than the campaign now asks (refused by default, naming them)")
+    r.add_argument("--share-host", action="store_true",
+                   help="start each run at once, even while another run a campaign or submission started is "
+                        "running on the same physical host (several Ray nodes on one machine); by default each "
+                        "waits for them, since runs sharing a machine measure each other (docs/cluster.md)")
     r.set_defaults(func=cmd_run)
     p = actions.add_parser("plan", help="print a campaign's jobs and the nodes each system matches, run nothing")
     p.add_argument("file", type=Path)
@@ -43,7 +47,8 @@ def _plan(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     # a resumed campaign keeps the jobs it pinned to nodes that are gone since (reported, not rerun)
     earlier = read_record(args.results.resolve()) if getattr(args, "resume", False) else None
     try:
-        return spec, executor, expand(spec, executor, args.file.resolve().parent, args.file, earlier)
+        return spec, executor, expand(spec, executor, args.file.resolve().parent, args.file, earlier,
+                                      share_host=getattr(args, "share_host", False))
     except BaseException:
         executor.close()
         raise

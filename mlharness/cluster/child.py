@@ -22,7 +22,9 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
+from mlharness.cluster.hostlock import HostTurn
 from mlharness.cluster.jobs import RunJob
 
 KILL_AFTER_S = 5.0  # after SIGINT, how long a run may take to keep its partial output before SIGKILL
@@ -111,7 +113,6 @@ class ChildRun:
         self._stop.set()
 
     def run(self) -> ChildResult:
-        started = time.monotonic()
         self.work.mkdir(parents=True, exist_ok=True)
         console = self.work / CONSOLE
         try:
@@ -119,28 +120,63 @@ class ChildRun:
         except (OSError, ValueError) as e:
             console.write_text(f"error: {e}\n")
             return ChildResult(None, None, console, 0.0, f"its files could not be written: {e}")
+        with open(console, "w") as logf:
+            turn = None if self.job.share_host else HostTurn(self._holder())
+            if turn is not None and not self._take(turn, logf):
+                logf.write("error: stopped while it waited for its turn on the host\n")
+                return ChildResult(None, None, console, 0.0, "stopped before it started (it waited for its turn "
+                                   "on the host)", stopped=True)
+            try:
+                return self._run(console, logf)
+            finally:
+                if turn is not None:
+                    turn.release()
+
+    def _holder(self) -> str:
+        """How a run that waits for this one names it."""
+        node = self.env.get("MLHARNESS_NODE_ID", "")
+        return f"mlharness job {self.job.key}" + (f" of node {node[:12]}" if node else "")
+
+    def _take(self, turn: HostTurn, logf: Any) -> bool:
+        """Wait for the host (:mod:`mlharness.cluster.hostlock`): False when stopped meanwhile (stop(), or the
+        KeyboardInterrupt ``ray.cancel`` raises in the task). The wait is said once, in the run's console and on
+        this process's stderr (the driver's, or the Ray worker's that Ray forwards to it)."""
+
+        def say(text: str) -> None:
+            logf.write(text + "\n")
+            logf.flush()
+            print(text, file=sys.stderr, flush=True)
+
+        try:
+            return turn.take(say, self._stop.is_set)
+        except KeyboardInterrupt:
+            self._stop.set()
+            return False
+
+    def _run(self, console: Path, logf: Any) -> ChildResult:
+        """The run's process, once the host is its (its timeout counts from here, not from the wait)."""
+        started = time.monotonic()
         out = self.work / "run"
         argv = [self.python, "-m", "mlharness.cli", *self.job.argv, "--output", str(out)]
-        with open(console, "w") as logf:
-            logf.write(f"$ {subprocess.list2cmdline(argv)}\n\n")
-            logf.flush()
+        logf.write(f"$ {subprocess.list2cmdline(argv)}\n\n")
+        logf.flush()
+        try:
+            self.proc = subprocess.Popen(argv, cwd=self.work, env=self.env, stdout=logf,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
+        except OSError as e:
+            return ChildResult(None, None, console, 0.0, f"the run could not be started: {e}")
+        watcher = subprocess.Popen([self.python, "-S", "-c", _WATCHER, str(os.getpid()), str(self.proc.pid)],
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            rc, stopped = self._wait(started)
+        finally:
+            self._kill_group()  # whatever the run left behind in its group (its own children)
             try:
-                self.proc = subprocess.Popen(argv, cwd=self.work, env=self.env, stdout=logf,
-                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                             start_new_session=True)
-            except OSError as e:
-                return ChildResult(None, None, console, 0.0, f"the run could not be started: {e}")
-            watcher = subprocess.Popen([self.python, "-S", "-c", _WATCHER, str(os.getpid()), str(self.proc.pid)],
-                                       stdin=subprocess.DEVNULL, start_new_session=True)
-            try:
-                rc, stopped = self._wait(started)
-            finally:
-                self._kill_group()  # whatever the run left behind in its group (its own children)
-                try:
-                    watcher.wait(timeout=2)
-                except subprocess.TimeoutExpired:
-                    watcher.kill()
-                    watcher.wait()
+                watcher.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                watcher.kill()
+                watcher.wait()
         seconds = time.monotonic() - started
         failed = sorted(self.work.glob("run.failed-*"))
         folder = out if rc == 0 and out.is_dir() else (failed[-1] if failed else None)

@@ -51,6 +51,9 @@ class RunJob:
     # those relative paths. Built-in manifests are named, not shipped.
     files: tuple[tuple[str, bytes], ...] = ()
     meta: dict[str, Any] = field(default_factory=dict, compare=False)  # campaign fields (model, scenario, system)
+    # False: the run's process starts only when no other such run holds its host (mlharness/cluster/hostlock.py);
+    # True (--share-host): at once, sharing the host with whatever else runs there
+    share_host: bool = False
 
 
 @dataclass

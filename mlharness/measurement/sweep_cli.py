@@ -19,6 +19,7 @@ RUN_FIELDS = ("framework", "dataset", "device", "round", "user_conf", "max_batch
               "telemetry_interval_ms", "ignore_framework_version", "calibrate", "endpoints", "agents", "network",
               "agent_options")
 DEFAULT_POINT_MS = 1000  # each point's min_duration without --min-duration-ms
+RESULTS_ROOT = Path("results")  # the root whose evaluation database gets each point's row (when the sweep is in it)
 
 
 def config(args: argparse.Namespace, say: Callable[[str], None], on_point: Callable[[dict], None]) -> SweepConfig:
@@ -98,7 +99,15 @@ def _median(agg: dict[str, Any], key: str) -> str:
 
 
 def run_sweep(args: argparse.Namespace, out: Any, say: Callable[[str], None]) -> int:
-    cfg = config(args, say, lambda p: out.print(point_table(p)))
+    from mlharness.results_db.at_commit import index_committed
+
+    def on_point(p: dict[str, Any]) -> None:
+        out.print(point_table(p))
+        # the point's row in the evaluation database of the default results root, when the sweep lies in it (a
+        # sweep has no --results-root: ./results is the root `mlharness results list` takes by default)
+        index_committed(cfg.output / p["dir"], RESULTS_ROOT)
+
+    cfg = config(args, say, on_point)
     failed: list[Any] = []
     if getattr(args, "cluster", None):  # each point a run job on a node (mlharness/measurement/sweep_cluster.py)
         from mlharness.measurement.sweep_cluster import sweep_on_cluster

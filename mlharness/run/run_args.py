@@ -78,7 +78,8 @@ _FLAGS: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
     ("output", ("--output",), dict(type=Path, default=None, help="run directory (default: results/<system>/"
                                    "<benchmark>/<scenario>/accuracy or .../performance/run_1)")),
     ("output", ("--results-root",), dict(type=Path, default=Path("results"), help="root of the results tree "
-                                         "(default: results)")),
+                                         "(default: results); its evaluation database gets the run's row as the "
+                                         "run commits, when the run folder lies in it")),
     ("output", ("--system",), dict(default=os.environ.get("MLHARNESS_SYSTEM", "default"), help="system name in "
                                    "the results tree")),
     ("output", ("--no-progress",), dict(action="store_true", help="no progress bar (the estimate line only)")),

@@ -70,6 +70,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--constraints", default=None, metavar="KEY=VALUE,...", help="with --cluster: what a node needs "
                    "to run this benchmark (accelerator=GPU, accelerators=2, min_memory_gb=32, cpus=1, label.NAME=V, "
                    "framework.NAME=SPEC)")
+    r.add_argument("--share-host", action="store_true", help="start each LoadGen test at once, even while another "
+                   "run a submission or campaign started is running on the same host (by default each waits for "
+                   "them: runs sharing a machine measure each other; docs/cluster.md)")
     r.set_defaults(func=cmd_run)
 
     p = actions.add_parser("package", help="a submission package: <division>/<submitter>/{src,systems,results} "
@@ -175,7 +178,7 @@ def cmd_run(args: argparse.Namespace, console: Any) -> int:
         dataset_path=_abs(args.dataset_path) if args.dataset_path else None, user_conf=args.user_conf,
         count=args.count, overrides={_dest(f): getattr(args, _dest(f)) for f, _ in DEV_FLAGS},
         execution=execution, extra_tests=args.extra_tests, system_overrides=args.system_overrides,
-        dtype=args.compliance_dtype, command=_reproduce(args), round=args.round,
+        dtype=args.compliance_dtype, command=_reproduce(args), round=args.round, share_host=args.share_host,
     )
     if args.constraints and not args.cluster:
         from mlharness.errors import SettingsError
@@ -190,7 +193,7 @@ def cmd_run(args: argparse.Namespace, console: Any) -> int:
         from mlharness.submission.layout import Tree
 
         constraints = parse_constraints(args.constraints)
-        req.dispatch = RemoteSteps(make_executor(args.cluster), Tree(args.results), constraints)
+        req.dispatch = RemoteSteps(make_executor(args.cluster), Tree(args.results), constraints, args.share_host)
         # SIGINT/SIGTERM stop every run on the nodes; what was placed stays, the command ends 130/143
         stop = cancel_on_signals(req.dispatch.executor)
     try:

@@ -14,6 +14,7 @@ import io
 import shutil
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from itertools import count
 from pathlib import Path
 from typing import Any
@@ -32,9 +33,11 @@ MAX_IN_FLIGHT = 64  # submitted runs waiting on the executor at once (the cluste
 class RemoteSteps:
     """The submission's child processes, run as jobs on ``executor`` and landed in the tree's work folder."""
 
-    def __init__(self, executor: Executor, tree: Tree, constraints: Constraints | None = None):
+    def __init__(self, executor: Executor, tree: Tree, constraints: Constraints | None = None,
+                 share_host: bool = False):
         self.executor = executor
         self.constraints = constraints or Constraints()
+        self.share_host = share_host  # the runs start without waiting for other runs on their node's host
         self.root = tree.archive / "dispatch"  # where runs land before a step takes them, out of the tree's way
         self.pool = ThreadPoolExecutor(max_workers=MAX_IN_FLIGHT, thread_name_prefix="submission-dispatch")
         self.futures: dict[tuple[str, ...], Future[RunOutcome]] = {}
@@ -46,6 +49,7 @@ class RemoteSteps:
         if key not in self.futures:
             job = job_from_argv(argv, key="/".join((*ids, step)), dest="/".join((*ids, f"{step}-{next(self.numbers)}")),
                                 constraints=self.constraints, meta={"step": step})
+            job = replace(job, share_host=self.share_host)
             self.futures[key] = self.pool.submit(lambda: self.executor.run_all([job], self.root)[0])
         return self.futures[key]
 

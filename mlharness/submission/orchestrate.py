@@ -39,6 +39,7 @@ from mlharness.submission.steps import (
     StepFailed,
     complete,
     failed_before,
+    host_child,
     result_line,
     run_step,
 )
@@ -71,6 +72,7 @@ class SubmissionRequest:
     dispatch: Any = None  # a dispatch.RemoteSteps: the runs go to an executor's nodes (--cluster); None: here
     command: str = ""  # the command line that reproduces this submission run
     round: str = DEFAULT_ROUND  # the MLPerf round every run is made for (its seeds)
+    share_host: bool = False  # --share-host: runs start without waiting for other runs on their host
 
 
 @dataclass
@@ -299,8 +301,11 @@ def _sized_performance(tree: Tree, ids: tuple[str, str, str], argv: list[str], l
 
 
 def _remote(req: SubmissionRequest, ids: tuple[str, str, str], step: str) -> Any:
-    """The step's child on the executor (``--cluster``), or None: a local process."""
-    return req.dispatch.child(ids, step) if req.dispatch is not None else None
+    """The step's child on the executor (``--cluster``), else a local process started when the host is free of
+    other runs (``host_child``), or None with ``--share-host``: a local process started at once."""
+    if req.dispatch is not None:
+        return req.dispatch.child(ids, step)
+    return None if req.share_host else host_child(f"mlharness submission step {'/'.join(ids)} {step}")
 
 
 def _prefetch(tree: Tree, req: SubmissionRequest, ids: tuple[str, str, str], argvs: dict[str, list[str]],

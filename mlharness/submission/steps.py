@@ -16,6 +16,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -127,8 +128,34 @@ def run_step(tree: Tree, ids: tuple[str, str, str], step: str, argv: list[str], 
     with GUARD.deferred():  # the results tree is never left half swapped
         _place(tree, ids, step, out, log_path, {"step": step, "argv": argv, "signature": signature,
                                                  "seconds": round(seconds, 3), "finished": stamp()})
+    from mlharness.results_db.at_commit import index_quietly
+
+    index_quietly(tree.root)  # the step's rows in the tree's evaluation database, as it is placed
     GUARD.check()  # a signal the finished child outran: its result is in place; stop before the next step
     return seconds
+
+
+def host_child(holder: str) -> Callable[[list[str], Any], int]:
+    """A step's local child, started once no other run an executor or a submission started holds this host
+    (:mod:`mlharness.cluster.hostlock`); the wait is said once, in the step's log and on stderr. A signal while
+    it waits stops the command as it would stop the run."""
+
+    def run(argv: list[str], logf: Any) -> int:
+        from mlharness.cluster.hostlock import HostTurn
+
+        def say(text: str) -> None:
+            logf.write(text + "\n")
+            logf.flush()
+            print(text, file=sys.stderr, flush=True)
+
+        turn = HostTurn(holder)
+        turn.take(say)
+        try:
+            return _child(argv, logf)
+        finally:
+            turn.release()
+
+    return run
 
 
 def _child(argv: list[str], logf: Any) -> int:
