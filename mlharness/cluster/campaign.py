@@ -5,6 +5,8 @@ A system ``on: each`` becomes one node-pinned system per matching node (``<syste
 evaluation on every machine gives one result per machine, side by side in ``mlharness report``. The record is
 rewritten as each run ends, so a campaign stopped (a signal, a node lost, the driver killed) keeps what finished;
 ``--resume`` skips every job whose run folder is complete and runs the rest, never touching a finished folder.
+A Ray head lost mid-campaign ends every job not finished as ``lost`` (the executor stops waiting on it); no job of
+a campaign that ends otherwise than by the driver being killed stays ``pending``.
 """
 
 from __future__ import annotations
@@ -180,6 +182,14 @@ class Record:
                              finished=outcome.finished_unix)
             self.write()
 
+    def unfinished(self, why: str) -> None:
+        """Every job still ``pending`` (the driver stops before its run came back) recorded as failed, saying why."""
+        with self.lock:
+            for entry in self.data["jobs"]:
+                if entry.get("outcome") == "pending":
+                    entry.update(outcome="failed", error=f"not finished: {why}")
+            self.write()
+
     def write(self) -> None:
         self.data["updated"] = time.time()
         tmp = self.path.with_name(f".{RECORD}.{os.getpid()}.tmp")
@@ -188,9 +198,10 @@ class Record:
 
 
 def outcome_label(outcome: RunOutcome) -> str:
-    """How ``campaign.json`` names an outcome (a job pinned to a node that is gone: :data:`NODE_GONE`)."""
+    """How ``campaign.json`` names an outcome (a job pinned to a node that is gone: :data:`NODE_GONE`; a run the
+    cluster's head was lost under: ``lost``)."""
     return ("skipped" if outcome.skipped else "ok" if outcome.ok else "cancelled" if outcome.cancelled
-            else "failed")
+            else "lost" if outcome.lost else "failed")
 
 
 RECORD_LIMIT = 256 << 20  # a record of a million jobs is some hundreds of MiB; a device is refused
@@ -289,8 +300,10 @@ def run_campaign(plan: Plan, executor: Executor, root: Path, spec_path: Path, re
         for outcome in executor.run_all(todo, root, done_one) if todo else []:
             outcomes[outcome.job.key] = outcome
             record.update(outcome, root)  # the same entry again: a backend that calls no on_done is recorded too
-    except BaseException:
+    except BaseException as e:
         executor.cancel()
+        record.unfinished(f"the campaign stopped ({type(e).__name__}: {e})" if str(e) else
+                          f"the campaign stopped ({type(e).__name__})")
         raise
     finally:
         record.write()

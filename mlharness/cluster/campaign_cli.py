@@ -86,6 +86,17 @@ def result_text(folder: Path | None) -> str:
         return "-"
 
 
+def resume_command(args: argparse.Namespace) -> str:
+    """The command that runs what this one did not finish: the same campaign, results and cluster, --resume."""
+    import shlex
+
+    argv = ["mlharness", "campaign", "run", str(args.file), "--results", str(args.results)]
+    if args.cluster:
+        argv += ["--cluster", args.cluster]
+    argv += [flag for flag, on in (("--accept-changed", args.accept_changed), ("--share-host", args.share_host)) if on]
+    return shlex.join([*argv, "--resume"])
+
+
 def cmd_run(args: argparse.Namespace, console: Any) -> int:
     from rich.markup import escape
     from rich.table import Table
@@ -121,20 +132,33 @@ def cmd_run(args: argparse.Namespace, console: Any) -> int:
     for o in outcomes:
         gone = o.job.key in plan.gone and not o.ok
         state = ("[dim]skipped (complete)[/]" if o.skipped else "[green]ok[/]" if o.ok else
-                 f"[yellow]{NODE_GONE}[/]" if gone else "[yellow]cancelled[/]" if o.cancelled else "[red]failed[/]")
+                 f"[yellow]{NODE_GONE}[/]" if gone else "[yellow]cancelled[/]" if o.cancelled else
+                 "[red]lost[/]" if o.lost else "[red]failed[/]")
         node = o.node.short() if o.node else "-"
         table.add_row(escape(o.job.key), escape(node), state, escape(result_text(o.folder) if o.ok else
                                                                      str(o.error)))
     console.print(table)
     lost = [o for o in outcomes if not o.ok and o.job.key in plan.gone]
     failed = [o for o in outcomes if not o.ok and o.job.key not in plan.gone]
+    unfinished = [o for o in failed if o.lost]  # the cluster's head was lost before they came back
     ran = sum(1 for o in outcomes if not o.skipped and o not in lost)
-    console.print(f"{ran} run(s), {len(outcomes) - ran - len(lost)} skipped, {len(failed)} failed"
+    console.print(f"{ran} run(s), {len(outcomes) - ran - len(lost)} skipped, {len(failed) - len(unfinished)} failed"
+                  + (f", {len(unfinished)} not finished (the cluster's head was lost)" if unfinished else "")
                   + (f", {len(lost)} not rerun (their node is gone)" if lost else "")
                   + f"; record in {escape(str(root / 'campaign.json'))}", highlight=False, soft_wrap=True)
+    resume = resume_command(args)
+    if failed and stopped is None:
+        console.print(f"resume: {escape(resume)}" + (" (with --cluster naming a cluster that is up)" if unfinished
+                                                       else ""), highlight=False, soft_wrap=True)
     if stopped is not None:
         raise stopped
+    if unfinished:
+        head = getattr(executor, "lost", None) or "the Ray head stopped answering"
+        raise RunFailed(f"{head}: {len(unfinished)} run(s) of the campaign did not finish (recorded 'lost' in "
+                        f"{root / 'campaign.json'}), {len(outcomes) - len(failed) - len(lost)} finished and kept"
+                        + (f", {len(failed) - len(unfinished)} failed" if len(failed) > len(unfinished) else "")
+                        + f"; once a cluster is up, `{resume}` runs what did not finish and nothing that did")
     if failed:
         raise RunFailed(f"{len(failed)} run(s) of the campaign failed: " + "; ".join(
-            f"{o.job.key} ({o.error})" for o in failed) + "; `mlharness campaign run --resume` runs them again")
+            f"{o.job.key} ({o.error})" for o in failed) + f"; `{resume}` runs them again")
     return 0

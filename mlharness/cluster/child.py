@@ -112,6 +112,11 @@ class ChildRun:
     def stop(self) -> None:
         self._stop.set()
 
+    def kill(self) -> None:
+        """SIGKILL the run's process group now, from any thread (its node is going away: nothing to keep)."""
+        if self.proc is not None:
+            self._signal_group(signal.SIGKILL)
+
     def run(self) -> ChildResult:
         self.work.mkdir(parents=True, exist_ok=True)
         console = self.work / CONSOLE

@@ -82,6 +82,8 @@ class RunOutcome:
     finished_unix: float | None = None
     skipped: bool = False  # --resume found it done and did not run it again
     cancelled: bool = False  # the driver stopped it (cancel(): SIGINT/SIGTERM), or it never started for that
+    lost: bool = False  # the cluster's head stopped answering before the run came back: not finished, its
+    # outcome unknown (a campaign records it `lost`; --resume runs it again)
 
 
 def parse_constraints(text: str | None) -> Constraints:

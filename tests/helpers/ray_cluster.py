@@ -4,13 +4,22 @@ to 127.0.0.1 with no dashboard. Custom resources stand in for accelerators: node
 
 Use the ``ray_cluster`` fixture (module-scoped: starting the nodes takes seconds); a test that kills a node gets
 a cluster of its own from :func:`start_cluster`. Without Ray installed, the tests that need it are skipped with
-the install command."""
+the install command.
+
+Every process of a cluster (its raylets and GCS name its session folder; each Ray worker and agent holds its logs
+there open, and a worker carries its raylet's pid in ``RAY_RAYLET_PID``) is found by
+:meth:`LocalRayCluster.processes`, so a test can say what outlived a node, and :meth:`LocalRayCluster.shutdown`
+kills whatever Ray's own shutdown leaves behind (the workers and agents of a raylet that lost its GCS are not
+stopped by Ray)."""
 
 from __future__ import annotations
 
 import os
+import signal
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,11 +56,42 @@ postprocess: |
 """
 
 
+def _raylet_pid(node: Any) -> int:
+    return node.all_processes["raylet"][0].process.pid
+
+
+def _process(pid: str, session_dir: str) -> tuple[str, str | None] | None:
+    """(command line, RAY_RAYLET_PID) of a live process (not a zombie) of the cluster whose session folder is
+    ``session_dir``: its command line names the folder, or it holds a file there open. None otherwise."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except (OSError, IndexError):
+        return None
+    if state == "Z":
+        return None
+    if session_dir not in cmd:
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(session_dir + "/"):
+                    break
+            except OSError:
+                continue
+        else:
+            return None
+    raylet = next((e.partition(b"=")[2].decode() for e in env if e.startswith(b"RAY_RAYLET_PID=")), None)
+    return cmd, raylet
+
+
 @dataclass
 class LocalRayCluster:
     cluster: Any
     address: str  # the GCS address, for RAY_ADDRESS (``--cluster auto`` connects to it)
     nodes: dict[str, Any] = field(default_factory=dict)  # "a" / "b" / "c" -> ray._private.node.Node
+    session_dir: str = ""  # the cluster's folder under Ray's temp dir; its raylets' and GCS's command lines name it
+    raylets: dict[str, int] = field(default_factory=dict)  # "a" / "b" / "c" -> its raylet's pid, kept once it dies
 
     def node_id(self, name: str) -> str:
         return self.nodes[name].node_id
@@ -64,8 +104,35 @@ class LocalRayCluster:
         """The node dies at once, as a machine that loses power (its raylet killed, no drain)."""
         self.cluster.remove_node(self.nodes.pop(name), allow_graceful=False)
 
+    def kill_head(self) -> None:
+        """The head (node ``a``) dies at once: its GCS, raylet and every other process it started, SIGKILLed."""
+        self.nodes.pop("a").kill_all_processes(check_alive=False, allow_graceful=False, wait=True)
+
+    def processes(self, *names: str) -> dict[int, str]:
+        """pid -> command line of every live process of this cluster; with ``names``, only the raylets of those
+        nodes and the Ray workers they started."""
+        raylets = {str(pid) for name, pid in self.raylets.items() if name in names}
+        found = {}
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            seen = _process(pid, self.session_dir) if self.session_dir else None
+            if seen is not None and (not names or pid in raylets or seen[1] in raylets):
+                found[int(pid)] = seen[0]
+        found.pop(os.getpid(), None)  # the process that started the nodes holds their logs open too
+        return found
+
     def shutdown(self) -> None:
-        self.cluster.shutdown()
+        """Ray's shutdown of every node, then SIGKILL to whatever of the cluster is still running (bounded)."""
+        try:
+            self.cluster.shutdown()
+        finally:
+            deadline = time.monotonic() + 10
+            while (left := self.processes()) and time.monotonic() < deadline:
+                for pid in left:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                time.sleep(0.1)
 
 
 def start_cluster(cpus_per_node: float = 1.0) -> LocalRayCluster:
@@ -77,11 +144,14 @@ def start_cluster(cpus_per_node: float = 1.0) -> LocalRayCluster:
     head, *rest = NODES.items()
     cluster = Cluster(initialize_head=True, head_node_args={**common, "num_cpus": cpus_per_node,
                                                             "resources": {**head[1], f"mlh_{head[0]}": 1.0}})
-    local = LocalRayCluster(cluster, cluster.address, nodes={head[0]: cluster.head_node})
+    local = LocalRayCluster(cluster, cluster.address, nodes={head[0]: cluster.head_node},
+                            session_dir=cluster.head_node.get_session_dir_path(),
+                            raylets={head[0]: _raylet_pid(cluster.head_node)})
     try:
         for name, resources in rest:
             local.nodes[name] = cluster.add_node(num_cpus=cpus_per_node, resources={**resources, f"mlh_{name}": 1.0},
                                                  **common)
+            local.raylets[name] = _raylet_pid(local.nodes[name])
         cluster.wait_for_nodes(timeout=60)
     except BaseException:
         local.shutdown()
