@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import socket
 import stat
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from mlharness.fileguard import (
 from mlharness.manifest import assets
 from mlharness.manifest.archives import ArchiveLimits, extract_into
 from tests.helpers.toy_manifest import toy_manifest
+from tests.helpers.unix_socket import socket_file
 
 RUN_SECONDS = 90  # one CLI run, imports and a tiny LoadGen test included; a hang fails the test here
 
@@ -173,9 +173,7 @@ def make_file(path: Path, spec: Any) -> None:
     elif kind == "chardev":  # reads as zeros without end, like /dev/zero, but inside the test's folder
         os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 5))
     elif kind == "socket":
-        s = socket.socket(socket.AF_UNIX)
-        s.bind(str(path))
-        s.close()
+        socket_file(path)
     elif kind == "link":
         os.symlink(arg, path)
     elif kind == "sparse":

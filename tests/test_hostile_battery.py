@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import stat
 import sys
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.unix_socket import socket_file
 from tests.test_files_bounded import HOSTILE_FILE_CASES, can_make, materialise
 from tests.test_files_bounded import snapshot as file_snapshot
 from tests.test_hooks_bounded import HOSTILE_HOOK_CASES, manifest, write_case
@@ -75,9 +75,7 @@ def _destination_cases(root: Path) -> list[Battery]:
         return make
 
     def sock(path: Path) -> None:
-        s = socket.socket(socket.AF_UNIX)
-        s.bind(str(path))
-        s.close()
+        socket_file(path)
 
     case("file", lambda f: (f / "target").write_text("precious\n"), "{folder}/target",
          "{folder}/target exists and is a file")

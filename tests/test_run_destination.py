@@ -18,6 +18,7 @@ import pytest
 
 from mlharness import cli
 from mlharness.run import destination as dest
+from tests.helpers.unix_socket import socket_file
 
 RUN = ["run", "--scenario", "Offline", "--mode", "accuracy", "--count", "4", "--no-progress"]
 
@@ -86,11 +87,7 @@ def test_a_file_fifo_device_or_socket_is_refused_by_what_it_is(here, capsys, kin
             pytest.skip("making a device node needs root")
         os.mknod(target, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # a stand-in with /dev/null's numbers
     else:
-        import socket
-
-        s = socket.socket(socket.AF_UNIX)
-        s.bind(str(target))
-        s.close()
+        socket_file(target)
     before = snapshot(here)
     assert run("--output", str(target)) == 2
     err = capsys.readouterr().err

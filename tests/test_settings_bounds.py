@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import textwrap
 from pathlib import Path
 from typing import NamedTuple
@@ -22,6 +21,7 @@ import pytest
 from mlharness.cli import main
 from mlharness.loadgen import bounds
 from mlharness.loadgen import settings as lgs
+from tests.helpers.unix_socket import socket_file
 
 FIFO = "<fifo>"  # a file spec: make a FIFO there
 FOLDER = "<folder>"  # a file spec: make a folder there
@@ -48,9 +48,7 @@ class HostileCase(NamedTuple):
             elif spec == FOLDER:
                 path.mkdir()
             elif spec == SOCKET:
-                s = socket.socket(socket.AF_UNIX)
-                s.bind(str(path))
-                s.close()
+                socket_file(path)
             elif isinstance(spec, int):
                 with open(path, "wb") as f:
                     f.truncate(spec)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import stat
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from mlharness.rounds import DEFAULT_ROUND, ROUNDS
 from mlharness.submission.layout import Tree
 from mlharness.submission.rules import SYSTEM_DESC_REQUIRED_FIELDS
 from tests.helpers.loadgen_logs import write_run
+from tests.helpers.unix_socket import socket_file
 
 SEEDS = {f"effective_{k}": v for k, v in ROUNDS[DEFAULT_ROUND].seeds.items()}
 FIXTURES = Path(__file__).parent / "fixtures" / "submission_spq"
@@ -120,9 +120,7 @@ def _fifo(path: Path) -> None:
 
 
 def _socket(path: Path) -> None:
-    s = socket.socket(socket.AF_UNIX)
-    s.bind(str(path))
-    s.close()  # the socket file stays
+    socket_file(path)
 
 
 def _device(path: Path) -> None:
