@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 from mlharness.cluster.jobs import Constraints, RunJob
 from mlharness.cluster.local import LocalExecutor
 from mlharness.paths import MANIFESTS_DIR
+from tests.helpers.ray_cluster import node_cache
 
 # the fastest real run: the demo model, 16 samples, accuracy mode (about a second)
 FAST = ("run", "--manifest", "demo", "--scenario", "Offline", "--mode", "accuracy", "--count", "16",
@@ -152,11 +154,12 @@ def cluster():
     from ray.cluster_utils import Cluster
 
     common = {"include_dashboard": False}
-    c = Cluster(initialize_head=True, head_node_args={**common, "num_cpus": 1, "resources": {"accel_a": 1},
-                                                      "labels": {"zone": "a"}})
-    nodes = {"A": c.head_node,
-             "B": c.add_node(**common, num_cpus=2, resources={"accel_b": 1, "spare": 1}, labels={"zone": "b"}),
-             "C": c.add_node(**common, num_cpus=1, resources={"spare": 1})}
+    with node_cache() as cache:
+        c = Cluster(initialize_head=True, head_node_args={**common, "num_cpus": 1, "resources": {"accel_a": 1},
+                                                          "labels": {"zone": "a"}})
+        nodes = {"A": c.head_node,
+                 "B": c.add_node(**common, num_cpus=2, resources={"accel_b": 1, "spare": 1}, labels={"zone": "b"}),
+                 "C": c.add_node(**common, num_cpus=1, resources={"spare": 1})}
     c.wait_for_nodes(timeout=60)
     ray.init(address=c.address, include_dashboard=False)
     try:
@@ -164,6 +167,7 @@ def cluster():
     finally:
         ray.shutdown()
         c.shutdown()
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

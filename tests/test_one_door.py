@@ -26,6 +26,8 @@ ALLOWED: dict[tuple[str, str], str] = {
         "the sandboxed child's own standard input and /dev/null, fixed descriptors, not a user's path",
     ("mlharness/tasks/deepseek_r1/isolation.py", "processes_of"):
         "/proc/<pid>/status of the sandbox's own processes; no user names it",
+    ("mlharness/cluster/ray_tasks.py", "raylet_gone"):
+        "/proc/<pid>/stat of the node's raylet, a kernel file of a pid Ray gave; no user names it",
     ("mlharness/manifest/archives.py", "_extract_zip"):
         "a member of an archive already opened through the door (zf.open(info)), and O_EXCL writes",
     ("mlharness/tasks/deepseek_r1/sandbox.py", "_runner_source"):

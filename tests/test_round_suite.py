@@ -40,7 +40,7 @@ from mlharness.rounds import MLPERF_BENCHMARKS, ROUNDS, check_in_suite, rounds_w
 from mlharness.submission.checker import check
 from mlharness.submission.layout import Tree
 from mlharness.submission.round_check import round_to_package
-from mlharness.submission.rules import ROUND_RULES
+from mlharness.submission.rules import ROUND_RULES, conf_minimums
 from tests.helpers.cli import cli
 
 # MODEL_CONFIG[<round>]["models"] of tools/submission/submission_checker/constants.py (mlcommons/inference b66003e1)
@@ -207,8 +207,16 @@ def test_offline_plus_interactive_checks_with_development_findings_only(llm_tree
     strict = cli(env, "submission", "check", str(llm_tree["package"]))
     assert strict.returncode == 2 and _findings(strict.stdout, "ERROR") == tolerated, strict.stdout
     kinds = {re.sub(r"^\S+: ", "", f).split(";")[0].split(" (")[0] for f in tolerated}
-    assert kinds == {"the accuracy run covers 64 samples", "performance_sample_count is 64",
-                     "Test duration less than 600s in user config. expected=600000, found=1000"}, kinds
+    expected = {"the accuracy run covers 64 samples", "performance_sample_count is 64",
+                "Test duration less than 600s in user config. expected=600000, found=1000"}
+    # the Offline query's size follows the calibrated rate, so a slow machine's short run also sends fewer
+    # samples than mlperf.conf's minimum: that finding is expected exactly when the log shows it
+    (offline,) = (llm_tree["results"] / SYSTEM / "llama3.1-8b" / "Offline" / "performance").rglob(
+        "mlperf_log_detail.txt")
+    spq = detail_values(offline)["effective_samples_per_query"]
+    if spq < conf_minimums("llama3_1-8b", "Offline")["min_query_count"]:
+        expected.add(f"{spq} samples in the Offline query")
+    assert kinds == expected, kinds
 
 
 def _official_checker() -> Path | None:

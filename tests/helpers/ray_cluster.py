@@ -14,8 +14,11 @@ stopped by Ray)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -92,6 +95,7 @@ class LocalRayCluster:
     nodes: dict[str, Any] = field(default_factory=dict)  # "a" / "b" / "c" -> ray._private.node.Node
     session_dir: str = ""  # the cluster's folder under Ray's temp dir; its raylets' and GCS's command lines name it
     raylets: dict[str, int] = field(default_factory=dict)  # "a" / "b" / "c" -> its raylet's pid, kept once it dies
+    cache: str = ""  # the nodes' MLHARNESS_CACHE (see :func:`node_cache`), removed at shutdown
 
     def node_id(self, name: str) -> str:
         return self.nodes[name].node_id
@@ -133,6 +137,25 @@ class LocalRayCluster:
                     except OSError:
                         pass
                 time.sleep(0.1)
+            if self.cache:
+                shutil.rmtree(self.cache, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def node_cache() -> Iterator[str]:
+    """A cache folder of the cluster's own, in MLHARNESS_CACHE while its nodes start (their workers inherit it):
+    what runs on the nodes (the host's run lock among it) stays in a scratch folder, and two clusters of parallel
+    tests never take turns on one lock."""
+    cache = tempfile.mkdtemp(prefix="mlharness-ray-cache-")
+    before = os.environ.get("MLHARNESS_CACHE")
+    os.environ["MLHARNESS_CACHE"] = cache
+    try:
+        yield cache
+    finally:
+        if before is None:
+            os.environ.pop("MLHARNESS_CACHE", None)
+        else:
+            os.environ["MLHARNESS_CACHE"] = before
 
 
 def start_cluster(cpus_per_node: float = 1.0) -> LocalRayCluster:
@@ -142,20 +165,21 @@ def start_cluster(cpus_per_node: float = 1.0) -> LocalRayCluster:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     common = {"node_ip_address": "127.0.0.1", "include_dashboard": False}
     head, *rest = NODES.items()
-    cluster = Cluster(initialize_head=True, head_node_args={**common, "num_cpus": cpus_per_node,
-                                                            "resources": {**head[1], f"mlh_{head[0]}": 1.0}})
-    local = LocalRayCluster(cluster, cluster.address, nodes={head[0]: cluster.head_node},
-                            session_dir=cluster.head_node.get_session_dir_path(),
-                            raylets={head[0]: _raylet_pid(cluster.head_node)})
-    try:
-        for name, resources in rest:
-            local.nodes[name] = cluster.add_node(num_cpus=cpus_per_node, resources={**resources, f"mlh_{name}": 1.0},
-                                                 **common)
-            local.raylets[name] = _raylet_pid(local.nodes[name])
-        cluster.wait_for_nodes(timeout=60)
-    except BaseException:
-        local.shutdown()
-        raise
+    with node_cache() as cache:
+        cluster = Cluster(initialize_head=True, head_node_args={**common, "num_cpus": cpus_per_node,
+                                                                "resources": {**head[1], f"mlh_{head[0]}": 1.0}})
+        local = LocalRayCluster(cluster, cluster.address, nodes={head[0]: cluster.head_node},
+                                session_dir=cluster.head_node.get_session_dir_path(),
+                                raylets={head[0]: _raylet_pid(cluster.head_node)}, cache=cache)
+        try:
+            for name, resources in rest:
+                local.nodes[name] = cluster.add_node(num_cpus=cpus_per_node,
+                                                     resources={**resources, f"mlh_{name}": 1.0}, **common)
+                local.raylets[name] = _raylet_pid(local.nodes[name])
+            cluster.wait_for_nodes(timeout=60)
+        except BaseException:
+            local.shutdown()
+            raise
     del ray
     return local
 
