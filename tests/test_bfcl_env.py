@@ -101,8 +101,8 @@ def test_setup_makes_the_pinned_environment_of_ci_run(tmp_path):
     assert bfcl == [*pip, "--no-deps", "bfcl-eval==2026.3.23"]
     assert deps[:len(pip)] == pip and "numpy==1.26.4" in deps and "filelock==3.20.0" in deps
     # .ci/run's .ci-bfcl block installs the same pins (one list, kept equal here)
-    block = CI_RUN.read_text().split("python3 -m venv .ci-bfcl", 1)[1].split("|| echo", 1)[0]
-    installs = [re.findall(r'"([^"]+)"|(\S+)', part) for part in block.split(".ci-bfcl/bin/pip install -q")[1:]]
-    named = [[(a or b).rstrip(")") for a, b in words if (a or b) not in ("&&", "\\")] for words in installs]
+    block = CI_RUN.read_text().split("side_env bfcl ", 1)[1].split('>"$logs/bfcl"', 1)[0]
+    installs = [re.findall(r'"([^"]+)"|(\S+)', part) for part in block.split("$V/bin/pip install -q")[1:]]
+    named = [[(a or b).rstrip("')") for a, b in words if (a or b) not in ("&&", "\\")] for words in installs]
     assert named[0] == ["--no-deps", bfcl_env.BFCL_EVAL]
     assert named[1] == list(bfcl_env.DEPENDENCIES)

@@ -61,6 +61,7 @@ def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
                            *args], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("scenario", SCENARIOS)
 @pytest.mark.parametrize("toy", ["fast", "slow"])
 def test_calibrated_runs_are_valid_in_every_scenario(toys, tmp_path, toy, scenario):

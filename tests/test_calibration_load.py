@@ -22,6 +22,8 @@ from mlharness.loadgen.logs import parse_summary
 from mlharness.predictors.threads import intra_op_threads, usable_cores
 from tests.helpers.busy import busy_core
 
+pytestmark = pytest.mark.timing  # runs that must last what was announced, on a quiet host and with a core busy
+
 MANIFEST = """\
 name: tiny_mlp
 framework: {name: pytorch}

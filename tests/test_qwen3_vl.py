@@ -175,6 +175,7 @@ def test_a_catalogue_without_splits_is_refused_naming_the_folder(env, tmp_path):
     assert proc.returncode == 2 and "train-*.parquet" in proc.stderr and str(tmp_path) in proc.stderr, proc.stderr
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("scenario", ["Offline", "Server"])
 def test_random_qwen3_vl_generates_text_through_its_processor(env, tmp_path, scenario):
     """The tiny random Qwen3-VL (transformers, its own processor and chat template) answers the reference's chat

@@ -25,7 +25,7 @@ import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
-pytestmark = pytest.mark.slow  # whole runs: calibration, then a few hundred queries each
+pytestmark = [pytest.mark.slow, pytest.mark.timing]  # VALID on the first try; whole runs: calibration, then a few hundred queries each
 
 # the diffusion pipeline is the image page's own example, with its dataset (reused, not repeated here)
 from tests.test_t2i_any_resolution import HAS_VOCAB, dataset, example  # noqa: E402, F401

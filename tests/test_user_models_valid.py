@@ -18,7 +18,7 @@ from mlharness.loadgen.logs import parse_summary
 from tests.helpers import user_models
 from tests.helpers.busy import busy_core
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]  # VALID on a quiet host and with one core busy
 
 SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
 # each scenario once, in one process: exit status per scenario as the last line
