@@ -34,8 +34,9 @@ def sweep_args(tmp_path: Path, out: Path, *extra: str) -> list[str]:
 def test_a_list_of_points_runs_at_once_on_the_nodes_and_lands_in_one_sweep_folder(ray_cluster, tmp_path):  # noqa: F811
     env = ray_cluster.env(dict(os.environ))
     out = tmp_path / "sweep"
-    run = cli(env, *sweep_args(tmp_path, out, "--qps", "20,40,60", "--cluster", "auto"))
+    run = cli(env, *sweep_args(tmp_path, out, "--qps", "20,40,60", "--cluster", "auto", "--share-host"))
     assert run.returncode == 0, run.stdout + run.stderr
+    assert "waits for its turn on this host" not in run.stdout + run.stderr  # --share-host: no point waited
     state = json.loads((out / "sweep.json").read_text())
     assert state["complete"] is True and [p["value"] for p in state["points"]] == [20, 40, 60]
     nodes = set()
@@ -47,7 +48,7 @@ def test_a_list_of_points_runs_at_once_on_the_nodes_and_lands_in_one_sweep_folde
         assert ran["node_id"] == p["node"]["node_id"]  # the point and its run name the same node
         nodes.add(p["node"]["node_id"])
         assert p["node"]["node_id"][:12] in run.stdout
-    # three points on three one-CPU nodes: they ran at once, one per node
+    # three points on three one-CPU nodes: they ran at once (--share-host), one per node
     assert nodes == {ray_cluster.node_id(n) for n in ("a", "b", "c")}
     # the analysis is the local sweep's, from the same points
     aggs = sp.by_value(state["points"])

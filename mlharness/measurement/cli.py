@@ -143,6 +143,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     cl.add_argument("--cluster", default=None, metavar="local|auto|ray://HOST:PORT", help="run the points on an "
                     "executor's nodes: 'auto' (the Ray cluster RAY_ADDRESS names or `mlharness cluster "
                     "start` started; never another job's) or 'ray://HOST:PORT' (needs mlharness[cluster]); a list or --plan even|log2 only, no --endpoint/--agent/--replay")
+    cl.add_argument("--share-host", action="store_true", help="with --cluster: start each point at once, even "
+                    "while another run measures on the same host (by default runs on one host take turns)")
     cl.add_argument("--constraints", default=None, metavar="KEY=VALUE,...", help="with --cluster: what a node "
                     "needs to run a point (as submission run takes it); give what only identical nodes meet")
     from mlharness.measurement.replay import add_replay_flags

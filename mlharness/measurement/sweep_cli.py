@@ -112,7 +112,7 @@ def run_sweep(args: argparse.Namespace, out: Any, say: Callable[[str], None]) ->
     if getattr(args, "cluster", None):  # each point a run job on a node (mlharness/measurement/sweep_cluster.py)
         from mlharness.measurement.sweep_cluster import sweep_on_cluster
 
-        state, failed = sweep_on_cluster(cfg, args.cluster, args.constraints)
+        state, failed = sweep_on_cluster(cfg, args.cluster, args.constraints, getattr(args, "share_host", False))
     else:
         state = sweep(cfg)
     unit = "QPS" if state["axis"] == "target_qps" else "requests in flight"

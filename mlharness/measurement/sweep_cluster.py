@@ -18,6 +18,7 @@ once would load the one server together, and each point's figures would include 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +54,9 @@ def refuse_shared_remote(args: Any) -> None:
 class ClusterSweep(Sweep):
     """A sweep whose points are run jobs on an executor; :meth:`run_on` measures what is missing."""
 
-    def __init__(self, cfg: SweepConfig, cluster: str, constraints: Constraints):
+    def __init__(self, cfg: SweepConfig, cluster: str, constraints: Constraints, share_host: bool = False):
         self.cluster, self.constraints = cluster, constraints
+        self.share_host = share_host  # --share-host: points start without waiting for other runs on their host
         self.executor: Executor | None = None
         self.failed: list[RunOutcome] = []
         super().__init__(cfg)
@@ -93,8 +95,9 @@ class ClusterSweep(Sweep):
         argv += [flag for flag, on in (("--pin-cores", c.run.get("pin_cores")), ("--ignore-framework-version",
                  c.run.get("ignore_framework_version")), ("--no-calibrate", c.run.get("calibrate") is False)) if on]
         label = self.label(value, repeat)
-        return job_from_argv(argv, key=label, dest=f"points/{label}", constraints=self.constraints,
-                             meta={"value": value, "repeat": repeat})
+        job = job_from_argv(argv, key=label, dest=f"points/{label}", constraints=self.constraints,
+                            meta={"value": value, "repeat": repeat})
+        return replace(job, share_host=self.share_host)
 
     def run_on(self, executor: Executor) -> dict[str, Any]:
         state = self.state
@@ -135,12 +138,12 @@ class ClusterSweep(Sweep):
             self.cfg.on_point(point)
 
 
-def sweep_on_cluster(cfg: SweepConfig, cluster: str, constraints: str | None) -> tuple[dict[str, Any],
-                                                                                        list[RunOutcome]]:
+def sweep_on_cluster(cfg: SweepConfig, cluster: str, constraints: str | None,
+                     share_host: bool = False) -> tuple[dict[str, Any], list[RunOutcome]]:
     """The sweep measured on ``cluster``'s nodes; its state and the points that failed (their folders kept as
     ``.failed-*``; ``--resume`` measures them again). SIGINT/SIGTERM stop every point in flight (exit 130/143);
     the points that finished are in sweep.json."""
-    sweep = ClusterSweep(cfg, cluster, parse_constraints(constraints))
+    sweep = ClusterSweep(cfg, cluster, parse_constraints(constraints), share_host)
     assert sweep.executor is not None
     try:
         with cancel_on_signals(sweep.executor):
