@@ -175,6 +175,7 @@ def submission(tmp_path: Path, env_cache: Path, images: Path, *args: str) -> sub
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # every run it sizes must come out VALID
 def test_submission_run_sizes_its_runs_without_a_tune(tmp_path, shared_cache, imagenet):
     proc = submission(tmp_path, shared_cache, imagenet, "--scenarios", "Offline", "SingleStream", "Server")
     assert proc.returncode in (0, 4), proc.stdout + proc.stderr  # 4: a timing verdict on a busy host

@@ -17,7 +17,7 @@ from mlharness.loadgen.logs import detail_values
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
-pytestmark = pytest.mark.slow  # whole runs: calibration, then up to a few hundred generations
+pytestmark = [pytest.mark.slow, pytest.mark.timing]  # VALID with only a min duration; whole runs: calibration, then up to a few hundred generations
 
 from tests.test_generative_transformers import MANIFEST, PROMPT_LEN, VOCAB, checkpoint  # noqa: E402, F401
 
