@@ -30,11 +30,15 @@ demo: $(CORE_STAMP)
 
 # The suite on PYTEST_WORKERS processes (pytest-xdist; a file's tests stay on one worker, so its module fixtures
 # are made once), then alone the tests marked 'timing' (VALID on the first try, calibrated durations, a busy core),
-# so that no other test shares the CPU with them. Both parts always run; either failing fails the target.
+# so that no other test shares the CPU with them. A test of the first part that failed while sharing the CPU is
+# run once more alone (pytest's --last-failed), as the whole suite once ran: the target fails if it fails again;
+# the log keeps both. Both parts always run; either failing fails the target.
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
 	@status=0; \
-	$(BIN)/python -m pytest -q --durations=25 -n $(PYTEST_WORKERS) --dist loadfile -m "not timing" || status=$$?; \
+	$(BIN)/python -m pytest -q --durations=25 -n $(PYTEST_WORKERS) --dist loadfile -m "not timing" || { \
+	  echo "== the tests above that failed while sharing the CPU, run again alone =="; \
+	  $(BIN)/python -m pytest -q --last-failed --last-failed-no-failures none -m "not timing" || status=$$?; }; \
 	$(BIN)/python -m pytest -q --durations=10 -m timing || status=$$?; \
 	exit $$status
 
