@@ -34,6 +34,16 @@ def env(shared_cache: Path) -> dict[str, str]:
 
 
 @pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared_cache: Path) -> Path:
+    """The test's folder as the working directory of in-process CLI calls, with the session's cache and no demo
+    folder override."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLHARNESS_CACHE", str(shared_cache))
+    monkeypatch.delenv("MLHARNESS_DEMO_DIR", raising=False)
+    return tmp_path
+
+
+@pytest.fixture
 def run_cli(cli_env: dict[str, str]):
     """Run ``mlharness ARGS`` in a subprocess; returns the CompletedProcess (text)."""
 

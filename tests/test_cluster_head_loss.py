@@ -34,6 +34,20 @@ from tests.test_campaign_signals import record, runs_of
 SHARE_HOST = ("--share-host",)
 
 
+def held_campaign(tmp_path: Path) -> tuple[str, Path, Path, Path]:
+    """(marker, hold file, campaign file, results root) of a campaign of both toys in Offline and SingleStream."""
+    marker = uuid.uuid4().hex[:10]
+    hold = tmp_path / "hold"
+    hold.touch()
+    return marker, hold, write_campaign(tmp_path / "campaign", marker, hold, "[Offline, SingleStream]"), \
+        tmp_path / "results"
+
+
+def keys(toy: str, marker: str) -> list[str]:
+    """The job keys of a toy's two performance runs."""
+    return [f"any/{toy}-{marker}/{s}/performance" for s in ("Offline", "SingleStream")]
+
+
 def write_campaign(folder: Path, marker: str, hold: Path, scenarios: str) -> Path:
     """Two toy models: ``fast-<marker>`` ends at once, ``held-<marker>`` runs while ``hold`` exists."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -101,13 +115,8 @@ def stop_everything(proc: subprocess.Popen | None, hold: Path, marker: str) -> N
 
 @pytest.mark.slow
 def test_a_lost_head_ends_the_campaign_within_30_s_and_resume_runs_only_what_did_not_finish(tmp_path):
-    marker = uuid.uuid4().hex[:10]
-    hold = tmp_path / "hold"
-    hold.touch()
-    path = write_campaign(tmp_path / "campaign", marker, hold, "[Offline, SingleStream]")
-    root = tmp_path / "results"
-    fast = [f"any/fast-{marker}/{s}/performance" for s in ("Offline", "SingleStream")]
-    held = [f"any/held-{marker}/{s}/performance" for s in ("Offline", "SingleStream")]
+    marker, hold, path, root = held_campaign(tmp_path)
+    fast, held = keys("fast", marker), keys("held", marker)
     cluster = start_cluster()
     proc = None
     try:
@@ -175,12 +184,8 @@ def scenario_of(pid: int) -> str | None:
 
 @pytest.mark.slow
 def test_a_killed_nodes_run_is_run_again_elsewhere_and_nothing_of_the_node_stays(tmp_path):
-    marker = uuid.uuid4().hex[:10]
-    hold = tmp_path / "hold"
-    hold.touch()
-    path = write_campaign(tmp_path / "campaign", marker, hold, "[Offline, SingleStream]")
-    root = tmp_path / "results"
-    fast = [f"any/fast-{marker}/{s}/performance" for s in ("Offline", "SingleStream")]
+    marker, hold, path, root = held_campaign(tmp_path)
+    fast = keys("fast", marker)
     cluster = start_cluster()
     proc = None
     try:
@@ -241,11 +246,7 @@ def test_runs_end_with_their_raylet_when_it_gives_up_a_lost_head(tmp_path, monke
     Ray worker running its task must end with them: Ray leaves a worker busy in a task running when its raylet
     stops so, and the run with it."""
     monkeypatch.setenv("RAY_gcs_rpc_server_reconnect_timeout_s", "3")  # the nodes' processes, started from here
-    marker = uuid.uuid4().hex[:10]
-    hold = tmp_path / "hold"
-    hold.touch()
-    path = write_campaign(tmp_path / "campaign", marker, hold, "[Offline, SingleStream]")
-    root = tmp_path / "results"
+    marker, hold, path, root = held_campaign(tmp_path)
     cluster = start_cluster()
     proc = None
     try:

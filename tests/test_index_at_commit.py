@@ -9,8 +9,6 @@ from __future__ import annotations
 import csv
 import io
 
-import pytest
-
 from mlharness import cli
 from mlharness.paths import MANIFESTS_DIR
 from mlharness.results_db.db import DB_FILE
@@ -19,14 +17,6 @@ from tests.helpers.ray_cluster import toy_manifest
 RUN = ["run", "--scenario", "Offline", "--mode", "accuracy", "--count", "4", "--no-progress",
        "--telemetry-interval-ms", "0"]
 NOTICE = "`mlharness results index results` adds it later"
-
-
-@pytest.fixture
-def here(tmp_path, monkeypatch, shared_cache):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("MLHARNESS_CACHE", str(shared_cache))
-    monkeypatch.delenv("MLHARNESS_DEMO_DIR", raising=False)
-    return tmp_path
 
 
 def listed(capsys, root: str = "results") -> list[dict[str, str]]:

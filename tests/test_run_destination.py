@@ -39,14 +39,6 @@ def snapshot(root: Path) -> dict[str, str]:
     return out
 
 
-@pytest.fixture
-def here(tmp_path, monkeypatch, shared_cache):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("MLHARNESS_CACHE", str(shared_cache))
-    monkeypatch.delenv("MLHARNESS_DEMO_DIR", raising=False)
-    return tmp_path
-
-
 def run(*extra: str) -> int:
     return cli.main([*RUN, *extra])
 
