@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -29,3 +31,34 @@ def atomic_write(path: Path | str, write: Callable[[str], object], *, suffix: st
 def atomic_write_bytes(path: Path | str, data: bytes) -> Path:
     """:func:`atomic_write` of ``data``."""
     return atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
+
+
+def _stamp(path: Path) -> Path:
+    return path.with_name(f".{path.name}.generated")
+
+
+def reuse_generated(path: Path | str, recipe: str) -> bool:
+    """True when ``path`` still holds the file :func:`mark_generated` recorded for ``recipe``: the stamp beside it
+    names the same recipe, and the file is a regular file of the size and modification time it had when it was
+    written. A generator asks this before importing its framework to look inside the file (importing onnx alone
+    takes longer than a short run's LoadGen test); a file without a stamp, or changed since, is checked the long
+    way or written again."""
+    path = Path(path)
+    try:
+        st = os.lstat(path)
+        seen = json.loads(_stamp(path).read_text())
+    except (OSError, ValueError):
+        return False
+    return (stat.S_ISREG(st.st_mode) and isinstance(seen, dict) and seen.get("recipe") == recipe
+            and seen.get("size") == st.st_size and seen.get("mtime_ns") == st.st_mtime_ns)
+
+
+def mark_generated(path: Path | str, recipe: str) -> Path:
+    """Record that ``path`` was just written (or checked the long way) for ``recipe``: see :func:`reuse_generated`.
+    Returns ``path``."""
+    path = Path(path)
+    st = os.lstat(path)
+    stamp = {"recipe": recipe, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    atomic_write_bytes(_stamp(path), json.dumps(stamp).encode())
+    return path
+

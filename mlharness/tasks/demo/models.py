@@ -10,13 +10,14 @@ import numpy as np
 
 from mlharness.errors import DatasetError
 from mlharness.tasks.demo.dataset import DEMO_CLASSES, DEMO_COLORS, DEMO_MEAN, DEMO_SIZE
-from mlharness.tasks.files import atomic_write_bytes
+from mlharness.tasks.files import atomic_write_bytes, mark_generated, reuse_generated
 
 log = logging.getLogger(__name__)
 
 
 DEMO_OPSET = 17
 DEMO_IR_VERSION = 8  # onnxruntime >= 1.14 loads IR 8; newer onnx writes 10+ by default, which old runtimes refuse
+DEMO_RECIPE = f"mlharness demo oracle, opset {DEMO_OPSET}, IR {DEMO_IR_VERSION}"
 
 
 def _build_demo_model():  # -> onnx.ModelProto
@@ -57,13 +58,15 @@ def _build_demo_model():  # -> onnx.ModelProto
 
 def ensure_demo_model(path: Path) -> Path:
     """Write the demo ONNX model to ``path`` unless a valid one is already there; atomic (temp + os.replace)."""
+    path = Path(path)
+    if reuse_generated(path, DEMO_RECIPE):
+        return path
     import onnx
 
-    path = Path(path)
     if path.is_file():
         try:
             onnx.checker.check_model(onnx.load(str(path)))
-            return path
+            return mark_generated(path, DEMO_RECIPE)
         except Exception as e:  # noqa: BLE001 - any load/check failure means: rebuild it
             log.warning("rebuilding the demo model %s: %s", path, e)
     data = _build_demo_model().SerializeToString()
@@ -72,4 +75,4 @@ def ensure_demo_model(path: Path) -> Path:
     except OSError as e:
         raise DatasetError(f"demo model: cannot write {path}: {e}") from e
     log.info("wrote the demo model to %s", path)
-    return path
+    return mark_generated(path, DEMO_RECIPE)

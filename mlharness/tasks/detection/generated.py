@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import ManifestError
-from mlharness.tasks.files import atomic_write_bytes
+from mlharness.tasks.files import atomic_write_bytes, mark_generated, reuse_generated
 
 log = logging.getLogger(__name__)
 
@@ -31,13 +31,15 @@ def variant(path: Path | str, default_size: int) -> tuple[int, bool]:
 def ensure_onnx(path: Path | str, doc: str, build: Callable[[], Any]) -> Path:
     """Write ``build()`` (an onnx.ModelProto, or serialized bytes) at ``path`` unless a model whose doc string
     is ``doc`` is already there."""
+    path = Path(path)
+    if reuse_generated(path, doc):
+        return path
     import onnx
 
-    path = Path(path)
     if path.is_file():
         try:
             if onnx.load(str(path), load_external_data=False).doc_string == doc:
-                return path
+                return mark_generated(path, doc)
         except Exception as e:  # noqa: BLE001 - any load failure means: build it again
             log.warning("rebuilding %s: %s", path, e)
     log.info("generating %s", path)
@@ -45,7 +47,7 @@ def ensure_onnx(path: Path | str, doc: str, build: Callable[[], Any]) -> Path:
     if isinstance(model, bytes | bytearray):
         model = onnx.load_from_string(bytes(model))
     model.doc_string = doc
-    return atomic_write_bytes(path, model.SerializeToString())
+    return mark_generated(atomic_write_bytes(path, model.SerializeToString()), doc)
 
 
 def torch_to_onnx(module: Any, size: int, input_name: str, output_names: list[str]) -> bytes:

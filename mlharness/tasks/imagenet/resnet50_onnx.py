@@ -16,7 +16,7 @@ import numpy as np
 
 from mlharness.errors import AssetError
 from mlharness.fileguard import DATA_FILE_LIMIT, torch_load
-from mlharness.tasks.files import atomic_write_bytes
+from mlharness.tasks.files import atomic_write_bytes, mark_generated, reuse_generated
 
 log = logging.getLogger(__name__)
 
@@ -172,13 +172,19 @@ def save_model(model, path: Path) -> Path:  # model: onnx.ModelProto
 
 
 def _usable(path: Path, doc_prefix: str) -> bool:
-    """A previously generated file: a loadable ONNX model whose doc string says what it is (cheap check)."""
+    """A previously generated file: one stamped as written for ``doc_prefix``, or a loadable ONNX model whose doc
+    string says what it is (then stamped)."""
+    if reuse_generated(path, doc_prefix):
+        return True
     import onnx
 
     if not path.is_file():
         return False
     try:
-        return onnx.load(str(path), load_external_data=False).doc_string.startswith(doc_prefix)
+        if onnx.load(str(path), load_external_data=False).doc_string.startswith(doc_prefix):
+            mark_generated(path, doc_prefix)
+            return True
+        return False
     except Exception as e:  # noqa: BLE001 - any load failure means: build it again
         log.warning("rebuilding %s: %s", path, e)
         return False
@@ -187,9 +193,10 @@ def _usable(path: Path, doc_prefix: str) -> bool:
 def ensure_random_resnet50(path: Path) -> Path:
     """``model.generator`` hook: the random full-size ResNet50 (1001 classes, the real model's I/O)."""
     path = Path(path)
-    if not _usable(path, "mlharness: ResNet50-v1.5, random weights (seed 0), 1001 classes"):
+    doc = "mlharness: ResNet50-v1.5, random weights (seed 0), 1001 classes"
+    if not _usable(path, doc):
         log.info("building a random-weight ResNet50-v1.5 into %s", path)
-        save_model(random_resnet50(), path)
+        mark_generated(save_model(random_resnet50(), path), doc)
     return path
 
 

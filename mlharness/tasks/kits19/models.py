@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlharness.tasks.files import atomic_write_bytes
+from mlharness.tasks.files import atomic_write_bytes, mark_generated, reuse_generated
 from mlharness.tasks.kits19.synth import HU
 
 OPSET = 17
@@ -40,13 +40,17 @@ def _save(model, path: Path) -> Path:  # noqa: ANN001 - onnx.ModelProto
     return atomic_write_bytes(path, model.SerializeToString())
 
 
-def _valid(path: Path) -> bool:
+def _valid(path: Path, recipe: str) -> bool:
+    """Stamped as written for ``recipe``, or a model that passes onnx's checker (then stamped)."""
+    if reuse_generated(path, recipe):
+        return True
     import onnx
 
     if not Path(path).is_file():
         return False
     try:
         onnx.checker.check_model(str(path))
+        mark_generated(path, recipe)
         return True
     except Exception as e:  # noqa: BLE001 - unreadable or invalid: rebuild
         log.warning("rebuilding %s: %s", path, e)
@@ -61,6 +65,8 @@ def _normalised(hu: float) -> float:
 ORACLE_GAIN = 4.0
 ORACLE_EDGE_BAND = 24  # voxels from a patch face where the penalty applies
 ORACLE_PENALTY = 20.0  # logit penalty at a patch face, in the band it decays as (1 - d / band)^2
+ORACLE_RECIPE = (f"mlharness KiTS19 oracle, gain {ORACLE_GAIN}, edge band {ORACLE_EDGE_BAND}, penalty {ORACLE_PENALTY}, "
+                 f"opset {OPSET}")
 
 
 def build_oracle_model():  # -> onnx.ModelProto
@@ -110,7 +116,9 @@ def build_oracle_model():  # -> onnx.ModelProto
 
 def ensure_oracle_model(path: Path) -> Path:
     """Model generator for ``3d-unet-oracle``: writes the oracle unless a valid one is at ``path``."""
-    return Path(path) if _valid(path) else _save(build_oracle_model(), path)
+    if _valid(path, ORACLE_RECIPE):
+        return Path(path)
+    return mark_generated(_save(build_oracle_model(), path), ORACLE_RECIPE)
 
 
 def unet_widths(width: int = 32, depth: int = 4) -> list[int]:
@@ -185,7 +193,8 @@ def ensure_random_unet(path: Path) -> Path:
     path = Path(path)
     m = _KNOBS.search(path.stem)
     width, depth = (int(m.group(1)), int(m.group(2))) if m else (32, 4)
-    if _valid(path):
+    recipe = f"mlharness random 3D U-Net, width {width}, depth {depth}, seed 0"
+    if _valid(path, recipe):
         return path
     log.info("building a random 3D U-Net (width %d, depth %d) at %s", width, depth, path)
-    return _save(build_random_unet(width, depth), path)
+    return mark_generated(_save(build_random_unet(width, depth), path), recipe)

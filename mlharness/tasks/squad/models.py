@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import DatasetError
-from mlharness.tasks.files import atomic_write, atomic_write_bytes
+from mlharness.tasks.files import atomic_write, atomic_write_bytes, mark_generated, reuse_generated
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,9 @@ ORACLE_IR_VERSION = 8
 INPUT_NAMES = ("input_ids", "input_mask", "segment_ids")
 OUTPUT_NAMES = ("output_start_logits", "output_end_logits")  # the MLPerf ONNX model's outputs
 SEQ_LEN = 384
+
+
+ORACLE_DOC = "mlharness SQuAD oracle: answers lie between two copies of the question's key"
 
 
 def _build_oracle():  # -> onnx.ModelProto
@@ -69,14 +72,17 @@ def _build_oracle():  # -> onnx.ModelProto
         initializer=init,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ORACLE_OPSET)], producer_name="mlharness",
-                              doc_string="mlharness SQuAD oracle: answers lie between two copies of the question's key")
+                              doc_string=ORACLE_DOC)
     model.ir_version = ORACLE_IR_VERSION
     onnx.checker.check_model(model)
     return model
 
 
-def _reusable(path: Path, doc_string: str | None = None) -> bool:
-    """A model already at ``path`` that loads, checks, has the real input names (and the given doc string)."""
+def _reusable(path: Path, doc_string: str) -> bool:
+    """A model already at ``path``: stamped as written for ``doc_string``, or one that loads, checks, has the real
+    input names and that doc string (then stamped)."""
+    if reuse_generated(path, doc_string):
+        return True
     import onnx
 
     if not path.is_file():
@@ -87,19 +93,20 @@ def _reusable(path: Path, doc_string: str | None = None) -> bool:
     except Exception as e:  # noqa: BLE001 - any load/check failure means: rebuild it
         log.warning("rebuilding %s: %s", path, e)
         return False
-    return [i.name for i in model.graph.input] == list(INPUT_NAMES) and (
-        doc_string is None or model.doc_string == doc_string)
+    if [i.name for i in model.graph.input] == list(INPUT_NAMES) and model.doc_string == doc_string:
+        mark_generated(path, doc_string)
+        return True
+    return False
 
 
 def ensure_oracle_model(path: Path | str) -> Path:
     """Write the oracle ONNX model to ``path`` unless a valid one is there; returns the path."""
     path = Path(path)
-    model = _build_oracle()
-    if _reusable(path, model.doc_string):
+    if _reusable(path, ORACLE_DOC):
         return path
-    atomic_write_bytes(path, model.SerializeToString())
+    atomic_write_bytes(path, _build_oracle().SerializeToString())
     log.info("wrote the SQuAD oracle model to %s", path)
-    return path
+    return mark_generated(path, ORACLE_DOC)
 
 
 RANDOM_CONFIG = {"vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -200,4 +207,4 @@ def ensure_random_bert_model(path: Path | str) -> Path:
 
     atomic_write(path, write, suffix=".onnx")
     log.info("wrote the random BERT QA model to %s", path)
-    return path
+    return mark_generated(path, RANDOM_DOC)
