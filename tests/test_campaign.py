@@ -54,6 +54,7 @@ def test_a_malformed_campaign_exits_2_naming_line_and_field(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow
 def test_each_matching_node_gives_one_result_side_by_side_and_resume_redoes_nothing(ray_cluster, tmp_path):  # noqa: F811
     env = ray_cluster.env(dict(os.environ))
     path = write_campaign(tmp_path, "  - {name: all, on: each}\n  - {name: b, accelerator: acc_b}\n")
@@ -91,6 +92,7 @@ def test_each_matching_node_gives_one_result_side_by_side_and_resume_redoes_noth
     assert all(e["outcome"] == "skipped" and e["node"] for e in record(root).values())
 
 
+@pytest.mark.slow
 def test_a_node_killed_mid_campaign_loses_nothing_finished_and_resume_completes_it(tmp_path):
     cluster = start_cluster()
     try:

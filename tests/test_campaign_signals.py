@@ -18,6 +18,8 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.ray_cluster import ray_cluster, start_cluster, toy_manifest  # noqa: F401 - the fixture
 
 
@@ -143,6 +145,7 @@ def test_sigterm_stops_the_campaign_with_143(ray_cluster, tmp_path):  # noqa: F8
     assert [e["outcome"] for e in record(root).values()] == ["cancelled"]
 
 
+@pytest.mark.slow
 def test_resume_after_a_node_died_reports_its_pinned_runs_and_resumes_the_rest(tmp_path):
     cluster = start_cluster()  # a cluster of its own: the test kills one of its nodes
     try:

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from mlharness.submission.dispatch import parse_constraints
@@ -46,6 +47,7 @@ def test_constraints_text_is_parsed_and_refused_by_key():
             raise AssertionError(bad)
 
 
+@pytest.mark.slow
 def test_two_benchmarks_land_on_the_nodes_their_constraints_allow_and_the_tree_passes_check(ray_cluster, tmp_path):  # noqa: F811
     env = ray_cluster.env(dict(os.environ))
     overrides = tmp_path / "system.yaml"

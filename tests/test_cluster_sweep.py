@@ -31,6 +31,7 @@ def sweep_args(tmp_path: Path, out: Path, *extra: str) -> list[str]:
             "20", "--slo", "latency_p99=50ms", "--output", str(out), *extra]
 
 
+@pytest.mark.slow
 def test_a_list_of_points_runs_at_once_on_the_nodes_and_lands_in_one_sweep_folder(ray_cluster, tmp_path):  # noqa: F811
     env = ray_cluster.env(dict(os.environ))
     out = tmp_path / "sweep"

@@ -44,6 +44,7 @@ def test_inputs_are_those_the_official_script_scored(inputs):
         assert hashlib.sha256((inputs / name).read_bytes()).hexdigest() == digest, f"{name} changed"
 
 
+@pytest.mark.slow
 def test_clip_and_fid_equal_the_official_script(inputs, run_cli):
     proc = run_cli("accuracy", "coco-t2i", "--log", str(inputs / "mlperf_log_accuracy.json"),
                    "--caption-path", str(inputs / "ds" / "captions" / "captions.tsv"),
@@ -135,6 +136,7 @@ def test_a_response_of_the_wrong_size_is_named(tmp_path):
         list(log_images(log, [1024, 1024, 3]))
 
 
+@pytest.mark.slow
 def test_scores_do_not_depend_on_the_callers_thread_count(inputs):
     """A run's process has set torch's thread count for its model (1 in a CPU run), the accuracy command has
     not; the float32 Inception features change in their last bits with it. Scoring runs at the count a fresh

@@ -58,6 +58,7 @@ def figures(accuracy_txt: Path) -> dict[str, float]:
     return {k: float(v) for k, v in re.findall(r"'(\w+_SCORE)': '([-\d.e]+)'", line)}
 
 
+@pytest.mark.slow
 @needs_vocab
 def test_oracle_images_score_fid_zero(run_cli, dataset, manifest, tmp_path):
     from mlharness.tasks.coco_t2i.dataset import caption_set

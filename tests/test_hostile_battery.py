@@ -175,6 +175,7 @@ def test_the_battery_has_more_than_a_hundred_cases(tmp_path: Path) -> None:
     assert kinds == {"dest", "settings", "file", "hook", "tree"}, kinds
 
 
+@pytest.mark.slow
 def test_hostile_battery(tmp_path: Path) -> None:
     """Every case through ``mlharness.cli.main`` in one driver process: its exit status, its words, one error
     paragraph, no traceback, and the case's folder unchanged (only the model cache may grow)."""

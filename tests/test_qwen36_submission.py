@@ -214,6 +214,7 @@ def test_our_findings_on_a_real_tree_are_the_official_checkers(case):
     _one_pass(root / SCEN_REL)
 
 
+@pytest.mark.slow
 @needs_bfcl
 @pytest.mark.parametrize("case", ["oracle", "random"])
 def test_submission_run_package_and_check(env, tmp_path, case):

@@ -155,6 +155,7 @@ def llama8(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # the knee is read from measured throughput: a second worker on the CPU moves it
 def test_concurrency_sweep_of_the_random_llama(tmp_path, env, llama8):
     out = tmp_path / "llama"
     proc = cli("sweep", "--manifest", str(llama8), "--scenario", "Server", "--concurrency", "1,8,16,32",

@@ -61,6 +61,7 @@ def test_the_captions_dataset_is_found_by_name():
     assert path is not None and path.parent.name == "datasets"
 
 
+@pytest.mark.slow
 def test_accuracy_run_scores_fid_and_clip_of_256_images_not_official(run_cli, dataset, example, tmp_path):
     out = tmp_path / "acc"
     proc = run_cli("run", "--manifest", str(example), "--dataset-path", str(dataset), "--scenario", "Offline",
@@ -137,6 +138,7 @@ def _score(dataset: Path, log: Path, **options):
     return CocoT2IMetric().score(log, ctx)
 
 
+@pytest.mark.slow
 def test_a_non_square_log_is_scored_with_its_declared_shape(run_cli, dataset, tmp_path):
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 256, (24, 40, 3), dtype=np.uint8) for _ in range(3)]
