@@ -9,6 +9,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from mlharness.fileguard import UnusableFile, read_json
+
 
 def atomic_write(path: Path | str, write: Callable[[str], object], *, suffix: str = "") -> Path:
     """Create ``path`` all at once: ``write(tmp)`` fills a temporary file in the same folder (named with
@@ -46,8 +48,8 @@ def reuse_generated(path: Path | str, recipe: str) -> bool:
     path = Path(path)
     try:
         st = os.lstat(path)
-        seen = json.loads(_stamp(path).read_text())
-    except (OSError, ValueError):
+        seen = read_json(_stamp(path), "generated model's stamp", 4096)
+    except (OSError, UnusableFile):
         return False
     return (stat.S_ISREG(st.st_mode) and isinstance(seen, dict) and seen.get("recipe") == recipe
             and seen.get("size") == st.st_size and seen.get("mtime_ns") == st.st_mtime_ns)
