@@ -15,6 +15,9 @@ from mlharness.errors import ManifestError
 
 
 def make_importable(directory: Path) -> None:
+    """Adds the manifest's folder to ``sys.path``; from then on this process writes no bytecode cache, so importing
+    the user's modules leaves no ``__pycache__`` in a folder mlharness did not make."""
+    sys.dont_write_bytecode = True
     folder = str(Path(directory).resolve())
     if folder not in sys.path:
         sys.path.append(folder)
