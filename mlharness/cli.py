@@ -153,7 +153,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if md["mode"] == "performance":
         value = "n/a" if s.metric_value is None else f"{s.metric_value:,.2f} {s.metric_unit}"
         table.add_row(s.metric_name, value)
-        from mlharness.loadgen.token_report import latency_rows, token_rows
+        from mlharness.kinds.tokens.report import latency_rows, token_rows
 
         for label, text in latency_rows(result.output) + token_rows(result.output,
                                                                     throughput=s.metric_unit != "tokens/s"):
@@ -169,12 +169,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if result.accuracy is not None:
         table.add_row("accuracy", result.accuracy.text.strip())
     if (result.output / "sessions_summary.json").is_file():  # a session run: what its sessions and turns measured
-        from mlharness.loadgen.session_report import session_rows
+        from mlharness.kinds.sessions.report import session_rows
 
         for label, text in session_rows(result.output):
             table.add_row(label, escape(text))
     if (result.output / "pipeline_summary.json").is_file():  # a pipeline run: each stage's calls and latency
-        from mlharness.loadgen.pipeline_report import stage_rows
+        from mlharness.kinds.pipeline.report import stage_rows
 
         for label, text in stage_rows(result.output):
             table.add_row(label, escape(text))

@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from mlharness.loadgen.pipeline_report import stage_rows, write_reports
+from mlharness.kinds.pipeline.report import stage_rows, write_reports
 from mlharness.pipeline.flow import Flow, Job, Lane
 from mlharness.pipeline.stage import StageContext, StageSpec
 from mlharness.pipeline.toy import ToyStage

@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from mlharness.loadgen.graph_input import GraphSettings, open_graph
+    from mlharness.kinds.graph.input import GraphSettings, open_graph
     from mlharness.tasks.rgat.synth import write_synthetic_igbh
 
     # one intra-op thread before any torch work: a child forked after torch started its OpenMP pool hangs in its

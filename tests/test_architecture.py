@@ -182,14 +182,18 @@ def test_flat_layout_module_paths_still_import():
 
 
 # The layers point one way (docs/architecture.md, "Layers"): a package on the left never imports one on the right.
-# LoadGen's adapter is below the run and its calibration; calibration is below the run.
+# LoadGen's adapter is below the data kinds, the run and its calibration; calibration is below the run.
 ABOVE_RUN = ("mlharness.measurement", "mlharness.report", "mlharness.submission")
 MAY_NOT_IMPORT = {
     "mlharness.run": ABOVE_RUN,
     "mlharness.calibration": (*ABOVE_RUN, "mlharness.run"),
-    "mlharness.loadgen": (*ABOVE_RUN, "mlharness.run", "mlharness.calibration"),
-    "mlharness.sessions": (*ABOVE_RUN, "mlharness.run", "mlharness.calibration", "mlharness.loadgen"),
-    "mlharness.pipeline": (*ABOVE_RUN, "mlharness.run", "mlharness.calibration", "mlharness.loadgen"),
+    # the data kinds (mlharness/kinds/) sit above LoadGen's adapter, which names none of them
+    "mlharness.kinds": (*ABOVE_RUN, "mlharness.run", "mlharness.calibration"),
+    "mlharness.loadgen": (*ABOVE_RUN, "mlharness.run", "mlharness.calibration", "mlharness.kinds"),
+    "mlharness.sessions": (*ABOVE_RUN, "mlharness.run", "mlharness.calibration", "mlharness.kinds",
+                           "mlharness.loadgen"),
+    "mlharness.pipeline": (*ABOVE_RUN, "mlharness.run", "mlharness.calibration", "mlharness.kinds",
+                           "mlharness.loadgen"),
     # a cluster's runs are mlharness processes on their nodes: the executors start command lines, never a run
     "mlharness.cluster": ("mlharness.run", "mlharness.calibration", "mlharness.loadgen"),
 }
@@ -347,3 +351,37 @@ def test_the_table_check_finds_a_missing_package(tmp_path):
     assert missing_from_table(found, table, TASKS) == ["mlharness/executors/", "mlharness/tasks/shared_helpers/"]
     assert missing_from_table(found, table - {TASK_ROW}, TASKS) == [
         "mlharness/executors/", "mlharness/tasks/imagenet/", "mlharness/tasks/shared_helpers/"]
+
+
+# LoadGen's adapter alone: settings, the QSL, the base SUT and its batch path, completion, Server queueing,
+# interrupts, logs, bounds, pinning. What a data kind adds lives in its package under mlharness/kinds/.
+MAX_LOADGEN_MODULES = 12
+
+
+def kind_names(loadgen: Path) -> list[str]:
+    """Where the modules of ``loadgen`` name a data kind: a module named for one of mlharness/kinds/'s packages,
+    or a string that is an input kind's type (``"pipeline"``, ``"chat"``, ...)."""
+    from mlharness.kinds import INPUT_KINDS
+
+    kinds = {p.name for p in (PACKAGE / "kinds").iterdir() if (p / "__init__.py").is_file()}
+    found = []
+    for path in sorted(loadgen.glob("*.py")):
+        if path.stem in kinds:
+            found.append(f"{path.name}: a module named for the '{path.stem}' kind")
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Constant) and node.value in INPUT_KINDS:
+                found.append(f"{path.name}:{node.lineno}: the input type {node.value!r}")
+    return found
+
+
+def test_loadgen_is_the_adapter_alone_and_names_no_kind():
+    adapter = sorted(p.name for p in (PACKAGE / "loadgen").glob("*.py") if p.name != "__init__.py")
+    assert len(adapter) <= MAX_LOADGEN_MODULES, f"loadgen/ holds {len(adapter)} modules: {adapter}"
+    assert not kind_names(PACKAGE / "loadgen")
+
+
+def test_the_kind_check_finds_a_named_kind(tmp_path):
+    (tmp_path / "qsl.py").write_text('def f(spec):\n    return spec.type == "pipeline"\n')
+    (tmp_path / "sessions.py").write_text("")
+    assert kind_names(tmp_path) == ["qsl.py:2: the input type 'pipeline'", "sessions.py: a module named for the "
+                                    "'sessions' kind"]

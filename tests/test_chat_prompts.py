@@ -230,7 +230,8 @@ def test_schema_refuses_what_a_chat_model_cannot_be(run_cli, tmp_path, change, s
 
 def test_chat_prompts_are_kept_whole_in_the_sample_store():
     """One object per sample: gathered singly (the token SUT) and as a batch, the ChatPrompt itself comes back."""
-    from mlharness.loadgen.qsl import SampleStore, chat_sample
+    from mlharness.kinds.chat.input import chat_sample
+    from mlharness.loadgen.qsl import SampleStore
 
     store = SampleStore(6, 1)
     store.put_all({i: (chat_sample([{"role": "user", "content": f"q{i}"}], i, {}, "m.yaml"),) for i in (1, 4, 5)})

@@ -302,7 +302,7 @@ class _Echo:
 
 
 def _pipeline(postprocess):
-    from mlharness.loadgen.pipeline import Pipeline
+    from mlharness.loadgen.batch import Pipeline
     from mlharness.loadgen.qsl import SampleStore
 
     store = SampleStore(6, 1)

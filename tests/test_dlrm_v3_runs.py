@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from mlharness.errors import HookError, ManifestError
-from mlharness.loadgen.jagged_input import (
+from mlharness.kinds.jagged.input import (
     StreamOrder,
     jagged_batch,
     jagged_input,

@@ -143,7 +143,7 @@ def igbh(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(("ntype", "value"), [("paper", np.nan), ("author", np.inf)])
 def test_rgat_non_finite_features_are_refused(igbh: Path, ntype: str, value: float) -> None:
-    from mlharness.loadgen.graph_input import GraphSettings, open_graph
+    from mlharness.kinds.graph.input import GraphSettings, open_graph
 
     folder = igbh / "tiny" / "processed"
     path = folder / ntype / "node_feat.npy"
@@ -155,7 +155,7 @@ def test_rgat_non_finite_features_are_refused(igbh: Path, ntype: str, value: flo
 
 
 def test_rgat_finite_features_sample_as_before(igbh: Path) -> None:
-    from mlharness.loadgen.graph_input import GraphSettings, open_graph
+    from mlharness.kinds.graph.input import GraphSettings, open_graph
 
     graph = open_graph(igbh / "tiny" / "processed", GraphSettings(fanouts=(2, 2)))
     arrays = graph.sample_arrays(np.array([3]))
@@ -165,7 +165,7 @@ def test_rgat_finite_features_sample_as_before(igbh: Path) -> None:
 def test_rgat_wrong_feature_width_names_the_widths(igbh: Path) -> None:
     import torch
 
-    from mlharness.loadgen.graph_input import GraphSettings, open_graph
+    from mlharness.kinds.graph.input import GraphSettings, open_graph
     from mlharness.tasks.rgat.models import rgat
 
     graph = open_graph(igbh / "tiny" / "processed", GraphSettings(fanouts=(2, 2)))

@@ -221,7 +221,7 @@ def settled(sut) -> None:
 
 
 def test_token_sut_reports_first_tokens_and_completes_each_sample_once():
-    from mlharness.loadgen.tokens import SampleStream, TokenSUT
+    from mlharness.kinds.tokens.sut import SampleStream, TokenSUT
 
     failures = []
     sut = TokenSUT([], store=None, scenario="Server", on_failure=failures.append)
@@ -244,7 +244,7 @@ def test_token_sut_reports_first_tokens_and_completes_each_sample_once():
 
 
 def test_token_sut_offline_sends_no_first_token_and_abandons_what_the_engine_holds():
-    from mlharness.loadgen.tokens import SampleStream, TokenSUT
+    from mlharness.kinds.tokens.sut import SampleStream, TokenSUT
 
     sut = TokenSUT([], store=None, scenario="Offline")
     sut._lg = lg = FakeLoadGen()

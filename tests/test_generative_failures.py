@@ -140,7 +140,7 @@ class RecordingLoadGen:
 
 
 def token_sut(scenario: str = "Server"):
-    from mlharness.loadgen.tokens import TokenSUT
+    from mlharness.kinds.tokens.sut import TokenSUT
 
     sut = TokenSUT([], store=None, scenario=scenario)
     sut._lg = lg = RecordingLoadGen()
@@ -150,7 +150,7 @@ def token_sut(scenario: str = "Server"):
 
 def test_first_token_precedes_completion_whatever_the_threads_do():
     """Engine threads racing the SUT's abandon: every sample gets exactly one first token, then one completion."""
-    from mlharness.loadgen.tokens import SampleStream
+    from mlharness.kinds.tokens.sut import SampleStream
 
     sut, lg = token_sut()
     streams = [SampleStream(sut, 1000 + i, i) for i in range(200)]
@@ -196,7 +196,7 @@ def test_samples_issued_after_a_failure_get_a_first_token_before_their_empty_com
 
 
 def test_an_empty_first_token_is_not_one_and_offline_reports_none():
-    from mlharness.loadgen.tokens import SampleStream
+    from mlharness.kinds.tokens.sut import SampleStream
 
     sut, lg = token_sut()
     s = SampleStream(sut, 77, 3)
@@ -213,7 +213,7 @@ def test_an_empty_first_token_is_not_one_and_offline_reports_none():
 
 
 def test_nothing_reaches_loadgen_after_its_test_ended():
-    from mlharness.loadgen.tokens import SampleStream
+    from mlharness.kinds.tokens.sut import SampleStream
 
     sut, lg = token_sut()
     late = SampleStream(sut, 90, 9)

@@ -155,11 +155,11 @@ def test_a_flag_a_manifest_key_and_a_trace_row_reach_the_same_validator(tmp_path
         values("inf", "--session-rate", float)
     errors.append(e.value)
     path = toy_with(tmp_path, timeout_s=float("inf"))
-    from mlharness.loadgen.bounds import check_manifest_numbers
+    from mlharness.kinds import check_inputs  # a pipeline's stage list is checked by its kind's package
     from mlharness.manifest.loader import load_manifest
 
     with pytest.raises(numbers.NumberError) as e:
-        check_manifest_numbers(load_manifest(str(path)))
+        check_inputs(load_manifest(str(path)))
     errors.append(e.value)
     trace = tmp_path / "t.jsonl"
     trace.write_text(agentic(2, delay=1e12))

@@ -127,7 +127,7 @@ class ThreadLog:
     def __init__(self, monkeypatch: pytest.MonkeyPatch):
         import mlperf_loadgen as lg
 
-        from mlharness.loadgen.tokens import TokenSUT
+        from mlharness.kinds.tokens.sut import TokenSUT
 
         self.calls: dict[str, set[int]] = {}
         self._lock = threading.Lock()

@@ -249,7 +249,7 @@ def test_a_sample_whose_item_cannot_be_read_fails_alone_and_the_batch_goes_on():
     each exactly once (before, the exception left the rest of the batch never completed)."""
     import numpy as np
 
-    from mlharness.loadgen.pipeline_sut import PipelineSUT
+    from mlharness.kinds.pipeline.sut import PipelineSUT
     from mlharness.loadgen.qsl import SampleStore
     from mlharness.pipeline.flow import Lane
     from mlharness.pipeline.stage import StageContext, StageSpec
@@ -305,7 +305,7 @@ def test_a_chat_turn_past_the_stages_deadline_is_cancelled_and_frees_its_thread(
 def test_a_call_returning_after_its_deadline_changes_nothing_of_its_sample(tmp_path):
     """A stage call past its timeout_s is ended by the watchdog; when the abandoned call returns later, its sample is
     not completed a second time and its record (the visit's leave time, the error) stays as the watchdog wrote it."""
-    from mlharness.loadgen.pipeline_report import record
+    from mlharness.kinds.pipeline.report import record
     from mlharness.pipeline.flow import Flow, Job, Lane
     from mlharness.pipeline.stage import StageContext, StageSpec
     from mlharness.pipeline.toy import ToyStage
@@ -332,7 +332,7 @@ def test_a_stages_bound_is_its_workers_over_its_median_call_in_the_report_and_th
     """One definition of a stage's bound (pipeline_report.stage_bound: workers over the median call), which the
     report's summary and the calibration both read: calls of 10, 10 and 40 ms on 2 workers bound the stage at
     200/s (a mean would say 100/s)."""
-    from mlharness.loadgen.pipeline_report import stage_bound, summarize
+    from mlharness.kinds.pipeline.report import stage_bound, summarize
     from mlharness.pipeline.flow import Job, Lane, Visit
     from mlharness.pipeline.stage import StageSpec
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mlharness.loadgen.session_report import ms_text
+from mlharness.kinds.sessions.report import ms_text
 from mlharness.sessions.records import read_records
 from tests.helpers.cli import cli
 

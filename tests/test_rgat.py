@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from mlharness.loadgen.graph_input import GraphSettings, open_graph  # noqa: E402
+from mlharness.kinds.graph.input import GraphSettings, open_graph  # noqa: E402
 from mlharness.tasks.rgat.synth import write_synthetic_igbh  # noqa: E402
 
 MLH = [sys.executable, "-m", "mlharness"]

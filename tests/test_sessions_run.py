@@ -11,8 +11,8 @@ import yaml
 from helpers.session_server import ChatServer, tiny_trace
 
 from mlharness.errors import ManifestError, RunFailed
-from mlharness.loadgen.session_input import as_session, session_settings
-from mlharness.loadgen.session_report import ms_text, session_rows, summarize
+from mlharness.kinds.sessions.input import as_session, session_settings
+from mlharness.kinds.sessions.report import ms_text, session_rows, summarize
 from mlharness.run.runner import RunOptions, run
 from mlharness.sessions.records import read_records
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from mlharness.errors import HookError, PredictorError, RunFailed
-from mlharness.loadgen.pipeline import Pipeline, Strategy
+from mlharness.loadgen.batch import Pipeline, Strategy
 from mlharness.loadgen.qsl import SampleStore
 from mlharness.loadgen.sut import SystemUnderTest
 
@@ -536,7 +536,7 @@ def test_strategy_for_scenario():
 def test_latency_scenarios_run_inline_only_with_one_worker():
     """SingleStream/MultiStream with one worker process each query on LoadGen's issue thread (LoadGen waits
     for it anyway); more workers, or the throughput scenarios, keep the queue."""
-    from mlharness.loadgen.pipeline import Strategy
+    from mlharness.loadgen.batch import Strategy
     from mlharness.loadgen.sut import SystemUnderTest
 
     p = Pipeline(EchoPredictor(), FakeHooks(None), {}, make_store(4), np.dtype(np.float32))

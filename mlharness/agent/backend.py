@@ -79,7 +79,7 @@ class ModelBackend:
         ctx = build_context(loaded, self.max_batchsize, scenario=scenario, mode="performance", device=device,
                             dataset_path=dataset_path, count=count)
         if hooks == "agent":
-            from mlharness.loadgen.pipeline import Pipeline
+            from mlharness.loadgen.batch import Pipeline
             from mlharness.loadgen.qsl import SampleLoader, SampleStore
             from mlharness.manifest.hooks import HookSet
             from mlharness.manifest.schema import numpy_dtype

@@ -21,8 +21,8 @@ from typing import Any
 from mlharness.calibration import played
 from mlharness.calibration.asked import Asked
 from mlharness.calibration.played import SERVER_SHARE
+from mlharness.kinds.pipeline.report import summarize
 from mlharness.loadgen import settings as lgs
-from mlharness.loadgen.pipeline_report import summarize
 
 PLAYED = 8  # samples played together (fewer where fewer are in the dataset)
 TIMED_PLAYS = 2  # timed plays of them; the fastest reading is kept

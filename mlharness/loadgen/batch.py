@@ -13,8 +13,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import HookError, MLHarnessError
-from mlharness.loadgen.jagged_input import STREAM_ORDER, jagged_batch, jagged_input
-from mlharness.loadgen.qsl import SampleStore
+from mlharness.loadgen.qsl import SampleStore, input_kind
 from mlharness.manifest.hooks import HookSet
 from mlharness.predictors.base import Predictor
 from mlharness.predictors.checks import misshapen_output
@@ -61,14 +60,14 @@ class Pipeline:
         self._post = hooks.get("postprocess")
         self._post_indices = _takes_indices(self._post)  # postprocess(ctx, outputs, indices)
         self._predict = hooks.get("predict")
-        self._jagged = jagged_input(ctx, hooks.manifest)  # the settings the QSL checked each sample with
-        self._graph = ctx.get("graph")  # a graph input: each seed's neighbourhood is sampled here, timed
+        kind = input_kind(ctx)  # an input that is not a tensor: the one the QSL checked
+        self._order = kind.order if kind is not None else None
+        self._to_model = kind.to_model if kind is not None else None
 
     def run(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Returns (buffer uint8, byte offsets of each response [n+1])."""
-        order = self.ctx.get(STREAM_ORDER)
-        if order is not None:  # a time-ordered stream: LoadGen's indices only count (loadgen/jagged_input.py)
-            indices = order.take(len(indices))
+        if self._order is not None:  # e.g. a time-ordered stream: LoadGen's indices only count (kinds/jagged/)
+            indices = self._order.take(len(indices))
         if self.tracer is not None:
             return self._run_traced(indices)
         return self.respond(self.infer(self.store.gather(indices)), len(indices), indices)
@@ -89,10 +88,8 @@ class Pipeline:
 
     def infer(self, batch: list[np.ndarray]) -> Any:
         """The model on one batch: the predictor, or the manifest's ``predict(ctx, run, inputs)`` hook."""
-        if self._jagged is not None:  # samples -> keys, then values and offsets per field
-            batch = jagged_batch(batch[0], self._jagged)
-        if self._graph is not None:  # seed ids -> their sampled subgraphs (loadgen/graph_input.py)
-            batch = self._graph.sample_arrays(batch[0])
+        if self._to_model is not None:  # the input kind's samples -> the model's arrays (jagged lists, graph seeds)
+            batch = self._to_model(batch[0])
         if self._predict is None:
             return self.predictor.predict(batch)
         try:

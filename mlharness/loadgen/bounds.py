@@ -229,8 +229,8 @@ _MANIFEST_BOUNDS = {
 
 
 def check_manifest_numbers(loaded: Any) -> None:
-    """The batch sizes, warm-up and thread counts of a loaded manifest, and a pipeline's stage list; ManifestError
-    names the file and the field."""
+    """The batch sizes, warm-up and thread counts of a loaded manifest; ManifestError names the file and the field.
+    An input kind's own parameters (a pipeline's stage list) are checked by its package (``kinds.check_inputs``)."""
     m = loaded.model
     for name, bound in _MANIFEST_BOUNDS.items():
         section, _, key = name.partition(".")
@@ -248,11 +248,6 @@ def check_manifest_numbers(loaded: Any) -> None:
         problem = bound.problem(value)
         if problem:
             raise numbers.manifest(loaded.path, name).fail(problem)
-    for k, spec in enumerate(m.inputs):  # a pipeline's stage list: its workers, timeouts and visits
-        if spec.type == "pipeline":
-            from mlharness.pipeline.settings import stage_specs
-
-            stage_specs(spec.parameters, loaded.path, f"inputs[{k}].parameters")
     workers = loaded.dataset.load_workers if loaded.dataset is not None else None
     if workers is not None:
         problem = _whole(0, MAX_THREADS, high_why=_THREADS_WHY, low_why="0: one per core").problem(workers)

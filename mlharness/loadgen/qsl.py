@@ -1,5 +1,10 @@
 """Query sample library: samples are pre-processed when LoadGen loads them (untimed, per the MLPerf rules) and
-kept in RAM as one contiguous array per model input, so forming a batch in the timed path is one gather."""
+kept in RAM as one contiguous array per model input, so forming a batch in the timed path is one gather.
+
+An input that is not a tensor (a chat prompt, a session, a pipeline item, jagged lists, a graph seed) is an
+:class:`InputKind`: its package under ``mlharness/kinds/`` registers how a sample of it is checked and kept, how a
+gathered batch becomes the model's arrays, and what replaces LoadGen's indices; the run's context holds the one its
+input asks for (``ctx["input_kind"]``). This module never names a kind."""
 
 from __future__ import annotations
 
@@ -7,19 +12,36 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from mlharness.errors import DatasetError, HookError
-from mlharness.loadgen.graph_input import GRAPH_INPUT, graph_sample
-from mlharness.loadgen.jagged_input import JAGGED_INPUT, jagged_input, jagged_sample, stream_order
-from mlharness.loadgen.pipeline_input import PIPELINE_INPUT, pipeline_item
-from mlharness.loadgen.session_input import SESSION_INPUT, session_sample
 from mlharness.manifest.hooks import HookSet
-from mlharness.predictors.chat import CHAT_INPUT, ChatLimits, parse_chat
 
 log = logging.getLogger(__name__)
+
+INPUT_KIND = "input_kind"  # the ctx entry of the run's InputKind: the QSL and the batch path read the same one
+
+
+@dataclass(frozen=True)
+class InputKind:
+    """What an input of a kind's ``inputs[0].type`` asks of the QSL and of the timed path."""
+
+    # preprocess's value for one sample -> the sample checked, as a 0-d object array (stacked and gathered like
+    # any input); load time, untimed
+    sample: Callable[[Any, int], np.ndarray]
+    # a gathered batch of those cells -> the model's arrays (timed path); None: the cells as they are
+    to_model: Callable[[np.ndarray], list[np.ndarray]] | None = None
+    # what replaces LoadGen's indices (``loaded(samples)``, ``unloaded(indices)``, ``take(n)``); None: LoadGen's
+    order: Any = None
+
+
+def input_kind(ctx: dict[str, Any]) -> InputKind | None:
+    """The run's InputKind, which the run's context holds (``run/context.py``); None for tensors."""
+    return ctx.get(INPUT_KIND)
+
 
 MAX_SAMPLES = 1_000_000_000
 """Largest dataset a run accepts from ``init``: the QSL keeps an index entry per sample (8 bytes each)."""
@@ -156,10 +178,10 @@ class SampleLoader:
         self.store = store
         self.workers = max(1, workers)
         self.on_progress = on_progress
-        self.prepare: Callable[[Any], None] | None = None  # called with each chat prompt as it is loaded
+        self.prepare: Callable[[Any], None] | None = None  # called with each object sample (a chat prompt) loaded
         self.error: BaseException | None = None
-        self.jagged = jagged_input(ctx, hooks.manifest)  # a jagged input's settings, parsed once for every sample
-        self.order = stream_order(ctx, hooks.manifest)  # a time-ordered jagged stream: what it may play next
+        self.kind = input_kind(ctx)  # an input that is not a tensor: its kind's checks
+        self.order = self.kind.order if self.kind is not None else None  # what it may play next, if it says
 
     def _one(self, index: int) -> tuple[np.ndarray, ...]:
         if self.tracer is None:
@@ -174,20 +196,12 @@ class SampleLoader:
             out = self.hooks.call("preprocess", self.ctx, sample_argument(self.hooks, index))
         else:
             raise HookError("preprocess", self.hooks.manifest, "the manifest defines no preprocess hook")
-        specs = self.ctx.get("inputs") or []
-        if specs and specs[0].get("type") == CHAT_INPUT:  # the schema keeps a chat input alone
-            cell = chat_sample(out, index, specs[0], self.hooks.manifest)
+        if self.kind is not None:  # kept alone, as one object per sample (the schema allows no other input)
+            cell = self.kind.sample(out, index)
             if self.prepare is not None:
                 self.prepare(cell[()])  # what the predictors send for it, built now rather than on the timed path
             return (cell,)
-        if specs and specs[0].get("type") == SESSION_INPUT:  # one session of turns per sample (kept alone too)
-            return (session_sample(out, index, self.hooks.manifest),)
-        if specs and specs[0].get("type") == PIPELINE_INPUT:  # the first item of the stages (a dict, kept whole)
-            return (pipeline_item(out, index, self.hooks.manifest),)
-        if specs and specs[0].get("type") == JAGGED_INPUT:  # id lists and their keys, checked (kept alone too)
-            return (jagged_sample(out, index, self.jagged, self.hooks.manifest),)
-        if specs and specs[0].get("type") == GRAPH_INPUT:  # a seed node id, checked against its table
-            return (graph_sample(out, index, self.ctx["graph"], self.hooks.manifest),)
+        specs = self.ctx.get("inputs") or []
         # with a predict hook, the declared inputs are the model's and the samples are what the hook cuts them from
         declared = [] if "predict" in self.hooks else specs
         return check_preprocessed(out, index, self.store.n_inputs, declared, self.hooks.manifest)
@@ -222,24 +236,6 @@ class SampleLoader:
             self.order.unloaded(list(indices))
         if "unload" in self.hooks:
             self.hooks.call("unload", list(indices))
-
-
-class BadChatInput(HookError):
-    """A sample's chat messages that cannot be a prompt: the user's input (exit status 2), also when LoadGen's
-    load callback meets it mid-run (the token SUT raises it as it is rather than as a failed run)."""
-
-
-def chat_sample(out: Any, index: int, spec: dict[str, Any], manifest: str) -> np.ndarray:
-    """``preprocess``'s messages for sample ``index`` checked (:func:`~mlharness.predictors.chat.parse_chat`) and
-    kept as a 0-d object array: the store stacks and gathers it like any input, and a request's prompt is the
-    :class:`~mlharness.predictors.chat.ChatPrompt` itself."""
-    try:
-        prompt = parse_chat(out, index, ChatLimits.from_spec(spec.get("parameters")))
-    except DatasetError as e:  # exit status 2, the sample, message and part named, and the hook that made them
-        raise BadChatInput("preprocess", manifest, e.message) from None
-    cell = np.empty((), dtype=object)
-    cell[()] = prompt
-    return cell
 
 
 def check_preprocessed(out: Any, index: int, n_inputs: int, specs: list[dict[str, Any]],

@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from mlharness.loadgen.pipeline import Pipeline, Strategy
+from mlharness.loadgen.batch import Pipeline, Strategy
 from mlharness.loadgen.server_queue import ServerQueue
 
 STOP = object()

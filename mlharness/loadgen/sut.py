@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import RunFailed
+from mlharness.loadgen.batch import Pipeline, Strategy
 from mlharness.loadgen.completion import Completions
-from mlharness.loadgen.pipeline import Pipeline, Strategy
 from mlharness.loadgen.qsl import SampleLoader
 from mlharness.loadgen.server_queue import measure_batch_times
 from mlharness.loadgen.stages import StagedWorkers
@@ -313,7 +313,7 @@ def run_fast_sut(target: Completions, loader: SampleLoader, total_count: int, pe
                  flush: Callable[[], None], on_loaded: Callable[[list[int]], None] | None = None,
                  on_end: Callable[[], None] | None = None) -> None:
     """One LoadGen test with a fast SUT whose callbacks are ``issue``/``flush`` (the token SUT of
-    :mod:`mlharness.loadgen.tokens`); the QSL runs ``loader``, then ``on_loaded`` (warm-up) on the first load.
+    :mod:`mlharness.kinds.tokens.sut`); the QSL runs ``loader``, then ``on_loaded`` (warm-up) on the first load.
     Failures are recorded on ``target``, which completes what LoadGen issues afterwards. ``on_end`` runs once the
     test has ended (or failed to start), before LoadGen's handles are destroyed: a SUT stops its workers there."""
     import mlperf_loadgen as lg

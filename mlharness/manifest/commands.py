@@ -106,9 +106,11 @@ def validate(out: Console, ref: str, dataset_path: str | None, trust: bool = Fal
     from mlharness.manifest.assets import verify_checksum
 
     loaded = load_manifest(ref)
+    from mlharness.kinds import check_inputs
     from mlharness.loadgen.bounds import check_manifest_numbers
 
-    check_manifest_numbers(loaded)  # the numbers a run checks before it starts (a pipeline's stages among them)
+    check_manifest_numbers(loaded)  # the numbers a run checks before it starts
+    check_inputs(loaded)  # and its input kind's parameters (a pipeline's stages)
     hooks = check_hooks(loaded)
     asset = loaded.model.model
     notes = list(loaded.notes)

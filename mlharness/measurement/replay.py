@@ -116,7 +116,7 @@ def scenario_of(args: argparse.Namespace) -> str:
 
 
 def parameters(args: argparse.Namespace, concurrency: int | None) -> dict[str, Any]:
-    """The session input's ``parameters`` (mlharness/loadgen/session_input.py) the flags ask for."""
+    """The session input's ``parameters`` (mlharness/kinds/sessions/input.py) the flags ask for."""
     params: dict[str, Any] = {"history": args.history, "cache_bust": args.cache_bust,
                               "think_scale": args.think_scale, "turn_timeout_s": args.turn_timeout_s,
                               "timing": "asap" if concurrency is not None else "recorded"}

@@ -1,4 +1,4 @@
-"""How items flow through the stages, apart from LoadGen (the SUT of ``loadgen/pipeline_sut.py``, the calibration
+"""How items flow through the stages, apart from LoadGen (the SUT of ``kinds/pipeline/sut.py``, the calibration
 and ``scripts/bench_pipeline.py`` all drive it).
 
 Each stage has an input queue and ``workers`` threads of its own. A worker takes the oldest item waiting for its

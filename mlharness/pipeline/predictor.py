@@ -2,7 +2,7 @@
 its stage list from the manifest's input (``inputs[0].parameters.stages``, checked by
 :func:`~mlharness.pipeline.settings.stage_specs`), builds each stage (a built-in one from
 :data:`~mlharness.pipeline.stage.STAGES`, any other framework through the predictor adapter) and loads it, timed.
-The run's SUT (``loadgen/pipeline_sut.py``) takes the loaded stages from here; there are no tensors to predict.
+The run's SUT (``kinds/pipeline/sut.py``) takes the loaded stages from here; there are no tensors to predict.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What a pipeline stage is: the contract between the pipeline SUT (``mlharness/loadgen/pipeline.py``), the stages
+"""What a pipeline stage is: the contract between the pipeline SUT (``mlharness/loadgen/batch.py``), the stages
 (built-in ones such as retrieval and reranking, and the adapter that makes any predictor a stage) and the tasks
 whose manifests declare them.
 

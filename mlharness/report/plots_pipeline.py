@@ -2,7 +2,7 @@
 call latency p50/p90/p99, busy share and throughput, and a timeline of a few samples' stage visits.
 
 LoadGen times a sample from issue to completion; where the time went is in the pipeline SUT's own records
-(loadgen/pipeline_report.py). The busy share is a stage's summed call time over its workers' time in the test
+(kinds/pipeline/report.py). The busy share is a stage's summed call time over its workers' time in the test
 (``busy_s / (workers x wall_s)``): the stage near 100% is the one that bounds the pipeline. The timeline draws
 the first samples issued, one row each: a thin bar while a sample waits for a stage's worker, a thick one while
 the stage runs it, so overlapping stages of different samples show as overlapping bars.
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.fileguard import iter_jsonl
-from mlharness.loadgen.pipeline_report import RESULTS_FILE, SUMMARY_FILE
+from mlharness.kinds.pipeline.report import RESULTS_FILE, SUMMARY_FILE
 from mlharness.report.plots import LEGEND_OUTSIDE, figure, plain, svg
 from mlharness.report.treefiles import present, read_optional_json
 

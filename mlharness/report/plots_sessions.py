@@ -5,7 +5,7 @@ LoadGen measures a session end to end; what happens inside it is in the player's
 turn index's TTFT, TPOT and latency (p50 and p90 over the sessions that reached that turn) and the share of its
 prompt tokens the server's prefix cache served: a growing history makes later turns' prompts longer, and a cache
 that keeps a session's prefix makes them cheap. The figures come from ``sessions.jsonl`` itself
-(:func:`mlharness.loadgen.session_report.summarize`), so a report of copied folders needs nothing else.
+(:func:`mlharness.kinds.sessions.report.summarize`), so a report of copied folders needs nothing else.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from mlharness.loadgen.session_report import SUMMARY_FILE, summarize
+from mlharness.kinds.sessions.report import SUMMARY_FILE, summarize
 from mlharness.report.plots import LEGEND_OUTSIDE, figure, plain, svg
 from mlharness.report.treefiles import read_optional_json
 from mlharness.sessions.records import read_records

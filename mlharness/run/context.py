@@ -10,8 +10,9 @@ from typing import Any
 
 from mlharness.errors import DatasetError, SettingsError
 from mlharness.fileguard import check_file_or_folder
-from mlharness.loadgen.graph_input import GRAPH_INPUT, graph_settings, open_graph
-from mlharness.loadgen.qsl import check_sample_count
+from mlharness.kinds import make_input
+from mlharness.kinds.graph.input import GRAPH_INPUT, graph_settings, open_graph
+from mlharness.loadgen.qsl import INPUT_KIND, check_sample_count
 from mlharness.manifest.historical import missing_dataset
 from mlharness.manifest.hooks import HookSet
 from mlharness.manifest.loader import LoadedManifest
@@ -43,6 +44,7 @@ def build_context(loaded: LoadedManifest, batch_size: int, *, scenario: str, mod
     }
     if m.inputs and m.inputs[0].type == GRAPH_INPUT:  # opened once, shared by every instance and worker
         ctx["graph"] = _graph(loaded, ds_path)
+    ctx[INPUT_KIND] = make_input(ctx, str(loaded.path))  # an input that is not a tensor: what its kind asks
     return ctx
 
 

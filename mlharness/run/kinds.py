@@ -21,11 +21,11 @@ from mlharness.calibration import (
     server_bound,
 )
 from mlharness.errors import ManifestError
-from mlharness.loadgen.pipeline_sut import PipelineSUT, attach_hooks
-from mlharness.loadgen.session_input import session_settings
-from mlharness.loadgen.sessions import SessionSUT, make_players, session_engines
+from mlharness.kinds.pipeline.sut import PipelineSUT, attach_hooks
+from mlharness.kinds.sessions.input import session_settings
+from mlharness.kinds.sessions.sut import SessionSUT, make_players, session_engines
+from mlharness.kinds.tokens.sut import TokenSUT, check_generative
 from mlharness.loadgen.sut import NetworkQDL, SystemUnderTest
-from mlharness.loadgen.tokens import TokenSUT, check_generative
 
 
 @dataclass
@@ -126,7 +126,7 @@ def _video_sut(p: Parts) -> Any:
 
 
 def _session_sut(p: Parts) -> Any:
-    """One sample, one session: the predictors' chat engines play them (loadgen/sessions.py; docs/sessions.md)."""
+    """One sample, one session: the predictors' chat engines play them (kinds/sessions/sut.py; docs/sessions.md)."""
     loaded = p.run.loaded
     spec = loaded.model.inputs[0]
     settings = session_settings(spec.parameters, loaded.path)
@@ -148,7 +148,7 @@ def _played_calibration(for_run: Callable[..., dict[str, Any]]) -> Callable[[Par
 
 
 def _pipeline_sut(p: Parts) -> Any:
-    """One sample, one item through the manifest's stages (loadgen/pipeline_sut.py; docs/pipelines.md)."""
+    """One sample, one item through the manifest's stages (kinds/pipeline/sut.py; docs/pipelines.md)."""
     run = p.run
     lanes = getattr(p.predictors[0], "lanes", None)
     if lanes is None:

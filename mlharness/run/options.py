@@ -74,7 +74,7 @@ class Measured:
 
     summary: Summary
     detail: dict[str, Any]
-    strategy: Any  # mlharness.loadgen.pipeline.Strategy
+    strategy: Any  # mlharness.loadgen.batch.Strategy
     sut: Any  # SystemUnderTest or NetworkQDL: their counters
     calibration: dict[str, Any] | None
     telemetry: Any

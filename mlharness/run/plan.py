@@ -11,6 +11,7 @@ from typing import Any
 from mlharness.calibration import calibrate_dev
 from mlharness.calibration.asked import Asked
 from mlharness.errors import SettingsError, suggest
+from mlharness.kinds import check_inputs
 from mlharness.loadgen import bounds
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.pinning import core_sets
@@ -122,6 +123,7 @@ def plan_run(loaded: LoadedManifest, opts: RunOptions) -> RunPlan:
                    user_conf=_absolute(opts.user_conf), audit_config=_absolute(opts.audit_config))
     m = loaded.model
     bounds.check_manifest_numbers(loaded)
+    check_inputs(loaded)  # an input kind's own parameters (a pipeline's stage list)
     official = m.mlperf.model is not None
     kind = data_kind(m)
     if opts.scenario == lgs.INTERACTIVE and not kind.tokens:

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import HookError, MLHarnessError, RunFailed, SettingsError
+from mlharness.loadgen.batch import Pipeline, Strategy
 from mlharness.loadgen.logs import check_loadgen_logs, detail_values, parse_summary
-from mlharness.loadgen.pipeline import Pipeline, Strategy
 from mlharness.loadgen.qsl import SampleLoader, SampleStore
 from mlharness.manifest.loader import load_manifest
 from mlharness.manifest.schema import numpy_dtype

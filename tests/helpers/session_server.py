@@ -107,7 +107,7 @@ class ChatServer(LoopbackChat):
 
 
 def tiny_trace(n: int = 3, turns: int = 3, gap_s: float = 0.05, think_s: float = 0.01) -> list[dict[str, Any]]:
-    """``n`` agentic sessions as dicts (``mlharness.loadgen.session_input.as_session``'s form): a user's task, then
+    """``n`` agentic sessions as dicts (``mlharness.kinds.sessions.input.as_session``'s form): a user's task, then
     tool results answering the recorded call, ``turns`` turns each; session k starts ``k * gap_s`` after the first."""
     tool = {"type": "function", "function": {"name": "read_file", "description": "read a file",
                                              "parameters": {"type": "object", "properties": {}}}}

@@ -16,7 +16,7 @@ Where the sampling runs. The MLPerf rules let a benchmark's preprocessing run un
 does it outside the timed query; R-GAT's reference (``backend_dgl.py``, ``predict``) samples each query's
 neighbourhood and fetches its features inside the timed call, and the v6.1 rules list no graph preprocessing that
 may be done ahead. So ``preprocess`` (at load, untimed) gives only the seed node's id, checked against its table,
-and the sampling and the feature gather are part of the timed path (``loadgen/pipeline.py``), before the model.
+and the sampling and the feature gather are part of the timed path (``loadgen/batch.py``), before the model.
 
 The input's ``parameters``: ``path`` (the folder, relative to the dataset path; default the dataset path),
 ``seed_type`` (the node type of the samples; default ``paper``), ``fanouts`` (per layer, input layer first;
@@ -34,7 +34,8 @@ import numpy as np
 
 from mlharness.errors import DatasetError, HookError, ManifestError
 from mlharness.fileguard import load_npy
-from mlharness.loadgen.graph_sampler import Csc, EdgeType, batch_arrays, sample_one
+from mlharness.kinds.graph.sampler import Csc, EdgeType, batch_arrays, sample_one
+from mlharness.loadgen.qsl import InputKind
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ class HeteroGraph:
         return int(self.features[ntype].shape[0])
 
     def sample_arrays(self, seeds: np.ndarray) -> list[np.ndarray]:
-        """The model's inputs for a batch of seed ids (see :func:`~mlharness.loadgen.graph_sampler.batch_arrays`)."""
+        """The model's inputs for a batch of seed ids (see :func:`~mlharness.kinds.graph.sampler.batch_arrays`)."""
         s = self.settings
         ntypes, etypes, order = self._sorted()
         subs = [sample_one(self.csc, s.seed_type, int(n), list(s.fanouts), s.seed, order) for n in np.ravel(seeds)]
@@ -201,3 +202,10 @@ def graph_sample(out: Any, index: int, graph: HeteroGraph, manifest: str) -> np.
                                                 f"'{seed_type}' node table of {graph.nodes(seed_type)} nodes "
                                                 f"({graph.feature_files[seed_type]})")
     return np.asarray(node, dtype=np.int64)
+
+
+def make_input(ctx: dict[str, Any], manifest: str) -> InputKind:
+    """A seed id per sample, checked against the graph the run opened (``ctx["graph"]``, run/context.py); each
+    batch's seeds become their sampled subgraphs on the timed path, before the model."""
+    return InputKind(sample=lambda out, index: graph_sample(out, index, ctx["graph"], manifest),
+                     to_model=lambda cells: ctx["graph"].sample_arrays(cells))

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import HookError, ManifestError
+from mlharness.loadgen.qsl import InputKind
 
 JAGGED_INPUT = "jagged"
 STREAM_ORDER = "stream_order"  # the ctx entry of the run's StreamOrder
@@ -200,3 +201,11 @@ def stream_order(ctx: dict[str, Any], manifest: Any) -> StreamOrder | None:
     if STREAM_ORDER not in ctx:
         ctx[STREAM_ORDER] = StreamOrder(s, ctx.get("mode", "performance")) if s.time_key else None
     return ctx[STREAM_ORDER]
+
+
+def make_input(ctx: dict[str, Any], manifest: str) -> InputKind:
+    """Each sample checked against the settings (parsed once), batched as keys then values and offsets per field,
+    and played in time order when the input has a ``time_key``."""
+    s = jagged_input(ctx, manifest)
+    return InputKind(sample=lambda out, index: jagged_sample(out, index, s, manifest),
+                     to_model=lambda cells: jagged_batch(cells, s), order=stream_order(ctx, manifest))

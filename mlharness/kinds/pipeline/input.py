@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import HookError
+from mlharness.loadgen.qsl import InputKind
 from mlharness.pipeline.settings import PIPELINE_INPUT, stage_specs
 
-__all__ = ["PIPELINE_INPUT", "pipeline_item", "stage_specs"]
+__all__ = ["PIPELINE_INPUT", "make_input", "pipeline_item", "stage_specs"]
 
 
 def pipeline_item(out: Any, index: int, manifest: str) -> np.ndarray:
@@ -24,3 +25,7 @@ def pipeline_item(out: Any, index: int, manifest: str) -> np.ndarray:
     cell = np.empty((), dtype=object)
     cell[()] = {"index": index, **out}
     return cell
+
+
+def make_input(ctx: dict[str, Any], manifest: str) -> InputKind:
+    return InputKind(sample=lambda out, index: pipeline_item(out, index, manifest))

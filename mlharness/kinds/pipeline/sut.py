@@ -12,7 +12,7 @@ once and goes on; at the end the run fails (exit 3) naming the first failing sta
 A signal drains the SUT: every open sample and every later one completes empty at once (its record says
 ``drained`` and carries no ``result``, even where its stages had finished). Every LoadGen sample
 completes exactly once. Beside LoadGen's logs: ``pipeline_results.jsonl`` (per sample: index, query id, the item's
-``result``, each stage visit's times, the error) and ``pipeline_summary.json`` (loadgen/pipeline_report.py).
+``result``, each stage visit's times, the error) and ``pipeline_summary.json`` (kinds/pipeline/report.py).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import RunFailed
+from mlharness.kinds.pipeline.report import write_reports
 from mlharness.loadgen.completion import Completions
-from mlharness.loadgen.pipeline_report import write_reports
 from mlharness.loadgen.qsl import SampleLoader, SampleStore
 from mlharness.loadgen.sut import run_fast_sut
 from mlharness.pipeline.flow import Flow, Job, Lane

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import HookError, ManifestError
+from mlharness.loadgen.qsl import InputKind
 from mlharness.sessions.model import Session, Turn
 
 SESSION_INPUT = "session"
@@ -143,3 +144,7 @@ def _turn(t: Any, k: int) -> Turn:
     tools = t.get("tools")
     return Turn(messages=tuple(messages), think_s=float(think), tools=None if tools is None else tuple(tools),
                 recorded=t.get("recorded"), max_tokens=cap)
+
+
+def make_input(ctx: dict[str, Any], manifest: str) -> InputKind:
+    return InputKind(sample=lambda out, index: session_sample(out, index, manifest))

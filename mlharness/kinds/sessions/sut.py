@@ -14,7 +14,7 @@ or at once (``asap``), with at most ``concurrency`` sessions in flight where one
 
 Every sample completes exactly once. A session that fails (an engine error, a turn past its timeout) is the run's
 error, naming the session, the sample and the turn; from then on every outstanding and later sample is completed
-empty at once, so LoadGen reaches its end and the runner fails the run (as :mod:`mlharness.loadgen.tokens` does).
+empty at once, so LoadGen reaches its end and the runner fails the run (as :mod:`mlharness.kinds.tokens.sut` does).
 A signal drains the SUT the same way. No LoadGen call is made once ``StartTest`` has returned.
 """
 
@@ -32,10 +32,10 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import RunFailed
+from mlharness.kinds.sessions.input import BadSessionInput, SessionSettings
+from mlharness.kinds.sessions.report import SUMMARY_FILE, summarize
 from mlharness.loadgen.completion import Completions
 from mlharness.loadgen.qsl import SampleLoader, SampleStore
-from mlharness.loadgen.session_input import BadSessionInput, SessionSettings
-from mlharness.loadgen.session_report import SUMMARY_FILE, summarize
 from mlharness.loadgen.sut import run_fast_sut
 from mlharness.sessions.records import SessionRecord, write_records
 

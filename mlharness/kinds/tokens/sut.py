@@ -46,8 +46,9 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import ManifestError, RunFailed
+from mlharness.kinds.chat.input import BadChatInput
 from mlharness.loadgen.completion import Completions
-from mlharness.loadgen.qsl import BadChatInput, SampleLoader, SampleStore
+from mlharness.loadgen.qsl import SampleLoader, SampleStore
 from mlharness.loadgen.sut import run_fast_sut
 from mlharness.predictors.generative import GenerativePredictor, TokenRequest
 

@@ -1,6 +1,6 @@
 """What dlrm-v3's manifests call: the stream opened and checked once (the dataset's ``init``), each query as a
 jagged sample (``preprocess``), the models as ``nn.Module`` factories over a jagged batch (keys, then values and
-offsets per field: ``loadgen/jagged_input.py``), and the responses in the reference's format (``postprocess``).
+offsets per field: ``kinds/jagged/input.py``), and the responses in the reference's format (``postprocess``).
 
 A batch's samples are the ones the time-ordered walk chose, not LoadGen's (``StreamOrder``), so every response
 carries its own ``(ts_idx, query_idx)``: that is what the accuracy script and TEST08 read.

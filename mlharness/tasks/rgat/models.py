@@ -1,6 +1,6 @@
 """R-GAT in PyTorch Geometric, as the reference's ``rgnn.py`` builds it (``HeteroConv`` of ``GATConv`` per edge type,
 heads concatenated, leaky ReLU between layers, a linear classifier over the paper nodes), and an oracle with the
-same inputs. Both take the inputs a graph input gives (``loadgen/graph_sampler.py``'s ``batch_arrays``): the
+same inputs. Both take the inputs a graph input gives (``kinds/graph/sampler.py``'s ``batch_arrays``): the
 features of each node type, the edge_index of each edge type (both in sorted name order), then the seed ids."""
 
 from __future__ import annotations

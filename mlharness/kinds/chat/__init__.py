@@ -1,0 +1,1 @@
+"""Chat prompts with images: the chat input (``input.py``)."""
