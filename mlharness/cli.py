@@ -168,16 +168,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         table.add_row("result", "n/a in accuracy mode (LoadGen judges validity in performance mode)")
     if result.accuracy is not None:
         table.add_row("accuracy", result.accuracy.text.strip())
-    if (result.output / "sessions_summary.json").is_file():  # a session run: what its sessions and turns measured
-        from mlharness.kinds.sessions.report import session_rows
+    from mlharness.kinds.registry import run_rows
 
-        for label, text in session_rows(result.output):
-            table.add_row(label, escape(text))
-    if (result.output / "pipeline_summary.json").is_file():  # a pipeline run: each stage's calls and latency
-        from mlharness.kinds.pipeline.report import stage_rows
-
-        for label, text in stage_rows(result.output):
-            table.add_row(label, escape(text))
+    # what the run's data kind adds: a session run's sessions and turns, a pipeline's stages
+    for label, text in run_rows(result.output):
+        table.add_row(label, escape(text))
     table.add_row("output", str(result.output))
     if not md["submittable"]:
         table.add_row("submittable", "no: " + "; ".join(md["not_submittable_reasons"]))

@@ -42,7 +42,7 @@ from pathlib import Path
 # Higher is nearer the command line. The data kinds (mlharness/kinds/) were part of loadgen/ and keep its rank.
 LAYERS = {
     "cli": 9, "__main__": 9, "startup": 9, "measurement": 9, "session": 9,
-    "report": 8, "submission": 7, "run": 6, "calibration": 5, "loadgen": 4, "kinds": 4,
+    "report": 8, "submission": 7, "run": 6, "kinds": 5, "calibration": 5, "loadgen": 4,
     "predictors": 3, "agent": 3, "manifest": 2, "tasks": 1,
 }
 # Before the move, mlharness/loadgen/ also held the run's orchestration and the calibration.

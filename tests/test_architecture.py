@@ -6,6 +6,7 @@ docs/architecture.md."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -182,13 +183,13 @@ def test_flat_layout_module_paths_still_import():
 
 
 # The layers point one way (docs/architecture.md, "Layers"): a package on the left never imports one on the right.
-# LoadGen's adapter is below the data kinds, the run and its calibration; calibration is below the run.
+# LoadGen's adapter is below calibration, calibration below the data kinds, the data kinds below the run.
 ABOVE_RUN = ("mlharness.measurement", "mlharness.report", "mlharness.submission")
 MAY_NOT_IMPORT = {
     "mlharness.run": ABOVE_RUN,
-    "mlharness.calibration": (*ABOVE_RUN, "mlharness.run"),
-    # the data kinds (mlharness/kinds/) sit above LoadGen's adapter, which names none of them
-    "mlharness.kinds": (*ABOVE_RUN, "mlharness.run", "mlharness.calibration"),
+    "mlharness.calibration": (*ABOVE_RUN, "mlharness.run", "mlharness.kinds"),
+    # the data kinds (mlharness/kinds/) use calibration's skeletons and LoadGen's adapter, which name none of them
+    "mlharness.kinds": (*ABOVE_RUN, "mlharness.run"),
     "mlharness.loadgen": (*ABOVE_RUN, "mlharness.run", "mlharness.calibration", "mlharness.kinds"),
     "mlharness.sessions": (*ABOVE_RUN, "mlharness.run", "mlharness.calibration", "mlharness.kinds",
                            "mlharness.loadgen"),
@@ -203,14 +204,36 @@ def within(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
+# A module's layer is its package's, except a data kind's report module (its row's ``report``: the kind's section
+# of the HTML report and its plots), which is of the report's layer: it may import mlharness.report, and nothing
+# below the report imports it (the report finds it through the kinds' registry, by name).
+KIND_REPORT = re.compile(r"^mlharness\.kinds\.\w+\.plots$")
+
+
+def layer_name(module: str) -> str:
+    return f"mlharness.report.{module}" if KIND_REPORT.match(module) else module
+
+
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
     return sorted(f"{mod} -> {target}" for mod, targets in graph.items() for lower, uppers in MAY_NOT_IMPORT.items()
-                  if within(mod, lower) for target in targets if any(within(target, up) for up in uppers))
+                  if within(layer_name(mod), lower) for target in targets
+                  if any(within(layer_name(target), up) for up in uppers))
 
 
 def test_layers_point_one_way():
     found = upward_imports(import_graph(modules()))
     assert not found, "imports against the layers:\n" + "\n".join(found)
+
+
+def test_a_kinds_report_module_is_of_the_reports_layer():
+    graph = {"mlharness.kinds.toy.plots": {"mlharness.report.plots", "mlharness.kinds.toy.report"},
+             "mlharness.kinds.toy.kind": {"mlharness.kinds.toy.plots", "mlharness.calibration.played"},
+             "mlharness.kinds.toy.sut": {"mlharness.report.plots"},
+             "mlharness.calibration.played": {"mlharness.kinds.toy.report"},
+             "mlharness.run.plan": {"mlharness.kinds.registry"}}
+    assert upward_imports(graph) == ["mlharness.calibration.played -> mlharness.kinds.toy.report",
+                                     "mlharness.kinds.toy.kind -> mlharness.kinds.toy.plots",
+                                     "mlharness.kinds.toy.sut -> mlharness.report.plots"]
 
 
 def test_the_layer_check_finds_an_upward_import(tmp_path):
@@ -361,16 +384,17 @@ MAX_LOADGEN_MODULES = 12
 def kind_names(loadgen: Path) -> list[str]:
     """Where the modules of ``loadgen`` name a data kind: a module named for one of mlharness/kinds/'s packages,
     or a string that is an input kind's type (``"pipeline"``, ``"chat"``, ...)."""
-    from mlharness.kinds import INPUT_KINDS
+    from mlharness.kinds.registry import BUILTIN
 
     kinds = {p.name for p in (PACKAGE / "kinds").iterdir() if (p / "__init__.py").is_file()}
+    named = set(BUILTIN) - {"tensor"}  # a tensor is what LoadGen's adapter handles itself
     found = []
     for path in sorted(loadgen.glob("*.py")):
         if path.stem in kinds:
             found.append(f"{path.name}: a module named for the '{path.stem}' kind")
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Constant) and node.value in INPUT_KINDS:
-                found.append(f"{path.name}:{node.lineno}: the input type {node.value!r}")
+            if isinstance(node, ast.Constant) and node.value in named:
+                found.append(f"{path.name}:{node.lineno}: the kind {node.value!r}")
     return found
 
 
@@ -383,5 +407,5 @@ def test_loadgen_is_the_adapter_alone_and_names_no_kind():
 def test_the_kind_check_finds_a_named_kind(tmp_path):
     (tmp_path / "qsl.py").write_text('def f(spec):\n    return spec.type == "pipeline"\n')
     (tmp_path / "sessions.py").write_text("")
-    assert kind_names(tmp_path) == ["qsl.py:2: the input type 'pipeline'", "sessions.py: a module named for the "
+    assert kind_names(tmp_path) == ["qsl.py:2: the kind 'pipeline'", "sessions.py: a module named for the "
                                     "'sessions' kind"]

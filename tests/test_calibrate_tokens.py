@@ -1,4 +1,4 @@
-"""Sizing of token-stream runs: the calibration of :mod:`mlharness.calibration.calibrate_tokens` on the token oracle
+"""Sizing of token-stream runs: the calibration of :mod:`mlharness.kinds.tokens.calibrate` on the token oracle
 (with delays that stand for a slow model), and the fixes a submission's INVALID Server run is retried with."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlharness.calibration import calibrate_tokens as ct
 from mlharness.calibration.calibrate import EARLY_STOPPING_QUERIES
 from mlharness.calibration.explain import explain
+from mlharness.kinds.tokens import calibrate as ct
 from mlharness.predictors.base import PredictorConfig
 from mlharness.predictors.generative import GenerativePredictor
 from mlharness.submission.sizing import early_stopping_floor

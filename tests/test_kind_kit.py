@@ -1,6 +1,7 @@
-"""The hostile kit over the data kinds: for every kind of ``run/kinds.py`` (and every input type with a reader of its
-own: images in chat, graphs, jagged streams), the same hostile files go through the kind's real reader in a short
-``mlharness run`` of its built-in oracle: a FIFO, a character device, a symbolic link to a device, a folder, an empty
+"""The hostile kit over the data kinds: for every built-in kind of the registry (``mlharness/kinds/``: the response
+kinds, and the input kinds with readers of their own: images in chat, graphs, jagged streams), and for a toy kind
+that only this file defines, the same hostile files go through the kind's real reader in a short ``mlharness run``
+of its oracle: a FIFO, a character device, a symbolic link to a device, a folder, an empty
 file, a truncated one, one line of 70 MB, JSON nested 100,000 deep, bad UTF-8, NaN where a number belongs.
 
 Each case must end within its bound with exit status 2 or 3 and an error paragraph that names the file, never a
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from mlharness.run.kinds import KINDS
+from mlharness.kinds.registry import BUILTIN, names
 from tests.helpers.cli import cli
 
 CASE_SECONDS = 30.0  # one case, on a busy 2-core host; a reader that waits on a FIFO never ends
@@ -33,7 +34,7 @@ CASE_SECONDS = 30.0  # one case, on a busy 2-core host; a reader that waits on a
 class Target:
     """One file a kind reads from its dataset folder, and the run that reads it."""
 
-    kind: str  # a row of KINDS, or an input type with a reader of its own
+    kind: str  # a built-in kind (mlharness/kinds/registry.py)
     manifest: str
     synth: tuple[str, ...]  # `mlharness dataset synth` arguments (after --out)
     file: str  # relative to the dataset folder
@@ -58,9 +59,6 @@ TARGETS = [
     Target("jagged", "dlrm-v3-oracle", ("dlrm-v3",), "dataset.json", "json"),
     Target("jagged", "dlrm-v3-oracle", ("dlrm-v3",), "0.csv", "csv"),
 ]
-
-INPUT_KINDS = {"chat", "graph", "jagged"}  # input types with readers of their own, beside the response kinds
-
 
 # ---- the hostile files ----------------------------------------------------------------------------------------------
 
@@ -219,32 +217,35 @@ def datasets(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> C
 
 def test_every_kind_has_the_kits_fixtures() -> None:
     """A new kind registers with fixtures here, or this fails."""
-    assert set(KINDS) | INPUT_KINDS == {t.kind for t in TARGETS}
+    assert set(BUILTIN) == {t.kind for t in TARGETS}
 
 
-@pytest.mark.timeout(900)
-@pytest.mark.parametrize("kind", sorted(set(KINDS) | INPUT_KINDS))
-def test_hostile_files_of_a_kind(kind: str, tmp_path: Path, datasets: Callable[[Target], Path],
-                                 env: dict[str, str]) -> None:
+def hostile_cases(targets: list[Target], good_of: Callable[[Target], Path],
+                  work: Path) -> tuple[list[dict], dict[str, str]]:
+    """The driver's cases for ``targets`` (each hostile file in a copy of its good dataset), and the file name
+    each case's error must name."""
     cases, expect = [], {}
-    for t_index, target in enumerate(t for t in TARGETS if t.kind == kind):
-        good = datasets(target)
+    for t_index, target in enumerate(targets):
+        good = good_of(target)
         content = (good / target.file).read_bytes()
         for name, make in cases_for(target, content).items():
             case_id = f"{Path(target.file).name}:{name}"
-            folder = tmp_path / f"t{t_index}-{name}"
+            folder = work / f"t{t_index}-{name}"
             shutil.copytree(good, folder, symlinks=True)
             hostile = folder / target.file
             hostile.unlink()
             make(hostile)
             argv = ["run", "--manifest", target.manifest, "--dataset-path", str(folder), "--scenario", "Offline",
                     "--mode", target.mode, "--count", "2", "--no-progress", "--results-root",
-                    str(tmp_path / "results" / f"t{t_index}-{name}")]
+                    str(work / "results" / f"t{t_index}-{name}")]
             if target.mode == "performance":
                 argv += ["--min-duration-ms", "50"]
             cases.append({"id": case_id, "argv": argv})
             expect[case_id] = Path(target.file).name
-    results = _run_driver(tmp_path, cases, env)
+    return cases, expect
+
+
+def judge(cases: list[dict], results: dict[str, dict], expect: dict[str, str]) -> None:
     failures = []
     for case in cases:
         r = results[case["id"]]
@@ -255,3 +256,132 @@ def test_hostile_files_of_a_kind(kind: str, tmp_path: Path, datasets: Callable[[
         elif "error:" not in output or name not in output[output.index("error:"):]:
             failures.append(f"the error does not name {name}: " + what)
     assert not failures, f"{len(failures)} of {len(cases)} cases failed:\n\n" + "\n\n".join(failures)
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("kind", sorted(BUILTIN))
+def test_hostile_files_of_a_kind(kind: str, tmp_path: Path, datasets: Callable[[Target], Path],
+                                 env: dict[str, str]) -> None:
+    cases, expect = hostile_cases([t for t in TARGETS if t.kind == kind], datasets, tmp_path)
+    judge(cases, _run_driver(tmp_path, cases, env), expect)
+
+
+# ---- a kind that only this file defines --------------------------------------------------------------------------
+# A package of its own, installed by nothing but an entry point on PYTHONPATH: its reader (through mlharness's one
+# door for files), its input (one count per sample, checked at load time) and its response row (the tensor kind's
+# SUT, calibration and bound, as a kind that adds nothing to LoadGen's base SUT takes them).
+TOY_PACKAGE = {
+    "toykind/__init__.py": '"""A data kind of one count per sample."""\n',
+    "toykind/reader.py": '''\
+from pathlib import Path
+
+from mlharness.errors import DatasetError
+from mlharness.fileguard import iter_lines
+
+
+def read_counts(path):
+    """The non-negative integers of the file at ``path``, one a line."""
+    counts = []
+    for number, text in iter_lines(Path(path), "toy counts file", error=DatasetError):
+        if not text.strip().isdigit():
+            raise DatasetError(f"{path}, line {number}: expected a count (digits), got {text[:40]!r}")
+        counts.append(int(text))
+    if not counts:
+        raise DatasetError(f"{path}: no counts (the file is empty)")
+    return counts
+''',
+    "toykind/kind.py": '''\
+import numpy as np
+
+from mlharness.errors import HookError
+from mlharness.kinds.base import Kind
+from mlharness.kinds.tensor import kind as tensor
+from mlharness.loadgen.qsl import InputKind
+
+
+def count_sample(out, index, manifest):
+    value = np.asarray(out)
+    if value.size != 1 or value.dtype.kind not in "iu":
+        raise HookError("preprocess", manifest, f"sample {index}: a toy-count sample is one int, got {value.dtype}")
+    return np.asarray(int(value.reshape(())), dtype=np.int64)
+
+
+def make_input(ctx, manifest):
+    return InputKind(sample=lambda out, index: count_sample(out, index, manifest),
+                     to_model=lambda cells: [np.asarray(cells, dtype=np.int64).reshape(-1, 1)])
+
+
+KIND = Kind("toy-count", make_input=make_input, make_sut=tensor.make_sut, server_bound=tensor.bound,
+            calibrate=tensor.calibration, check_outputs=True)
+''',
+    "toykind-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: toykind\nVersion: 0.1\n",
+    "toykind-0.1.dist-info/entry_points.txt": "[mlharness.kinds]\ntoy-count = toykind.kind:KIND\n",
+}
+
+TOY_MANIFEST = """\
+name: toy-count-echo
+framework: {name: echo}
+inputs: [{name: x, type: toy-count, element_type: int64, shape: [1]}]
+outputs: [{name: y, element_type: int64, shape: [1]}]
+response: {kind: toy-count, element_type: int64}
+attributes: {measurements: {starting_weights_filename: "none: an echo"}}
+dataset:
+  name: toy-counts
+  init: |
+    from pathlib import Path
+
+    from toykind.reader import read_counts
+
+    def init(count):
+        global COUNTS
+        COUNTS = read_counts(Path(ctx["dataset_path"]) / "counts.txt")
+        return min(count, len(COUNTS)) if count else len(COUNTS)
+preprocess: |
+  def preprocess(ctx, index):
+      return COUNTS[index]
+postprocess: |
+  def postprocess(ctx, outputs):
+      return list(outputs[0])
+"""
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> dict[str, object]:
+    root = tmp_path_factory.mktemp("toykind")
+    site = root / "site"
+    for rel, text in TOY_PACKAGE.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(text)
+    (root / "toy.yaml").write_text(TOY_MANIFEST)
+    data = root / "data"
+    data.mkdir()
+    (data / "counts.txt").write_text("".join(f"{7 * i + 3}\n" for i in range(16)))
+    toy_env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))}
+    return {"root": root, "manifest": str(root / "toy.yaml"), "data": data, "env": toy_env}
+
+
+@pytest.mark.slow
+def test_a_kind_defined_outside_mlharness_runs_through_the_cli(toy, tmp_path):
+    """The toy kind, found by its entry point alone: its default performance run is VALID, and its accuracy run's
+    log holds each sample's count as the echo answered it (its reader and its input fed the model)."""
+    assert "toy-count" not in names()  # this process has no such kind: only the children's PYTHONPATH has it
+    base = ["run", "--manifest", toy["manifest"], "--dataset-path", str(toy["data"]), "--scenario", "Offline",
+            "--no-progress"]
+    perf = cli(toy["env"], *base, "--mode", "performance", "--min-duration-ms", "300", "--output",
+               str(tmp_path / "perf"))
+    assert perf.returncode == 0, perf.stdout[-3000:] + perf.stderr[-3000:]
+    summary = (tmp_path / "perf" / "mlperf_log_summary.txt").read_text()
+    assert "Result is : VALID" in summary, summary
+    acc = cli(toy["env"], *base, "--mode", "accuracy", "--output", str(tmp_path / "acc"))
+    assert acc.returncode == 0, acc.stdout[-3000:] + acc.stderr[-3000:]
+    entries = json.loads((tmp_path / "acc" / "mlperf_log_accuracy.json").read_text())
+    got = {e["qsl_idx"]: int.from_bytes(bytes.fromhex(e["data"]), "little", signed=True) for e in entries}
+    assert got == {i: 7 * i + 3 for i in range(16)}
+
+
+@pytest.mark.timeout(600)
+def test_hostile_files_of_a_kind_defined_outside_mlharness(toy, tmp_path):
+    target = Target("toy-count", toy["manifest"], (), "counts.txt", "text", mode="performance")
+    cases, expect = hostile_cases([target], lambda t: toy["data"], tmp_path)
+    assert {c["id"].split(":")[1] for c in cases} >= {"fifo", "folder", "empty", "bad-utf8", "huge-line"}
+    judge(cases, _run_driver(tmp_path, cases, toy["env"]), expect)

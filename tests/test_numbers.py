@@ -155,7 +155,7 @@ def test_a_flag_a_manifest_key_and_a_trace_row_reach_the_same_validator(tmp_path
         values("inf", "--session-rate", float)
     errors.append(e.value)
     path = toy_with(tmp_path, timeout_s=float("inf"))
-    from mlharness.kinds import check_inputs  # a pipeline's stage list is checked by its kind's package
+    from mlharness.kinds.registry import check_inputs  # a pipeline stage list: its kind checks it
     from mlharness.manifest.loader import load_manifest
 
     with pytest.raises(numbers.NumberError) as e:

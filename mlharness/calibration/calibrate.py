@@ -366,14 +366,8 @@ def for_run(asked: Asked, plan: lgs.SettingsPlan, settings: Any, pipelines: list
     is too small for early stopping says so (calibrate_dev.short_count_note); an Offline development run is sized
     from the expected rate, not the dataset (calibrate_dev.size)."""
     result = _for_run(asked, plan, settings, pipelines, loader, perf_count, batch, warmup, outdir, affinity)
-    if plan.scenario == "Offline" and (sized := calibrate_dev.size(plan, settings, perf_count, floor=batch)):
-        result["development_sizing"] = sized
-        asked.tell(sized["message"])
-    note = calibrate_dev.short_count_note(plan, settings, count_given_by(plan, asked.user_conf))
-    if note:
-        result["short_count"] = note
-        asked.tell(note)
-    return result
+    return calibrate_dev.tell(result, asked, plan, settings, perf_count, floor=batch,
+                              sizing=plan.scenario == "Offline")
 
 
 def _for_run(asked: Asked, plan: lgs.SettingsPlan, settings: Any, pipelines: list[Any], loader: Any, perf_count: int,

@@ -181,3 +181,19 @@ def short_count_note(plan: lgs.SettingsPlan, settings: Any, stated: str | None) 
 
 __all__ = ["OFFICIAL_AUDIT", "SIZE_KEYS", "applies", "audit_counts", "development_audit", "development_duration",
            "short_count_note", "size"]
+
+
+def tell(result: dict[str, Any], asked: Any, plan: lgs.SettingsPlan, settings: Any, perf_count: int, floor: int,
+         sizing: bool = True) -> dict[str, Any]:
+    """A calibration's ``result`` with what this module adds, each told to the user: how a development run was
+    sized from the expected rate (:func:`size`, where ``sizing``), and what a stated count too small for early
+    stopping means (:func:`short_count_note`)."""
+    sized = size(plan, settings, perf_count, floor=floor) if sizing else None
+    if sized is not None:
+        result["development_sizing"] = sized
+        asked.tell(sized["message"])
+    note = short_count_note(plan, settings, count_given_by(plan, asked.user_conf))
+    if note:
+        result["short_count"] = note
+        asked.tell(note)
+    return result

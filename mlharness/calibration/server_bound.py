@@ -15,7 +15,7 @@ adds at a useful rate (an ideal queue at about half load keeps its p99 within a 
 
 A token-stream model that is not an MLPerf benchmark has no ``ttft_latency``/``tpot_latency`` line in mlperf.conf,
 and LoadGen's built-in 100 ms for each has nothing to do with it either. Its bounds follow the same rule from one
-generation at a time, measured by :mod:`mlharness.calibration.calibrate_tokens` before LoadGen starts
+generation at a time, measured by :mod:`mlharness.kinds.tokens.calibrate` before LoadGen starts
 (:func:`derive_token_bounds`): TPOT = ``max(1 ms, 5 x the single-request TPOT p99)``, and TTFT = ``max(10 ms, 5 x
 the single-request p99 of a whole generation)``: under Server arrivals a request can wait for a generation in
 flight (an engine that batches statically starts it only when the batch ahead ends), so its first token is
@@ -118,7 +118,7 @@ def derived_ms(single_p99_ms: float, floor_ms: float = DERIVED_FLOOR_MS) -> floa
 
 def token_bounds_to_derive(plan: lgs.SettingsPlan, network: str | None = None) -> list[str]:
     """The TTFT/TPOT keys of a non-benchmark token model's Server performance run that nobody bounded (LoadGen's
-    built-in default), which calibrate_tokens derives from the model's single-request latency."""
+    built-in default), which kinds/tokens/calibrate.py derives from the model's single-request latency."""
     if plan.scenario != "Server" or plan.mode != "performance" or plan.official or network == "lon":
         return []
     return [k for k, b in (plan.latency_bound or {}).items()
@@ -200,7 +200,7 @@ def for_run(asked: Asked, plan: lgs.SettingsPlan, settings: Any, pipelines: list
     later = token_bounds_to_derive(plan, asked.network) if token_latencies else []
     if plan.mode == "performance":
         for b in bounds:
-            if b.key not in later:  # said once derived, by calibrate_tokens
+            if b.key not in later:  # said once derived, by kinds/tokens/calibrate.py
                 asked.tell(b.line())
     return plan.latency_bound
 

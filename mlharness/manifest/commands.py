@@ -106,7 +106,7 @@ def validate(out: Console, ref: str, dataset_path: str | None, trust: bool = Fal
     from mlharness.manifest.assets import verify_checksum
 
     loaded = load_manifest(ref)
-    from mlharness.kinds import check_inputs
+    from mlharness.kinds.registry import check_inputs
     from mlharness.loadgen.bounds import check_manifest_numbers
 
     check_manifest_numbers(loaded)  # the numbers a run checks before it starts

@@ -174,8 +174,9 @@ class MLPerfSpec(_Strict):
 
 
 class ResponseSpec(_Strict):
-    kind: Literal["tensor", "tokens", "session", "video", "pipeline"] = "tensor"
-    """``tensor``: one response per sample from ``postprocess``. ``tokens``: the model generates a stream of token
+    kind: str = "tensor"
+    """A data kind that responds (mlharness/kinds/; the run checks the name). ``tensor``: one response per sample
+    from ``postprocess``. ``tokens``: the model generates a stream of token
     ids per sample (a generative predictor); the run measures token latencies (TTFT, TPOT), reports the first
     token to LoadGen as soon as it exists and writes every token id as int32 (int64 where ``element_type`` says
     so: what the whisper accuracy script reads by default). ``video``: one video per sample, its frames as the
@@ -186,7 +187,7 @@ class ResponseSpec(_Strict):
     """With ``kind: tokens`` and ``element_type: uint8``: each sample's response is the generated text as UTF-8
     bytes (qwen3-vl's accuracy script reads text); ``n_tokens`` stays the count of generated token ids."""
     fps: float | None = Field(None, gt=0)
-    """With ``kind: video``, required (checked with the frames' shape by ``run/kinds.py``): the frame rate."""
+    """With ``kind: video``, required (checked with the frames' shape by ``kinds/video/kind.py``): the frame rate."""
 
     @model_validator(mode="before")
     @classmethod

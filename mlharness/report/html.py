@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from html import escape
 
-from mlharness.report import glance, plots, plots_pipeline, plots_sessions, plots_sweep, plots_time, sweep
+from mlharness.kinds.registry import report_sections
+from mlharness.report import glance, plots, plots_sweep, plots_time, sweep
 from mlharness.report.render import (
     COMPARE_COLUMNS,
     TOKEN_COLUMNS,
@@ -218,8 +219,8 @@ def render(report: Report, top_layers: int = 10) -> str:
         parts.append("<h2>Token latencies</h2>" + _table(TOKEN_COLUMNS, tokens))
     if report.skipped:
         parts.append(f"<p>Left out: {len(report.skipped)} failed or partial run folders.</p>")
-    parts += plots_sessions.section(runs, _figure, _table)
-    parts += plots_pipeline.section(runs, _figure, _table)
+    for section in report_sections():  # each data kind's own (sessions' turns, a pipeline's stages)
+        parts += section(runs, _figure, _table)
     groups = _groups(report)
     if groups:
         parts.append("<h2>Figures</h2><p>One section per benchmark and scenario.</p>" + "".join(groups))

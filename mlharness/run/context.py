@@ -10,8 +10,7 @@ from typing import Any
 
 from mlharness.errors import DatasetError, SettingsError
 from mlharness.fileguard import check_file_or_folder
-from mlharness.kinds import make_input
-from mlharness.kinds.graph.input import GRAPH_INPUT, graph_settings, open_graph
+from mlharness.kinds.registry import make_input
 from mlharness.loadgen.qsl import INPUT_KIND, check_sample_count
 from mlharness.manifest.historical import missing_dataset
 from mlharness.manifest.hooks import HookSet
@@ -42,17 +41,9 @@ def build_context(loaded: LoadedManifest, batch_size: int, *, scenario: str, mod
         "manifest_dir": str(loaded.directory),
         "count": count,
     }
-    if m.inputs and m.inputs[0].type == GRAPH_INPUT:  # opened once, shared by every instance and worker
-        ctx["graph"] = _graph(loaded, ds_path)
-    ctx[INPUT_KIND] = make_input(ctx, str(loaded.path))  # an input that is not a tensor: what its kind asks
+    # an input that is not a tensor: what its kind asks (a graph input opens its graph here, once for the run)
+    ctx[INPUT_KIND] = make_input(ctx, str(loaded.path))
     return ctx
-
-
-def _graph(loaded: LoadedManifest, ds_path: str | Path | None) -> Any:
-    settings = graph_settings(loaded.model.inputs[0].parameters, loaded.path)
-    if ds_path is None:
-        raise DatasetError("a graph input needs the dataset: pass --dataset-path")
-    return open_graph(Path(ds_path) / (settings.path or "."), settings)
 
 
 def sample_count(hooks: HookSet, count: int | None, ctx: dict[str, Any]) -> int:

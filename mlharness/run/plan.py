@@ -11,7 +11,8 @@ from typing import Any
 from mlharness.calibration import calibrate_dev
 from mlharness.calibration.asked import Asked
 from mlharness.errors import SettingsError, suggest
-from mlharness.kinds import check_inputs
+from mlharness.kinds.base import Kind
+from mlharness.kinds.registry import check_inputs, data_kind
 from mlharness.loadgen import bounds
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.pinning import core_sets
@@ -22,7 +23,6 @@ from mlharness.rounds import check_in_suite
 from mlharness.run.context import build_context, sample_count
 from mlharness.run.destination import absolute, identity
 from mlharness.run.factory import Instances, check_framework_version
-from mlharness.run.kinds import DataKind, data_kind
 from mlharness.run.options import RunOptions
 from mlharness.run.rundir import default_output
 from mlharness.telemetry.observe import wants_profile
@@ -88,7 +88,7 @@ class RunPlan:
     framework_version: str
     scenario: str
     mode: str
-    kind: DataKind  # what the model answers with, and what that needs of the run (kinds.py)
+    kind: Kind  # what the model answers with, and what that needs of the run (mlharness/kinds/)
     settings: lgs.SettingsPlan  # mlperf.conf + user.conf + overrides + the round, for loadgen_settings
     destination: Destination
     instances: Instances

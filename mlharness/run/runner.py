@@ -2,7 +2,7 @@
 
 :func:`run` is the whole run as its steps; what each step needs lives in a module named for it: the plan of the
 run (:mod:`.plan`: every later step takes the plan's parts, never the options), the predictor factory
-(:mod:`.factory`), what the model's data kind asks of the run (:mod:`.kinds`: its SUT, Server bound and
+(:mod:`.factory`), what the model's data kind asks of the run (:mod:`mlharness.kinds`: its SUT, Server bound and
 calibration) and the run metadata (:mod:`.metadata`).
 """
 
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import HookError, MLHarnessError, RunFailed, SettingsError
+from mlharness.kinds.base import Parts
 from mlharness.loadgen.batch import Pipeline, Strategy
 from mlharness.loadgen.logs import check_loadgen_logs, detail_values, parse_summary
 from mlharness.loadgen.qsl import SampleLoader, SampleStore
@@ -25,7 +26,6 @@ from mlharness.predictors.base import Predictor
 from mlharness.run.context import resolve_load_workers
 from mlharness.run.destination import absolute, check_destination, exclusive, lock_path
 from mlharness.run.factory import check_outputs_by_running, make_instances, resolve_model_file
-from mlharness.run.kinds import Parts
 from mlharness.run.metadata import run_metadata
 from mlharness.run.options import (
     DEFAULT_MANIFEST,

@@ -29,8 +29,8 @@ def scorer_from_record(metadata_path: Path, reference: str | None = None) -> Sco
     meta = read_optional_json(metadata_path, "record of the accuracy run")
     if not isinstance(meta, dict):
         return None
+    from mlharness.kinds.registry import data_kind
     from mlharness.manifest.loader import load_manifest
-    from mlharness.run.kinds import data_kind
     from mlharness.tasks import METRICS
     from mlharness.tasks.base import AccuracyContext
 

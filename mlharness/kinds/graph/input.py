@@ -205,7 +205,14 @@ def graph_sample(out: Any, index: int, graph: HeteroGraph, manifest: str) -> np.
 
 
 def make_input(ctx: dict[str, Any], manifest: str) -> InputKind:
-    """A seed id per sample, checked against the graph the run opened (``ctx["graph"]``, run/context.py); each
-    batch's seeds become their sampled subgraphs on the timed path, before the model."""
-    return InputKind(sample=lambda out, index: graph_sample(out, index, ctx["graph"], manifest),
-                     to_model=lambda cells: ctx["graph"].sample_arrays(cells))
+    """A seed id per sample, checked against the run's graph (opened here once, from the input's parameters and
+    the dataset folder, and kept in ``ctx["graph"]`` for every instance and worker); each batch's seeds become
+    their sampled subgraphs on the timed path, before the model."""
+    if ctx.get("graph") is None:
+        settings = graph_settings(ctx["inputs"][0].get("parameters"), manifest)
+        if ctx.get("dataset_path") is None:
+            raise DatasetError("a graph input needs the dataset: pass --dataset-path")
+        ctx["graph"] = open_graph(Path(ctx["dataset_path"]) / (settings.path or "."), settings)
+    graph = ctx["graph"]
+    return InputKind(sample=lambda out, index: graph_sample(out, index, graph, manifest),
+                     to_model=lambda cells: graph.sample_arrays(cells))

@@ -74,7 +74,10 @@ def write_reports(outdir: Path, lanes: list[Any], jobs: list[Any], wall: list[fl
 
 
 def stage_rows(outdir: Path) -> list[tuple[str, str]]:
-    """A label and a line per stage for ``mlharness run``'s table, and the pipeline's own."""
+    """A label and a line per stage for ``mlharness run``'s table, and the pipeline's own (none where the folder
+    holds no pipeline run)."""
+    if not (Path(outdir) / SUMMARY_FILE).is_file():
+        return []
     summary = read_json(Path(outdir) / SUMMARY_FILE, "pipeline summary", allow_nan=True)
     rows = []
     for s in summary["stages"]:

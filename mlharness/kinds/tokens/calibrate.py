@@ -55,7 +55,7 @@ from mlharness.calibration.calibrate import (
     fmt_value,
     given_by,
 )
-from mlharness.calibration.token_trials import (
+from mlharness.kinds.tokens.trials import (
     LIMIT_MARGIN,
     SUT_SAMPLE_OVERHEAD_MS,
     offline_bursts,
@@ -229,15 +229,7 @@ def for_run(asked: Asked, plan: lgs.SettingsPlan, settings: Any, predictors: lis
             asked.tell(line)
     result = _calibrated(asked, plan, settings, predictors, store, loader, perf_count, warmup, outdir)
     # a development run is then sized from the expected rate, not from the dataset (calibrate_dev)
-    sized = calibrate_dev.size(plan, settings, perf_count, floor=MIN_SAMPLES)
-    if sized is not None:
-        result["development_sizing"] = sized
-        asked.tell(sized["message"])
-    note = calibrate_dev.short_count_note(plan, settings, count_given_by(plan, asked.user_conf))
-    if note:
-        result["short_count"] = note
-        asked.tell(note)
-    return result
+    return calibrate_dev.tell(result, asked, plan, settings, perf_count, floor=MIN_SAMPLES)
 
 
 def _calibrated(asked: Asked, plan: lgs.SettingsPlan, settings: Any, predictors: list[GenerativePredictor],
