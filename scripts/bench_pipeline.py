@@ -29,10 +29,10 @@ import threading
 import time
 from pathlib import Path
 
+from mlharness.kinds.pipeline.flow import Flow, Job, Lane
 from mlharness.kinds.pipeline.report import stage_rows, write_reports
-from mlharness.pipeline.flow import Flow, Job, Lane
-from mlharness.pipeline.stage import StageContext, StageSpec
-from mlharness.pipeline.toy import ToyStage
+from mlharness.kinds.pipeline.stage import StageContext, StageSpec
+from mlharness.kinds.pipeline.toy import ToyStage
 
 STAGES = [StageSpec("retrieve", "toy-stage", {"delay_ms": 2.0}, workers=2),
           StageSpec("rerank", "toy-stage", {"delay_ms": 3.0}, workers=1),  # the slowest: 333 samples/s at most
@@ -112,9 +112,9 @@ class Play:
 def rag_stages(tmp: Path, generate: StageSpec, threads: int | None) -> tuple[list[StageSpec], dict, list[dict]]:
     """Retrieval and rerank over the synthetic corpus (tiny random models), each worker with ``threads`` torch
     threads (None: torch's default, a thread per core), then ``generate``; built and loaded."""
-    from mlharness.pipeline.models import ensure_random_embedder, ensure_random_reranker
-    from mlharness.pipeline.predictor_stage import predictor_stage
-    from mlharness.pipeline.settings import builtin_stages
+    from mlharness.kinds.pipeline.models import ensure_random_embedder, ensure_random_reranker
+    from mlharness.kinds.pipeline.predictor_stage import predictor_stage
+    from mlharness.kinds.pipeline.settings import builtin_stages
     from mlharness.tasks.e2e_rag.dataset import read_frames
     from mlharness.tasks.e2e_rag.synth import write_synthetic_frames
 

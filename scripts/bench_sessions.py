@@ -16,7 +16,7 @@ usage chunk. Each client runs in its own process, one after another, so its CPU 
 processes included, from ``RUSAGE_CHILDREN``) is its own; rates are over each client's whole process, start-up
 included, and, where the tool reports it, over its own measurement window.
 
-What each client replays of the trace (``--trace``, else ``mlharness.sessions.synth.synthetic_agentic_trace``):
+What each client replays of the trace (``--trace``, else ``mlharness.kinds.sessions.synth.synthetic_agentic_trace``):
 
 - mlharness: the trace as sessions (``load_trace``), every session through :class:`SessionPlayer` with
   ``history: generated`` (the server's own answers in the history, the recorded tool results re-keyed to its call
@@ -116,9 +116,9 @@ def serve(port: int, tokens: int, delay_s: float) -> None:
 # ---------------------------------------------------------------- mlharness's player (its own process)
 
 def play(url: str, trace: Path, concurrency: int, think_scale: float, max_tokens: int) -> None:
-    from mlharness.sessions.openai_engine import OpenAIChatEngine
-    from mlharness.sessions.replay import ReplayOptions, SessionPlayer
-    from mlharness.sessions.traces import load_trace
+    from mlharness.kinds.sessions.openai_engine import OpenAIChatEngine
+    from mlharness.kinds.sessions.replay import ReplayOptions, SessionPlayer
+    from mlharness.kinds.sessions.traces import load_trace
 
     sessions = load_trace(trace)
 
@@ -251,8 +251,8 @@ def main() -> None:
     if a.play:
         return play(a.play[0], Path(a.play[1]), a.concurrency, a.think_scale, a.tokens)
 
-    from mlharness.sessions.synth import synthetic_agentic_trace
-    from mlharness.sessions.traces import load_trace
+    from mlharness.kinds.sessions.synth import synthetic_agentic_trace
+    from mlharness.kinds.sessions.traces import load_trace
 
     work = Path(tempfile.mkdtemp(prefix="bench-sessions-"))
     trace = a.trace or synthetic_agentic_trace(work / "trace.jsonl", sessions=a.sessions, turns=a.turns)

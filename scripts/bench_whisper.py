@@ -99,10 +99,10 @@ def field(fields: dict[str, Any], *names: str) -> float:
 
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
-    from mlharness.session import ModelSession
+    from mlharness.measurement.direct import DirectModel
 
     work = args.out or Path(tempfile.mkdtemp(prefix="mlharness-bench-whisper-"))
-    session = ModelSession(args.manifest, args.dataset_path, args.count, threads=args.threads)
+    session = DirectModel(args.manifest, args.dataset_path, args.count, threads=args.threads)
     try:
         n = session.load(args.count)
         prompts = [session.store.gather(np.asarray([i], dtype=np.int64))[0][0] for i in range(n)]

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from mlharness.errors import ManifestError
-from mlharness.pipeline.flow import Flow, Job, Lane
-from mlharness.pipeline.settings import stage_specs
-from mlharness.pipeline.stage import StageSpec
+from mlharness.kinds.pipeline.flow import Flow, Job, Lane
+from mlharness.kinds.pipeline.settings import stage_specs
+from mlharness.kinds.pipeline.stage import StageSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 

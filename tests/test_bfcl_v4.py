@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mlharness.errors import AccuracyError
-from mlharness.sessions.model import Answer, ToolCall
+from mlharness.kinds.sessions.model import Answer, ToolCall
 from mlharness.tasks.base import AccuracyContext
 from mlharness.tasks.bfcl_v4.dataset import load_entries, mlperf_selection, to_session, to_tools
 from mlharness.tasks.bfcl_v4.extract import extract

@@ -276,12 +276,12 @@ def test_oracle_manifest_through_its_hooks_scores_100(tmp_path, monkeypatch):
     """The oracle manifest as a run uses it, without LoadGen: dataset init, preprocess, the generated table, the
     predictor's streams, the manifest's metric over a log of the streamed ids."""
     load("llama3.1-8b-oracle")
-    from mlharness.session import ModelSession
+    from mlharness.measurement.direct import DirectModel
     from mlharness.tasks import METRICS
     from mlharness.tasks.base import AccuracyContext
 
     monkeypatch.setenv("MLHARNESS_CACHE", str(tmp_path / "cache"))
-    session = ModelSession("llama3.1-8b-oracle", count=10)
+    session = DirectModel("llama3.1-8b-oracle", count=10)
     try:
         assert session.load() == 10
         prompts = [session.batch(np.array([i]))[0][0] for i in range(10)]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mlharness.sessions.trace_rows import TraceError, iter_records
+from mlharness.kinds.sessions.trace_rows import TraceError, iter_records
 
 ROW = '{"conversation_id": "c1", "turn": 1, "role": "user", "content": "hi"}'
 
@@ -134,7 +134,7 @@ def test_pipeline_files_that_are_fifos_or_devices_are_errors_naming_them(tmp_pat
         from pathlib import Path
         import faiss
         from mlharness.errors import MLHarnessError
-        from mlharness.pipeline import dbbuild, dbmanifest, index, retrieval
+        from mlharness.kinds.pipeline import dbbuild, dbmanifest, index, retrieval
 
         db, corpus, root = Path({str(db)!r}), Path({str(corpus)!r}), Path({str(tmp_path)!r})
         (db / index.MARKER).write_text(json.dumps({{"kind": index.MARKER_KIND, "passages": 0}}))
@@ -168,7 +168,7 @@ def test_predictor_tables_and_weights_that_are_fifos_or_devices_are_errors_namin
     done = python(f"""
         from mlharness.errors import MLHarnessError
         from mlharness.predictors.base import PredictorConfig
-        from mlharness.predictors.session_oracle import SessionOraclePredictor
+        from mlharness.kinds.sessions.oracle import SessionOraclePredictor
         from mlharness.predictors.token_oracle import TokenOraclePredictor
 
         fifo, device = {str(odd["a FIFO"])!r}, {str(odd["a character device"])!r}

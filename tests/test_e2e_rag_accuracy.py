@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mlharness.pipeline.stage import StageContext, StageSpec
+from mlharness.kinds.pipeline.stage import StageContext, StageSpec
 from mlharness.tasks.e2e_rag.dataset import read_frames
 from mlharness.tasks.e2e_rag.judge import JUDGE_PROMPT, JudgeClient, JudgeError
 from mlharness.tasks.e2e_rag.metric import build_results, score_log

@@ -118,10 +118,10 @@ def test_the_real_manifests_generation_through_an_openai_endpoint(env, tmp_path)
     stages = {s["name"]: s for s in doc["inputs"][0]["parameters"]["stages"]}  # the multi-shot loop's
     retrieve, rerank = stages["retrieve"], stages["rerank"]
     retrieve["model"] = {"graph_path": "e2e-rag-embedder-random",
-                         "generator": "mlharness.pipeline.models:ensure_random_embedder"}
+                         "generator": "mlharness.kinds.pipeline.models:ensure_random_embedder"}
     retrieve["options"] = {"synthetic_corpus": True, "top_k": 10}
     rerank["model"] = {"graph_path": "e2e-rag-reranker-random",
-                       "generator": "mlharness.pipeline.models:ensure_random_reranker"}
+                       "generator": "mlharness.kinds.pipeline.models:ensure_random_reranker"}
     doc["attributes"] = {"synthetic_e2e_rag": True}
     manifest = tmp_path / "e2e-rag-qna-served.yaml"
     with ChatServer() as server, running_judge() as judge:

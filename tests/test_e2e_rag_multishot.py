@@ -129,9 +129,9 @@ def _run_official(module, monkeypatch, corpus, reply, question, max_iterations):
 def _run_hooks(corpus, reply, question, max_iterations):
     """The manifest's stages in the pipeline's order, routed as the flow routes them: our retrieve and rerank
     stages over the corpus, the chat stages answered by the script unless their before hook skips the call."""
-    from mlharness.pipeline.rerank import RerankStage
-    from mlharness.pipeline.retrieval import RetrievalStage
-    from mlharness.pipeline.stage import StageContext, StageSpec
+    from mlharness.kinds.pipeline.rerank import RerankStage
+    from mlharness.kinds.pipeline.retrieval import RetrievalStage
+    from mlharness.kinds.pipeline.stage import StageContext, StageSpec
 
     ctx = StageContext(manifest_dir=".", cache_dir=".")
     retrieve = RetrievalStage(StageSpec("retrieve", "retrieval", options={"top_k": 99}), ctx)
@@ -246,10 +246,10 @@ def test_the_real_manifests_loop_through_the_cli(env, tmp_path):
     stages["plan"]["before"] = stages["plan"]["before"].replace("max_iterations=5", f"max_iterations={MAX}").replace(
         'unreadable="fallback"', 'unreadable="fail"')
     stages["retrieve"]["model"] = {"graph_path": "e2e-rag-embedder-random",
-                                   "generator": "mlharness.pipeline.models:ensure_random_embedder"}
+                                   "generator": "mlharness.kinds.pipeline.models:ensure_random_embedder"}
     stages["retrieve"]["options"] = {"synthetic_corpus": True, "top_k": 10}
     stages["rerank"]["model"] = {"graph_path": "e2e-rag-reranker-random",
-                                 "generator": "mlharness.pipeline.models:ensure_random_reranker"}
+                                 "generator": "mlharness.kinds.pipeline.models:ensure_random_reranker"}
     doc["attributes"] = {"synthetic_e2e_rag": True}
     manifest = tmp_path / "e2e-rag-qna-loop.yaml"
     reply, assigned = _served_script()

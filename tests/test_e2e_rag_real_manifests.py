@@ -17,8 +17,8 @@ from tests.helpers.cli import cli
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120),
               pytest.mark.skipif(importlib.util.find_spec("faiss") is None, reason="needs faiss-cpu (the rag extra)")]
 
-EMBEDDER = {"graph_path": "e2e-rag-embedder-random", "generator": "mlharness.pipeline.models:ensure_random_embedder"}
-RERANKER = {"graph_path": "e2e-rag-reranker-random", "generator": "mlharness.pipeline.models:ensure_random_reranker"}
+EMBEDDER = {"graph_path": "e2e-rag-embedder-random", "generator": "mlharness.kinds.pipeline.models:ensure_random_embedder"}
+RERANKER = {"graph_path": "e2e-rag-reranker-random", "generator": "mlharness.kinds.pipeline.models:ensure_random_reranker"}
 
 
 def real(name: str) -> tuple[dict, dict]:

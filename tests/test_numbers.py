@@ -163,7 +163,7 @@ def test_a_flag_a_manifest_key_and_a_trace_row_reach_the_same_validator(tmp_path
     errors.append(e.value)
     trace = tmp_path / "t.jsonl"
     trace.write_text(agentic(2, delay=1e12))
-    from mlharness.sessions.traces import load_trace
+    from mlharness.kinds.sessions.traces import load_trace
 
     with pytest.raises(numbers.NumberError) as e:
         load_trace(trace)

@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mlharness.kinds.sessions.cache_metrics import HITS, QUERIES, client_hit_rate, hit_rate, scrape
+from mlharness.kinds.sessions.model import Session, Turn
+from mlharness.kinds.sessions.openai_engine import OpenAIChatEngine
+from mlharness.kinds.sessions.replay import ReplayOptions, SessionPlayer
 from mlharness.predictors import PREDICTORS
 from mlharness.predictors.base import PredictorConfig
 from mlharness.predictors.generative import TokenRequest
-from mlharness.sessions.cache_metrics import HITS, QUERIES, client_hit_rate, hit_rate, scrape
-from mlharness.sessions.model import Session, Turn
-from mlharness.sessions.openai_engine import OpenAIChatEngine
-from mlharness.sessions.replay import ReplayOptions, SessionPlayer
 from tests.helpers.vllm_server import free_port, vllm_server
 from tests.test_openai import Recorder
 

@@ -249,11 +249,11 @@ def test_a_sample_whose_item_cannot_be_read_fails_alone_and_the_batch_goes_on():
     each exactly once (before, the exception left the rest of the batch never completed)."""
     import numpy as np
 
+    from mlharness.kinds.pipeline.flow import Lane
+    from mlharness.kinds.pipeline.stage import StageContext, StageSpec
     from mlharness.kinds.pipeline.sut import PipelineSUT
+    from mlharness.kinds.pipeline.toy import ToyStage
     from mlharness.loadgen.qsl import SampleStore
-    from mlharness.pipeline.flow import Lane
-    from mlharness.pipeline.stage import StageContext, StageSpec
-    from mlharness.pipeline.toy import ToyStage
 
     store = SampleStore(4, 1)
     cells = {}
@@ -284,8 +284,8 @@ def test_a_chat_turn_past_the_stages_deadline_is_cancelled_and_frees_its_thread(
     """An openai stage whose server answers slowly (two fragments, 2 s before each): the stage's own call gives up
     at its timeout_s, cancelling the turn, and raises naming the stage, instead of blocking its worker thread (and
     the request's engine slot) until the server answers long after the watchdog abandoned it."""
-    from mlharness.pipeline.predictor_stage import PredictorStage
-    from mlharness.pipeline.stage import StageContext, StageError, StageSpec
+    from mlharness.kinds.pipeline.predictor_stage import PredictorStage
+    from mlharness.kinds.pipeline.stage import StageContext, StageError, StageSpec
     from tests.helpers.session_server import ChatServer
 
     with ChatServer(delay_s=2.0) as server:
@@ -305,10 +305,10 @@ def test_a_chat_turn_past_the_stages_deadline_is_cancelled_and_frees_its_thread(
 def test_a_call_returning_after_its_deadline_changes_nothing_of_its_sample(tmp_path):
     """A stage call past its timeout_s is ended by the watchdog; when the abandoned call returns later, its sample is
     not completed a second time and its record (the visit's leave time, the error) stays as the watchdog wrote it."""
+    from mlharness.kinds.pipeline.flow import Flow, Job, Lane
     from mlharness.kinds.pipeline.report import record
-    from mlharness.pipeline.flow import Flow, Job, Lane
-    from mlharness.pipeline.stage import StageContext, StageSpec
-    from mlharness.pipeline.toy import ToyStage
+    from mlharness.kinds.pipeline.stage import StageContext, StageSpec
+    from mlharness.kinds.pipeline.toy import ToyStage
 
     spec = StageSpec("slow", "toy-stage", options={"delay_ms": 400}, timeout_s=0.1)
     ended: list[tuple[Job, dict]] = []
@@ -332,9 +332,9 @@ def test_a_stages_bound_is_its_workers_over_its_median_call_in_the_report_and_th
     """One definition of a stage's bound (pipeline_report.stage_bound: workers over the median call), which the
     report's summary and the calibration both read: calls of 10, 10 and 40 ms on 2 workers bound the stage at
     200/s (a mean would say 100/s)."""
+    from mlharness.kinds.pipeline.flow import Job, Lane, Visit
     from mlharness.kinds.pipeline.report import stage_bound, summarize
-    from mlharness.pipeline.flow import Job, Lane, Visit
-    from mlharness.pipeline.stage import StageSpec
+    from mlharness.kinds.pipeline.stage import StageSpec
 
     jobs = [Job(i, i, {}, visits=[Visit("a", 0.0, 1.0, 1.0 + ms / 1e3)]) for i, ms in enumerate((10, 10, 40))]
     summary = summarize([Lane(StageSpec("a", "toy-stage", workers=2), None)], jobs, 1.0)

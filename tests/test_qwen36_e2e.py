@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from mlharness.kinds.sessions.records import read_records
 from mlharness.kinds.sessions.report import ms_text
-from mlharness.sessions.records import read_records
 from tests.helpers.cli import cli
 
 pytest.importorskip("mlperf_loadgen")

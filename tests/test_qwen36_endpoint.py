@@ -11,8 +11,8 @@ import pytest
 from helpers.session_server import ChatServer
 
 from mlharness.cli import main
-from mlharness.sessions.records import read_records
-from mlharness.sessions.traces import load_trace
+from mlharness.kinds.sessions.records import read_records
+from mlharness.kinds.sessions.traces import load_trace
 from mlharness.tasks.qwen36.synth import ensure_synthetic_qwen36
 
 pytest.importorskip("mlperf_loadgen")

@@ -11,11 +11,11 @@ import time
 import pytest
 
 from mlharness.errors import PredictorError
-from mlharness.predictors.session_oracle import SessionOracleEngine, conversation_key, recorded_turns
-from mlharness.predictors.transformers_sessions import parse_answer
-from mlharness.sessions.engine import TurnRequest
-from mlharness.sessions.model import Session, Turn
-from mlharness.sessions.replay import ReplayOptions, SessionPlayer
+from mlharness.kinds.sessions.engine import TurnRequest
+from mlharness.kinds.sessions.model import Session, Turn
+from mlharness.kinds.sessions.oracle import SessionOracleEngine, conversation_key, recorded_turns
+from mlharness.kinds.sessions.replay import ReplayOptions, SessionPlayer
+from mlharness.kinds.sessions.transformers_engine import parse_answer
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
                                            "parameters": {"type": "object",

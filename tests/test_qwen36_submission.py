@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from mlharness.calibration.explain import explain, waive
+from mlharness.kinds.sessions.records import read_records
 from mlharness.loadgen.logs import detail_values
-from mlharness.sessions.records import read_records
 from mlharness.submission.checker import check
 from mlharness.submission.endpoints_stats import early_stopping_estimate, min_passing, series
 from mlharness.submission.package import package

@@ -17,8 +17,8 @@ pytest.importorskip("sentence_transformers")
 
 from helpers.rag_corpus import write_corpus  # noqa: E402
 
-from mlharness.pipeline import dbmanifest, index, models  # noqa: E402
-from mlharness.pipeline.retrieval import corpus_documents  # noqa: E402
+from mlharness.kinds.pipeline import dbmanifest, index, models  # noqa: E402
+from mlharness.kinds.pipeline.retrieval import corpus_documents  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -147,8 +147,8 @@ def test_begin_test_drops_the_warm_up_pages_and_two_workers_build_every_page(tmp
     pages are dropped, then two threads build every page once, and the last one saved answers the saved MD5."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from mlharness.pipeline.dbbuild import DbBuildStage, database_md5
-    from mlharness.pipeline.stage import StageContext, StageSpec
+    from mlharness.kinds.pipeline.dbbuild import DbBuildStage, database_md5
+    from mlharness.kinds.pipeline.stage import StageContext, StageSpec
 
     docs, _ = write_corpus(tmp_path / "data")
     pages = corpus_documents(docs)

@@ -15,9 +15,9 @@ pytest.importorskip("sentence_transformers")
 
 from helpers.rag_corpus import TOWNS, write_corpus  # noqa: E402
 
-from mlharness.pipeline import chunking, index, models  # noqa: E402
-from mlharness.pipeline.rerank import maxsim  # noqa: E402
-from mlharness.pipeline.stage import STAGES, StageContext, StageSpec  # noqa: E402
+from mlharness.kinds.pipeline import chunking, index, models  # noqa: E402
+from mlharness.kinds.pipeline.rerank import maxsim  # noqa: E402
+from mlharness.kinds.pipeline.stage import STAGES, StageContext, StageSpec  # noqa: E402
 
 OFFICIAL = Path(os.environ.get("MLHARNESS_INFERENCE_GIT", "/work/.mirror/mlcommons+inference/repo"))
 SAMPLE = ("  The  Kalomer bridge\twas built in 1804.It spans the river;its arches-\n  are  stone.\n\n\n"
@@ -68,7 +68,7 @@ def ctx(rag) -> StageContext:
 
 
 def test_retrieval_stage_finds_the_planted_passage_and_reuses_its_build(rag):
-    import mlharness.pipeline.retrieval  # noqa: F401 - registers the stage
+    import mlharness.kinds.pipeline.retrieval  # noqa: F401 - registers the stage
 
     spec = StageSpec(name="retrieve", framework="retrieval", options={"corpus": "doc_html", "top_k": 5},
                      model={"graph_path": str(rag["emb"])})
@@ -91,7 +91,7 @@ def test_retrieval_stage_finds_the_planted_passage_and_reuses_its_build(rag):
 
 
 def test_index_save_load_round_trip_and_foreign_folder_refused(rag, tmp_path):
-    from mlharness.pipeline.retrieval import corpus_documents
+    from mlharness.kinds.pipeline.retrieval import corpus_documents
 
     emb = index.Embedder(rag["emb"])
     db = index.build(emb, corpus_documents(rag["docs"]))
@@ -121,7 +121,7 @@ def test_maxsim_equals_a_hand_computation():
 
 
 def test_rerank_stage_orders_by_maxsim(rag):
-    import mlharness.pipeline.rerank  # noqa: F401 - registers the stage
+    import mlharness.kinds.pipeline.rerank  # noqa: F401 - registers the stage
 
     spec = StageSpec(name="rerank", framework="rerank", options={"top_k": 3}, model={"graph_path": str(rag["rr"])})
     stage = STAGES["rerank"](spec, ctx(rag))
@@ -141,7 +141,7 @@ def test_retrieval_rebuilds_when_the_embedders_weights_change_in_the_same_folder
     import torch
     from transformers import BertModel
 
-    import mlharness.pipeline.retrieval  # noqa: F401 - registers the stage
+    import mlharness.kinds.pipeline.retrieval  # noqa: F401 - registers the stage
 
     emb = tmp_path / "emb"
     shutil.copytree(rag["emb"], emb)

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from helpers.session_server import ChatServer
 
+from mlharness.kinds.sessions.synth import synthetic_agentic_trace
 from mlharness.run.metadata import source_commit
-from mlharness.sessions.synth import synthetic_agentic_trace
 from tests.helpers.cli import cli
 
 pytest.importorskip("mlperf_loadgen")

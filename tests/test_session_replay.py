@@ -1,4 +1,4 @@
-"""The session player (mlharness/sessions/replay.py) and the OpenAI chat engine over a small local OpenAI-compatible
+"""The session player (mlharness/kinds/sessions/replay.py) and the OpenAI chat engine over a small local OpenAI-compatible
 server: each turn's history, tool results keyed to the answer's calls, think times, the affinity header, cache-bust
 salts, failures that end a session, streamed tool-call fragments, and the prefix-cache counts."""
 
@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from mlharness.sessions.cache_metrics import QUERIES, client_hit_rate, hit_rate, parse, scrape
-from mlharness.sessions.model import Session, Turn
-from mlharness.sessions.openai_engine import OpenAIChatEngine
-from mlharness.sessions.replay import ReplayOptions, SessionPlayer, salt
+from mlharness.kinds.sessions.cache_metrics import QUERIES, client_hit_rate, hit_rate, parse, scrape
+from mlharness.kinds.sessions.model import Session, Turn
+from mlharness.kinds.sessions.openai_engine import OpenAIChatEngine
+from mlharness.kinds.sessions.replay import ReplayOptions, SessionPlayer, salt
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "the weather in a city",
                                             "parameters": {"type": "object",

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from mlharness.errors import DatasetError
-from mlharness.sessions.model import Session
-from mlharness.sessions.synth import synthetic_agentic_trace
-from mlharness.sessions.trace_mooncake import BLOCK_TOKENS
-from mlharness.sessions.traces import FORMATS, load_trace
+from mlharness.kinds.sessions.model import Session
+from mlharness.kinds.sessions.synth import synthetic_agentic_trace
+from mlharness.kinds.sessions.trace_mooncake import BLOCK_TOKENS
+from mlharness.kinds.sessions.traces import FORMATS, load_trace
 
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"
 # a git repository of mlcommons/endpoints (bare or not): MLHARNESS_ENDPOINTS_GIT, else where this machine mirrors it

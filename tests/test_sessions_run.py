@@ -12,9 +12,9 @@ from helpers.session_server import ChatServer, tiny_trace
 
 from mlharness.errors import ManifestError, RunFailed
 from mlharness.kinds.sessions.input import as_session, session_settings
+from mlharness.kinds.sessions.records import read_records
 from mlharness.kinds.sessions.report import ms_text, session_rows, summarize
 from mlharness.run.runner import RunOptions, run
-from mlharness.sessions.records import read_records
 
 pytest.importorskip("mlperf_loadgen")
 

@@ -11,8 +11,8 @@ import pytest
 from helpers.session_server import ChatServer
 
 from mlharness.cli import main
-from mlharness.sessions.records import read_records
-from mlharness.sessions.synth import synthetic_agentic_trace
+from mlharness.kinds.sessions.records import read_records
+from mlharness.kinds.sessions.synth import synthetic_agentic_trace
 
 pytest.importorskip("mlperf_loadgen")
 

@@ -19,8 +19,8 @@ import numpy as np
 from mlharness.loadgen import settings as lgs
 from mlharness.loadgen.logs import parse_summary
 from mlharness.measurement.bench_server import server_search
+from mlharness.measurement.direct import DirectModel
 from mlharness.run.runner import RunOptions, RunResult, run
-from mlharness.session import ModelSession
 
 ADJACENT_BARE_S = 3.0  # bare batch-1 timing before each Server trial: the machine's speed at that time
 
@@ -105,7 +105,7 @@ def loadgen_floor(scenario: str, seconds: float, out: Path) -> dict[str, float]:
     return {"p90_ns": float(fields["90.0th percentile latency (ns)"]), "p50_ns": float(fields["50.00 percentile latency (ns)"])}
 
 
-def bare_offline(session: ModelSession, n: int, batch: int, seconds: float) -> float:
+def bare_offline(session: DirectModel, n: int, batch: int, seconds: float) -> float:
     """Samples/s of the framework alone on contiguous pre-processed batches (no LoadGen, no queue)."""
     batches = [session.batch(np.arange(s, min(n, s + batch))) for s in range(0, n, batch)]
     predict = session.predictor.predict
@@ -133,14 +133,14 @@ def _timed_calls(predict: Callable[[Any], Any], inputs: list[Any], seconds: floa
     return np.array(lat, dtype=np.float64)
 
 
-def bare_latencies(session: ModelSession, n: int, seconds: float, min_count: int = 32) -> np.ndarray:
+def bare_latencies(session: DirectModel, n: int, seconds: float, min_count: int = 32) -> np.ndarray:
     """Batch-1 latencies (ns) of the framework alone, one sample after another, for ``seconds`` and at least
     ``min_count`` samples."""
     samples = [session.batch(np.array([i])) for i in range(n)]
     return _timed_calls(session.predictor.predict, samples, seconds, min_count)
 
 
-def bare_batch_ms(session: ModelSession, n: int, sizes: list[int], seconds: float) -> dict[int, float]:
+def bare_batch_ms(session: DirectModel, n: int, sizes: list[int], seconds: float) -> dict[int, float]:
     """Median milliseconds per batch of the framework alone, for each batch size (the Server's cost model)."""
     return {b: float(np.median(_timed_calls(session.predictor.predict, [session.batch(np.arange(b) % n)],
                                             seconds, 3))) / 1e6
@@ -195,7 +195,7 @@ def bench_overhead(cfg: BenchConfig) -> dict[str, Any]:
     )
 
     cfg.say(f"loading {cfg.manifest}")
-    session = ModelSession(cfg.manifest, cfg.dataset_path, cfg.count, threads=cfg.threads)
+    session = DirectModel(cfg.manifest, cfg.dataset_path, cfg.count, threads=cfg.threads)
     try:
         n = session.load(cfg.count)
         dataset_path = session.ctx.get("dataset_path")

@@ -37,8 +37,8 @@ import numpy as np
 from mlharness.errors import ManifestError
 from mlharness.fileguard import read_json
 from mlharness.loadgen import settings as lgs
+from mlharness.measurement.direct import DirectModel
 from mlharness.run.runner import RunOptions, RunResult, run
-from mlharness.session import ModelSession
 
 TTFT_P50 = "50.00 percentile first token latency (ns)"
 TPOT_P50 = "50.00 percentile time to output token (ns)"
@@ -119,7 +119,7 @@ def on_thread(fn: Callable[..., Any], *args: Any) -> Any:
 class BareEngine:
     """The transformers predictor's generation loop, called directly on pre-loaded prompts."""
 
-    def __init__(self, session: ModelSession, n: int, prompt_len: int | None = None):
+    def __init__(self, session: DirectModel, n: int, prompt_len: int | None = None):
         predictor = session.predictor
         if getattr(predictor, "name", None) != "transformers":
             raise ManifestError(f"bench generate needs a manifest whose framework is transformers; "
@@ -206,7 +206,7 @@ def bench_generate(cfg: GenBenchConfig) -> dict[str, Any]:
     figures: dict[str, Any] = {"manifest": cfg.manifest, "rounds": cfg.rounds, "seconds": cfg.seconds,
                                "server_queries": cfg.server_queries, "server_load": cfg.server_load}
     cfg.say(f"loading {cfg.manifest}")
-    session = ModelSession(cfg.manifest, cfg.dataset_path, cfg.count, threads=cfg.threads)
+    session = DirectModel(cfg.manifest, cfg.dataset_path, cfg.count, threads=cfg.threads)
     try:
         n = session.load(cfg.count)
         dataset_path, prompt_len = equal_length_dataset(session.ctx.get("dataset_path"), n, work / "prompts")

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import MLHarnessError
-from mlharness.session import ModelSession
+from mlharness.measurement.direct import DirectModel
 
 
 @dataclass
@@ -40,9 +40,9 @@ class ParityReport:
 
 def compare(a_ref: str, b_ref: str, dataset_path: str | None = None, count: int | None = None,
             batch: int = 8, device: str = "cpu") -> ParityReport:
-    a = ModelSession(a_ref, dataset_path, count, batch, device)
+    a = DirectModel(a_ref, dataset_path, count, batch, device)
     try:
-        b = ModelSession(b_ref, dataset_path, count, batch, device)
+        b = DirectModel(b_ref, dataset_path, count, batch, device)
     except BaseException:
         a.close()
         raise

@@ -1,7 +1,7 @@
 """``mlharness replay TRACE --endpoint URL``: play a trace's sessions against an OpenAI-compatible server through
 the normal run (real LoadGen, one sample per session; docs/sessions.md).
 
-The trace is read first (:func:`mlharness.sessions.traces.load_trace`: a malformed one exits 2 naming its line and
+The trace is read first (:func:`mlharness.kinds.sessions.traces.load_trace`: a malformed one exits 2 naming its line and
 field); the run's manifest is then written for it (a ``type: session`` input whose ``parameters`` are the replay
 options, framework ``openai`` at the endpoint, a ``preprocess`` returning the trace's sessions) and run as
 ``mlharness run`` would. How sessions start picks the scenario: one at a time (SingleStream, the default), at
@@ -39,7 +39,7 @@ REPLAY_FLAGS = ("--round", "--count", "--mode", "--user-conf", "--min-duration-m
 SWEEP_FILE = "sweep_sessions.json"
 MAX_THINK_SCALE = 1e6  # think times multiplied by more than this are a typo
 MAX_SESSION_RATE = 1e6  # sessions started per second: LoadGen's target_qps, of which each is one session
-PREPROCESS = '''from mlharness.sessions.traces import load_trace
+PREPROCESS = '''from mlharness.kinds.sessions.traces import load_trace
 
 _SESSIONS = []
 
@@ -160,10 +160,10 @@ def replay(args: argparse.Namespace, say: Callable[[str], None] | None = None, p
     sweep --replay`` (``sweep_mode``: performance runs sized as the sweep's points, the scenario told by the axis).
     A sweep writes ``sweep.json`` and ``sweep_sessions.json`` (:mod:`.replay_sweep`) after each point; ``on_point``
     hears each point's figures."""
+    from mlharness.kinds.sessions.traces import check_sessions, load_trace
     from mlharness.measurement import replay_sweep as rs
     from mlharness.run.run_args import overrides_of, run_options
     from mlharness.run.runner import run
-    from mlharness.sessions.traces import check_sessions, load_trace
 
     rates = values(args.session_rate, "--session-rates" if sweep_mode else "--session-rate", float)
     conc = values(args.concurrency, "--concurrency", int)

@@ -19,12 +19,12 @@ PREDICTORS = Registry(
         # A model served by agents (or any Open Inference Protocol server) over gRPC.
         "remote": "mlharness.predictors.remote:RemotePredictor",
         "token-oracle": "mlharness.predictors.token_oracle:TokenOraclePredictor",  # reference token ids, streamed
-        "session-oracle": "mlharness.predictors.session_oracle:SessionOraclePredictor",  # recorded turns' answers
+        "session-oracle": "mlharness.kinds.sessions.oracle:SessionOraclePredictor",  # recorded turns' answers
         # Generation by any OpenAI-compatible HTTP server (vLLM serve, SGLang, TGI, llama.cpp, hosted APIs).
         "openai": "mlharness.predictors.openai:OpenAIPredictor",
         "transformers-speech": "mlharness.predictors.speech:SpeechPredictor",  # audio prompts, encoder-decoder
         "openai-audio": "mlharness.predictors.openai.audio:OpenAIAudioPredictor",  # /v1/audio/transcriptions
-        "pipeline": "mlharness.pipeline.predictor:PipelinePredictor",  # stages (docs/pipelines.md)
+        "pipeline": "mlharness.kinds.pipeline.predictor:PipelinePredictor",  # stages (docs/pipelines.md)
     },
     PredictorError,
 )

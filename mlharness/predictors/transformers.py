@@ -184,7 +184,7 @@ class TransformersPredictor(QueuedGenerator):
         (:mod:`.transformers_sessions`)."""
         from transformers import AutoTokenizer
 
-        from mlharness.predictors.transformers_sessions import TransformersChatEngine
+        from mlharness.kinds.sessions.transformers_engine import TransformersChatEngine
 
         if self.processor is not None:
             raise PredictorError("transformers: sessions run on a causal language model; this checkpoint is an "

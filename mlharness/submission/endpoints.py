@@ -31,9 +31,9 @@ import yaml
 from mlharness import __version__
 from mlharness.errors import MLHarnessError
 from mlharness.fileguard import read_json
+from mlharness.kinds.sessions.records import read_records
 from mlharness.loadgen.logs import detail_values
 from mlharness.rounds import ROUNDS
-from mlharness.sessions.records import read_records
 from mlharness.submission.endpoints_stats import series
 from mlharness.userfiles import ACCURACY_LOG_LIMIT, read_log_text, read_optional_json
 

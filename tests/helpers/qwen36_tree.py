@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mlharness.kinds.sessions.records import SessionRecord, TurnRecord, write_records
 from mlharness.rounds import get_round
-from mlharness.sessions.records import SessionRecord, TurnRecord, write_records
 from mlharness.submission.rules import SYSTEM_DESC_REQUIRED_FIELDS
 
 SYSTEM, BENCH, SCEN = "edgebox", "qwen3.6-27b", "SingleStream"

@@ -1,6 +1,6 @@
 """What a ``type: pipeline`` input is: each sample's first item (a dict, from ``preprocess`` at load time,
 untimed), which the stages of ``inputs[0].parameters.stages`` (checked by
-:func:`mlharness.pipeline.settings.stage_specs`) carry on; docs/pipelines.md."""
+:func:`mlharness.kinds.pipeline.settings.stage_specs`) carry on; docs/pipelines.md."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import HookError
+from mlharness.kinds.pipeline.settings import PIPELINE_INPUT, stage_specs
 from mlharness.loadgen.qsl import InputKind
-from mlharness.pipeline.settings import PIPELINE_INPUT, stage_specs
 
 __all__ = ["PIPELINE_INPUT", "make_input", "pipeline_item", "stage_specs"]
 

@@ -26,8 +26,8 @@ def make_sut(p: Parts) -> Any:
 
 
 def with_endpoints(loaded: Any, endpoints: list[str]) -> Any:
-    """--endpoint on a pipeline: its generating stages go to the servers (pipeline/settings.py)."""
-    from mlharness.pipeline.settings import endpoint_stages
+    """--endpoint on a pipeline: its generating stages go to the servers (settings.py)."""
+    from mlharness.kinds.pipeline.settings import endpoint_stages
 
     return endpoint_stages(loaded, endpoints)
 

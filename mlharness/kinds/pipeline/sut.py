@@ -2,7 +2,7 @@
 
 The ``preprocess`` hook makes each sample's first item at load time, untimed (kept in the store as a 0-d object
 cell). LoadGen issues a sample; the SUT hands a copy of its item to the stages' worker pools
-(:class:`~mlharness.pipeline.flow.Flow`: stages of different samples overlap, routes go back bounded by
+(:class:`~mlharness.kinds.pipeline.flow.Flow`: stages of different samples overlap, routes go back bounded by
 ``max_visits``, each call bounded by its stage's ``timeout_s``). When the last stage is done, ``postprocess`` (when
 the manifest has one) makes ``response``, ``n_tokens`` and ``result`` from the last item, and the sample completes
 with ``response`` in ``response.element_type`` (and its token count where set).
@@ -26,12 +26,12 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import RunFailed
+from mlharness.kinds.pipeline.flow import Flow, Job, Lane
 from mlharness.kinds.pipeline.report import write_reports
+from mlharness.kinds.pipeline.stage import StageError, begin_test
 from mlharness.loadgen.completion import Completions
 from mlharness.loadgen.qsl import SampleLoader, SampleStore
 from mlharness.loadgen.sut import run_fast_sut
-from mlharness.pipeline.flow import Flow, Job, Lane
-from mlharness.pipeline.stage import StageError, begin_test
 
 log = logging.getLogger(__name__)
 

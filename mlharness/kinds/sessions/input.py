@@ -1,12 +1,12 @@
-"""What a ``type: session`` input is: each sample one :class:`~mlharness.sessions.model.Session`, and how the run
+"""What a ``type: session`` input is: each sample one :class:`~mlharness.kinds.sessions.model.Session`, and how the run
 plays them (the input's ``parameters``).
 
-``preprocess`` returns a ``Session`` (what :func:`mlharness.sessions.traces.load_trace` gives), or a dict of the
+``preprocess`` returns a ``Session`` (what :func:`mlharness.kinds.sessions.traces.load_trace` gives), or a dict of the
 same fields (``id``, ``turns``: a list of dicts of ``messages``, ``think_s``, ``tools``, ``recorded``,
 ``max_tokens``; ``system``, ``tools``, ``start_s``, ``meta``), which :func:`session_sample` turns into one at load
 time, untimed; a sample that is neither is refused naming the sample and the field (exit status 2).
 
-The input's ``parameters`` are the replay options (:class:`~mlharness.sessions.replay.ReplayOptions`' field names:
+The input's ``parameters`` are the replay options (:class:`~mlharness.kinds.sessions.replay.ReplayOptions`' field names:
 ``history``, ``affinity_header``, ``cache_bust``, ``max_tokens``, ``think_scale``, ``turn_timeout_s``,
 ``extra_body``), how Offline starts its sessions (``timing``: ``recorded``, each at its ``start_s`` after the
 query's issue, or ``asap``; ``concurrency``: at most this many sessions in flight) and the service levels of the
@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import HookError, ManifestError
+from mlharness.kinds.sessions.model import Session, Turn
 from mlharness.loadgen.qsl import InputKind
-from mlharness.sessions.model import Session, Turn
 
 SESSION_INPUT = "session"
 REPLAY_FIELDS = {"history": str, "affinity_header": str, "cache_bust": bool, "max_tokens": int,

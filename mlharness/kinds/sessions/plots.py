@@ -14,10 +14,10 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from mlharness.kinds.sessions.records import read_records
 from mlharness.kinds.sessions.report import SUMMARY_FILE, summarize
 from mlharness.report.plots import LEGEND_OUTSIDE, figure, plain, svg
 from mlharness.report.treefiles import read_optional_json
-from mlharness.sessions.records import read_records
 
 RECORDS_FILE = "sessions.jsonl"
 CURVES = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("latency_ms", "turn latency"))

@@ -18,7 +18,7 @@ import numpy as np
 
 from mlharness.errors import MLHarnessError
 from mlharness.fileguard import read_json
-from mlharness.sessions.records import SessionRecord, TurnRecord
+from mlharness.kinds.sessions.records import SessionRecord, TurnRecord
 
 SUMMARY_FILE = "sessions_summary.json"
 PERCENTILES = (50, 90, 99)

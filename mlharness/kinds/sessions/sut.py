@@ -1,7 +1,7 @@
 """The SUT of a session model: one LoadGen sample is one session of turns.
 
 LoadGen issues a sample; the SUT plays its session's turns in order on one asyncio event loop (a thread of its own)
-with a player (:class:`~mlharness.sessions.replay.SessionPlayer`), each turn's history built from the earlier
+with a player (:class:`~mlharness.kinds.sessions.replay.SessionPlayer`), each turn's history built from the earlier
 answers and its think time honoured; the sample completes once, after the last answer, with the UTF-8 bytes of
 ``{"session": id, "answers": [...]}``. Turns cannot be LoadGen samples of their own: a turn's history and the tool
 results keyed to the previous answer's calls exist only once that answer does, and LoadGen issues samples in its
@@ -33,11 +33,11 @@ import numpy as np
 
 from mlharness.errors import RunFailed
 from mlharness.kinds.sessions.input import BadSessionInput, SessionSettings
+from mlharness.kinds.sessions.records import SessionRecord, write_records
 from mlharness.kinds.sessions.report import SUMMARY_FILE, summarize
 from mlharness.loadgen.completion import Completions
 from mlharness.loadgen.qsl import SampleLoader, SampleStore
 from mlharness.loadgen.sut import run_fast_sut
-from mlharness.sessions.records import SessionRecord, write_records
 
 log = logging.getLogger(__name__)
 RECORDS_FILE = "sessions.jsonl"
@@ -259,14 +259,14 @@ class SessionSUT(Completions):
 
     def _scrape(self) -> list[Any]:
         """Each engine's server's prefix-cache counters (vLLM's /metrics), None where it has none."""
-        from mlharness.sessions.cache_metrics import scrape
+        from mlharness.kinds.sessions.cache_metrics import scrape
 
         bases = [getattr(getattr(p, "engine", None), "base", None) for p in self.players]
         return [scrape(b) if isinstance(b, str) else None for b in dict.fromkeys(bases)]
 
     def _server_cache(self) -> dict[str, Any] | None:
         """The servers' own hit rate over the test (the counters' difference), where they report one."""
-        from mlharness.sessions.cache_metrics import HITS, QUERIES, hit_rate
+        from mlharness.kinds.sessions.cache_metrics import HITS, QUERIES, hit_rate
 
         if len(self._scrapes) < 2 or not any(self._scrapes[0]):
             return None
@@ -303,7 +303,7 @@ def session_engines(predictors: list[Any], manifest: Any) -> Callable[[], list[A
 def make_players(engines: Callable[[], list[Any]], replay: dict[str, Any], max_tokens: int
                  ) -> tuple[Callable[[], list[Any]], Callable[[], Any]]:
     """The players of a run (one per engine, the run's replay options) and an awaitable closing the engines."""
-    from mlharness.sessions.replay import ReplayOptions, SessionPlayer
+    from mlharness.kinds.sessions.replay import ReplayOptions, SessionPlayer
 
     made: list[Any] = []
     options = ReplayOptions(**{"max_tokens": max_tokens, **replay})

@@ -278,8 +278,8 @@ class OpenAIPredictor(GenerativePredictor):
             self.loop.stop(CLOSE_WAIT_S)
 
     def chat_engine(self) -> Any:
-        """A session engine at the first endpoint: :func:`mlharness.sessions.openai_engine.for_predictor`."""
-        from mlharness.sessions.openai_engine import for_predictor
+        """A session engine at the first endpoint: :func:`mlharness.kinds.sessions.openai_engine.for_predictor`."""
+        from mlharness.kinds.sessions.openai_engine import for_predictor
         return for_predictor(self)
 
     # -- one request ---------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from typing import Any
 
 from mlharness.errors import DatasetError
 from mlharness.fileguard import iter_jsonl
-from mlharness.sessions.model import Session, Turn
+from mlharness.kinds.sessions.model import Session, Turn
 from mlharness.tasks.bfcl_v4.env import HOW_TO_FIX, PYTHON_ENV, find_python
 from mlharness.tasks.bfcl_v4.oracle import openai_name, oracle_answer
 

@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from mlharness.sessions.model import Answer
+from mlharness.kinds.sessions.model import Answer
 from mlharness.tasks.bfcl_v4.dataset import Entry
 from mlharness.tasks.bfcl_v4.oracle import oracle_answer
 

@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any
 
-from mlharness.sessions.model import Answer, ToolCall
+from mlharness.kinds.sessions.model import Answer, ToolCall
 
 ABSTENTION = "None of the available functions can do that."
 LANGUAGES = {"simple_java": "java", "simple_javascript": "javascript"}

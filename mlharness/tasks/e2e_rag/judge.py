@@ -22,7 +22,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from mlharness.pipeline.stage import StageError
+from mlharness.kinds.pipeline.stage import StageError
 
 DEFAULT_JUDGE_URL = "http://127.0.0.1:8123/v1/chat/completions"  # accuracy_eval.py's defaults
 DEFAULT_JUDGE_MODEL = "gpt-oss-20b"

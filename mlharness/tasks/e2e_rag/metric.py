@@ -247,9 +247,9 @@ def db_score(accuracy_log: Path, options: dict[str, Any]) -> AccuracyResult:
     the databases the reference's verdict passes. The database scored is the one this run saved: the folder its
     ``pipeline_results.jsonl`` (beside the log) names (:func:`built_database`), not a shared one a later run may
     have replaced."""
+    from mlharness.kinds.pipeline.dbmanifest import db_accuracy
     from mlharness.manifest.assets import cache_dir
     from mlharness.paths import MANIFESTS_DIR
-    from mlharness.pipeline.dbmanifest import db_accuracy
 
     entries = [{"qsl_idx": e.qsl_idx, "data": e.raw.get("data", "")} for e in accuracy_log_entries(accuracy_log)]
     database = built_database(accuracy_log, {e["qsl_idx"] for e in entries})
@@ -261,8 +261,8 @@ def db_score(accuracy_log: Path, options: dict[str, Any]) -> AccuracyResult:
              f"  Database: {database or 'none saved (no page of the run saved the database)'}", ""]
     passed = r["passed"]
     if options.get("db_manifest"):
-        from mlharness.pipeline.dbmanifest import verify
-        from mlharness.pipeline.index import Embedder, VectorDB
+        from mlharness.kinds.pipeline.dbmanifest import verify
+        from mlharness.kinds.pipeline.index import Embedder, VectorDB
 
         manifest = Path(str(options["db_manifest"]))
         if not manifest.is_absolute() and not manifest.exists():

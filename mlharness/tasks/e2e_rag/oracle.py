@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mlharness.pipeline.stage import StageContext, StageError, StageSpec, register_stage
+from mlharness.kinds.pipeline.stage import StageContext, StageError, StageSpec, register_stage
 from mlharness.tasks.e2e_rag.hooks import finish
 
 REFERENCE_MEAN_TOKENS = 274

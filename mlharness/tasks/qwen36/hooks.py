@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mlharness.errors import DatasetError
-from mlharness.sessions.model import Session
+from mlharness.kinds.sessions.model import Session
 from mlharness.tasks.qwen36.synth import TRACE_FILE, ensure_synthetic_qwen36, synthetic_dir
 
 CHOICES = ("by_mode", "bfcl", "agentic")
@@ -91,7 +91,7 @@ def qwen36_dataset(ctx: dict[str, Any]) -> SessionSet:
     if not root:
         raise DatasetError(f"qwen3.6-27b needs --dataset-path for its performance sessions: the trace {TRACE_FILE} "
                            "of the MLCommons endpoints (examples/11_Edge_Agentic_Example), or a folder holding it")
-    from mlharness.sessions.traces import load_trace
+    from mlharness.kinds.sessions.traces import load_trace
 
     path = trace_file(root)
     ctx["dataset_path"] = str(path)

@@ -1,7 +1,7 @@
 """qwen3.6-27b's test model's table: :func:`ensure_oracle_table`, the ``model.generator`` of
 ``qwen3.6-27b-oracle`` (framework ``session-oracle``).
 
-The table maps each turn's conversation (:func:`mlharness.predictors.session_oracle.conversation_key`) to its right
+The table maps each turn's conversation (:func:`mlharness.kinds.sessions.oracle.conversation_key`) to its right
 answer: a BFCL prompt to its ground truth as a model would call the tools (``oracle_answer``), an agentic turn to
 the assistant message the trace recorded. It is made from the synthetic folder in the cache (both sets), with the
 very functions the dataset hook uses to make the sessions, so it follows any change to how they are built; the
@@ -21,8 +21,8 @@ TABLE_FORMAT = 1
 
 def oracle_table(root: Path | str) -> dict[str, Any]:
     """``{"format": 1, "turns": {key: assistant message}}`` for the BFCL and agentic sessions under ``root``."""
-    from mlharness.predictors.session_oracle import conversation_key, recorded_turns
-    from mlharness.sessions.traces import load_trace
+    from mlharness.kinds.sessions.oracle import conversation_key, recorded_turns
+    from mlharness.kinds.sessions.traces import load_trace
     from mlharness.tasks.bfcl_v4.dataset import data_folder, load_entries, to_session
     from mlharness.tasks.bfcl_v4.oracle import oracle_answer
 

@@ -3,7 +3,7 @@
 - ``data/BFCL_v4_<subset>.json`` and ``data/possible_answer/`` (the bfcl-eval layout): the synthetic BFCL v4
   single-turn entries of :func:`mlharness.tasks.bfcl_v4.synth.write_synthetic_bfcl_v4`;
 - ``agentic_coding_2.5h.jsonl``: a small trace in the MLCommons endpoints agentic format (rows of user, assistant
-  and tool messages, tools, think times) from :func:`mlharness.sessions.synth.synthetic_agentic_trace`.
+  and tool messages, tools, think times) from :func:`mlharness.kinds.sessions.synth.synthetic_agentic_trace`.
 
 The same call writes the same bytes, so the oracle's table made from it (``models.py``) matches every run.
 """
@@ -34,7 +34,7 @@ def write_synthetic_qwen36(out: Path | str, count: int = AGENTIC_SESSIONS, seed:
     """Write both synthetic sets into ``out``: ``count`` agentic sessions, BFCL v4's default few entries per
     subset (the trace last: its presence marks the folder complete). The defaults write the cache's folder, whose
     sessions the oracle's table answers."""
-    from mlharness.sessions.synth import synthetic_agentic_trace
+    from mlharness.kinds.sessions.synth import synthetic_agentic_trace
     from mlharness.tasks.bfcl_v4.synth import write_synthetic_bfcl_v4
 
     if count < 1:

@@ -28,9 +28,16 @@ from pathlib import Path
 from typing import Any
 
 from mlharness import numbers
+from mlharness.kinds.sessions.model import Session, Turn
+from mlharness.kinds.sessions.trace_rows import (
+    RECORDED_WHY,
+    TURNS_WHY,
+    Fields,
+    TraceError,
+    read_records,
+    shown,
+)
 from mlharness.numbers import MAX_RECORDED_S, MAX_TURNS
-from mlharness.sessions.model import Session, Turn
-from mlharness.sessions.trace_rows import RECORDED_WHY, TURNS_WHY, Fields, TraceError, read_records, shown
 
 BLOCK_TOKENS = 512  # Mooncake's block size, and AIPerf's default (--isl-block-size)
 SESSION_FIELDS = ("session_id", "chat_id", "conversation_id")

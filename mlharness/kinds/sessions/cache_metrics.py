@@ -21,7 +21,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable
 
-from mlharness.sessions.records import SessionRecord
+from mlharness.kinds.sessions.records import SessionRecord
 
 log = logging.getLogger(__name__)
 

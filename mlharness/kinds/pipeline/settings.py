@@ -1,9 +1,9 @@
 """The stage list of a pipeline manifest, parsed and checked in one place: ``inputs[0].parameters.stages``, each
-entry a :class:`~mlharness.pipeline.stage.StageSpec`. Every error is a :class:`ManifestError` naming the manifest
+entry a :class:`~mlharness.kinds.pipeline.stage.StageSpec`. Every error is a :class:`ManifestError` naming the manifest
 and the field path (``inputs[0].parameters.stages[2].workers``), refused before any stage loads (exit 2).
 
 Checked: each entry is a mapping of StageSpec's fields only; names are unique; the framework is a built-in stage
-(:data:`~mlharness.pipeline.stage.STAGES`, filled by the modules of :data:`STAGE_MODULES`) or a predictor name;
+(:data:`~mlharness.kinds.pipeline.stage.STAGES`, filled by the modules of :data:`STAGE_MODULES`) or a predictor name;
 ``workers``, ``max_visits`` and ``threads`` (each worker's torch threads; null: torch's default) are whole numbers
 >= 1 (workers and threads at most :data:`mlharness.numbers.MAX_WORKERS`); ``timeout_s`` is finite, > 0 and at most a
 week (:mod:`mlharness.numbers`); an ``options.route_to`` (the stage declaring that its ``after`` hook or itself
@@ -18,13 +18,13 @@ from typing import Any
 
 from mlharness import numbers
 from mlharness.errors import ManifestError
-from mlharness.pipeline.stage import STAGES, StageSpec
+from mlharness.kinds.pipeline.stage import STAGES, StageSpec
 
 PIPELINE_INPUT = "pipeline"
 # modules registering built-in stages with @register_stage; imported before a stage list is checked (a module a
 # missing optional package keeps out is skipped: its frameworks are then unknown, and named as such)
-STAGE_MODULES = ("mlharness.pipeline.toy", "mlharness.pipeline.retrieval", "mlharness.pipeline.rerank",
-                 "mlharness.pipeline.index", "mlharness.pipeline.dbbuild", "mlharness.tasks.e2e_rag.oracle")
+STAGE_MODULES = ("mlharness.kinds.pipeline.toy", "mlharness.kinds.pipeline.retrieval", "mlharness.kinds.pipeline.rerank",
+                 "mlharness.kinds.pipeline.index", "mlharness.kinds.pipeline.dbbuild", "mlharness.tasks.e2e_rag.oracle")
 SPEC_FIELDS = {f.name for f in fields(StageSpec)}
 NOT_A_STAGE = ("pipeline",)  # a pipeline is not one of its own stages
 MAX_VISITS = 10_000  # an item routed back more often than this is a loop, not a plan
@@ -124,7 +124,7 @@ def endpoint_stages(loaded: Any, endpoints: list[str]) -> Any:
     ``openai`` stage at ``endpoints`` (``--endpoint``), keeping its model folder (the tokenizer's, where a server
     returns text only), its generation settings and its turn options; the other stages stay as they are. A pipeline
     with no such stage is refused naming the field."""
-    from mlharness.pipeline.predictor_stage import TURN_OPTIONS
+    from mlharness.kinds.pipeline.predictor_stage import TURN_OPTIONS
     from mlharness.predictors.openai.options import KNOWN_OPTIONS
 
     m = loaded.model

@@ -1,5 +1,6 @@
-"""A manifest loaded outside LoadGen: hooks, dataset, predictor and pre-processed samples in RAM. Used by
-``parity`` and the benchmarks, which drive the model directly."""
+"""A model driven directly, without LoadGen: its manifest loaded, its hooks, dataset, predictor and pre-processed
+samples in RAM. ``parity`` and the benchmarks (``bench``, ``bench_generate``) time or compare the model through
+it, beside the same model under LoadGen."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from mlharness.run.context import build_context, sample_count
 from mlharness.run.factory import check_framework_version, make_predictor, resolve_model_file
 
 
-class ModelSession:
+class DirectModel:
+    """A manifest's model, its predictor and its samples, called without LoadGen."""
+
     def __init__(self, ref: str, dataset_path: str | None = None, count: int | None = None, batch: int = 8,
                  device: str = "cpu", threads: int | None = None, scenario: str = "Offline"):
         self.ref = ref

@@ -16,8 +16,8 @@ import contextlib
 import threading
 from typing import Any
 
-from mlharness.pipeline.retrieval import asset_path
-from mlharness.pipeline.stage import Item, StageContext, StageError, StageSpec, register_stage
+from mlharness.kinds.pipeline.retrieval import asset_path
+from mlharness.kinds.pipeline.stage import Item, StageContext, StageError, StageSpec, register_stage
 
 QUERY_TOKENS = 32
 PASSAGE_TOKENS = 512

@@ -29,8 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from mlharness.errors import PredictorError
-from mlharness.sessions.engine import Timing, TurnRequest
-from mlharness.sessions.model import Answer, ToolCall
+from mlharness.kinds.sessions.engine import Timing, TurnRequest
+from mlharness.kinds.sessions.model import Answer, ToolCall
 
 DEFAULT_TEMPLATE_KWARGS = {"enable_thinking": False}
 _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
@@ -107,7 +107,7 @@ class _FirstToken:
 
 
 class TransformersChatEngine:
-    """A :class:`~mlharness.sessions.engine.ChatEngine` over a loaded causal LM and its tokenizer's chat template
+    """A :class:`~mlharness.kinds.sessions.engine.ChatEngine` over a loaded causal LM and its tokenizer's chat template
     (made by :meth:`TransformersPredictor.chat_engine <mlharness.predictors.transformers.TransformersPredictor>`)."""
 
     name = "transformers"

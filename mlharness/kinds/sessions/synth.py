@@ -1,7 +1,7 @@
 """A small agentic trace written from a seed: the stand-in for a real one in tests and in dry runs.
 
 ``synthetic_agentic_trace(path, sessions=3, turns=4, seed=0)`` writes a trace in the MLCommons endpoints agentic
-format (what :func:`mlharness.sessions.traces.load_trace` reads as ``agentic``) with what makes such traces hard
+format (what :func:`mlharness.kinds.sessions.traces.load_trace` reads as ``agentic``) with what makes such traces hard
 to serve: a system prompt, a ``tools`` list with a bash-like function, assistant rows that call it with JSON
 arguments (one step calls it twice, in parallel), tool rows with the results, think times between turns
 (``delay_seconds``) and a final plain-text answer. Each session has ``turns`` client turns: the user's task, then

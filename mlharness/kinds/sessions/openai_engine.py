@@ -26,10 +26,10 @@ import os
 from typing import Any
 
 from mlharness.errors import PredictorError
+from mlharness.kinds.sessions.engine import Timing, TurnRequest
+from mlharness.kinds.sessions.model import Answer, ToolCall
 from mlharness.predictors.openai.http import MAX_LINE, LineTooLong
 from mlharness.predictors.openai.sse import SSEParser
-from mlharness.sessions.engine import Timing, TurnRequest
-from mlharness.sessions.model import Answer, ToolCall
 
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_CONNECTIONS = 64
@@ -108,7 +108,7 @@ def _count(value: Any) -> int | None:
 
 
 class OpenAIChatEngine:
-    """:class:`~mlharness.sessions.engine.ChatEngine` over ``base_url`` (with or without ``/v1``). Its aiohttp
+    """:class:`~mlharness.kinds.sessions.engine.ChatEngine` over ``base_url`` (with or without ``/v1``). Its aiohttp
     connection pool is opened in the event loop of the first turn it answers (every later turn must come from that
     loop) and closed by :meth:`aclose`."""
 

@@ -206,9 +206,9 @@ class VectorDB:
 
 def build(embedder: Embedder, documents: list[dict[str, Any]], passages_of: Any = None) -> VectorDB:
     """A database of ``documents`` (each ``{"name", "content", "url"}``) cut by ``passages_of(content, name)``
-    (default: :func:`mlharness.pipeline.chunking.document_passages`), with the reference's metadata per passage
+    (default: :func:`mlharness.kinds.pipeline.chunking.document_passages`), with the reference's metadata per passage
     (``source``, ``passage_id``, ``original_url``); ``chunk_s``, ``embed_s`` and ``index_s`` timed."""
-    from mlharness.pipeline.chunking import document_passages
+    from mlharness.kinds.pipeline.chunking import document_passages
 
     passages_of = passages_of or document_passages
     db = VectorDB(new_index(embedder.dim), info={"embedder": embedder.path})

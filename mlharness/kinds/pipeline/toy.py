@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from mlharness.pipeline.stage import Item, StageContext, StageError, StageSpec, register_stage
+from mlharness.kinds.pipeline.stage import Item, StageContext, StageError, StageSpec, register_stage
 
 HANG_S = 3600.0
 

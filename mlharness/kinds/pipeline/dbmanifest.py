@@ -27,7 +27,7 @@ from mlharness.fileguard import (
     read_gzip_bounded,
     read_text_bounded,
 )
-from mlharness.pipeline.index import Embedder, VectorDB
+from mlharness.kinds.pipeline.index import Embedder, VectorDB
 
 MANIFEST_VERSION = 2
 ACCEPTED_VERSIONS = (2, "v2-behavioral")
@@ -157,8 +157,8 @@ def db_accuracy(entries: list[dict[str, Any]], database: str | Path | None) -> d
     """``datasetup_accuracy_eval.evaluate_accuracy`` over LoadGen's accuracy log entries (``qsl_idx``, hex
     ``data``): one byte 1 is a successful page, 32 lowercase hexadecimal characters the returned MD5 (a success),
     anything else a failure; passed when at least 99% succeeded and the MD5 equals the saved database's
-    (:func:`mlharness.pipeline.dbbuild.database_md5`; None: no database was saved)."""
-    from mlharness.pipeline.dbbuild import database_md5
+    (:func:`mlharness.kinds.pipeline.dbbuild.database_md5`; None: no database was saved)."""
+    from mlharness.kinds.pipeline.dbbuild import database_md5
 
     by_idx = {e["qsl_idx"]: bytes.fromhex(e["data"]) for e in entries}
     ok = bad = 0
@@ -179,12 +179,12 @@ def db_accuracy(entries: list[dict[str, Any]], database: str | Path | None) -> d
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m mlharness.pipeline.dbmanifest write|verify``: ``db_manifest.py``'s two commands over a database
+    """``python -m mlharness.kinds.pipeline.dbmanifest write|verify``: ``db_manifest.py``'s two commands over a database
     folder mlharness saved (``scripts/write_db_manifest.sh`` / ``verify_db_manifest.sh``); verify exits 1 on a
     failure, printing the failures as the reference does."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m mlharness.pipeline.dbmanifest", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m mlharness.kinds.pipeline.dbmanifest", description=main.__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("write", help="write a manifest from a database")
     w.add_argument("--db", required=True)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import ManifestError
-from mlharness.pipeline.stage import Item, StageContext, StageError, StageSpec
+from mlharness.kinds.pipeline.stage import Item, StageContext, StageError, StageSpec
 from mlharness.predictors.base import PredictorConfig
 
 
@@ -111,7 +111,7 @@ class PredictorStage:
         return item
 
     def _chat(self, item: Item) -> Item:
-        from mlharness.sessions.engine import TurnRequest
+        from mlharness.kinds.sessions.engine import TurnRequest
 
         if item.get("skip_call"):  # the before hook says this visit needs no call (a loop's round without one)
             return item

@@ -2,7 +2,7 @@
 
 An engine receives the whole history of the turn (system prompt, earlier turns and answers, the turn's own
 messages), the tools offered, and per-request extras (headers such as the session-affinity one, a per-turn token
-cap), and answers with an :class:`~mlharness.sessions.model.Answer`, calling ``timing.first()`` when the first
+cap), and answers with an :class:`~mlharness.kinds.sessions.model.Answer`, calling ``timing.first()`` when the first
 token (or tool-call fragment) of the answer exists. Engines: an OpenAI-compatible endpoint (``openai_engine``), an
 in-process transformers model (``mlharness/predictors/transformers_chat.py``), the oracle of a task (its table of
 answers). A predictor that can play sessions has a ``chat_engine()`` method returning one.
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from mlharness.sessions.model import Answer
+from mlharness.kinds.sessions.model import Answer
 
 
 @dataclass

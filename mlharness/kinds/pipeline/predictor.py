@@ -1,7 +1,7 @@
 """``framework: pipeline``: the predictor a pipeline manifest loads through the registry like any other. It reads
 its stage list from the manifest's input (``inputs[0].parameters.stages``, checked by
-:func:`~mlharness.pipeline.settings.stage_specs`), builds each stage (a built-in one from
-:data:`~mlharness.pipeline.stage.STAGES`, any other framework through the predictor adapter) and loads it, timed.
+:func:`~mlharness.kinds.pipeline.settings.stage_specs`), builds each stage (a built-in one from
+:data:`~mlharness.kinds.pipeline.stage.STAGES`, any other framework through the predictor adapter) and loads it, timed.
 The run's SUT (``kinds/pipeline/sut.py``) takes the loaded stages from here; there are no tensors to predict.
 """
 
@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import PredictorError
-from mlharness.pipeline.flow import Lane
-from mlharness.pipeline.predictor_stage import predictor_stage
-from mlharness.pipeline.settings import builtin_stages, stage_specs
-from mlharness.pipeline.stage import StageContext
+from mlharness.kinds.pipeline.flow import Lane
+from mlharness.kinds.pipeline.predictor_stage import predictor_stage
+from mlharness.kinds.pipeline.settings import builtin_stages, stage_specs
+from mlharness.kinds.pipeline.stage import StageContext
 from mlharness.predictors.base import Predictor
 
 

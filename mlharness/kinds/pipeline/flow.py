@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlharness.pipeline.stage import Item, StageError, StageSpec
+from mlharness.kinds.pipeline.stage import Item, StageError, StageSpec
 
 log = logging.getLogger(__name__)
 WATCH_S = 0.01  # how often the watchdog looks at the calls in progress

@@ -27,9 +27,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from mlharness.kinds.sessions.model import Session, Turn
+from mlharness.kinds.sessions.trace_rows import (
+    RECORDED_WHY,
+    Fields,
+    TraceError,
+    read_records,
+    shown,
+    tool_calls,
+)
 from mlharness.numbers import MAX_RECORDED_S
-from mlharness.sessions.model import Session, Turn
-from mlharness.sessions.trace_rows import RECORDED_WHY, Fields, TraceError, read_records, shown, tool_calls
 
 ROLES = ("user", "assistant", "tool")
 # what may follow each role (the reference's state machine; "start" is before the first row)

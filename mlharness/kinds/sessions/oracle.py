@@ -30,12 +30,12 @@ import numpy as np
 
 from mlharness.errors import PredictorError
 from mlharness.fileguard import read_json
+from mlharness.kinds.sessions.engine import Timing, TurnRequest
+from mlharness.kinds.sessions.model import Answer, Session, ToolCall
 from mlharness.predictors.base import Predictor
-from mlharness.sessions.engine import Timing, TurnRequest
-from mlharness.sessions.model import Answer, Session, ToolCall
 
 TABLE_FORMAT = 1
-_SALT = re.compile(r"^\[salt: [0-9a-f]+\]\n\n")  # mlharness.sessions.replay.salted's prefix
+_SALT = re.compile(r"^\[salt: [0-9a-f]+\]\n\n")  # mlharness.kinds.sessions.replay.salted's prefix
 
 
 def _text(content: Any) -> str:

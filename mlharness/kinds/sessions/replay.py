@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlharness.errors import PredictorError
-from mlharness.sessions.engine import ChatEngine, TurnRequest
-from mlharness.sessions.model import Answer, Session, Turn
-from mlharness.sessions.records import SessionRecord, TurnRecord
+from mlharness.kinds.sessions.engine import ChatEngine, TurnRequest
+from mlharness.kinds.sessions.model import Answer, Session, Turn
+from mlharness.kinds.sessions.records import SessionRecord, TurnRecord
 
 HISTORY_MODES = ("generated", "recorded")
 SPIN_S = 0.003  # the last part of a think time, waited on the clock rather than a timer

@@ -2,9 +2,9 @@
 ``reference_SUT_datasetup.DatasetupSUT`` builds the database.
 
 A sample's item is one page (``{"name", "content", "url"}``, from the manifest's preprocess). The stage cuts it
-(:func:`~mlharness.pipeline.chunking.document_passages`), embeds its passages outside the database's lock (several
+(:func:`~mlharness.kinds.pipeline.chunking.document_passages`), embeds its passages outside the database's lock (several
 workers' embeddings run side by side only where the stage sets ``threads``, each worker's share of the cores; else
-one at a time, each spread over the cores: :class:`~mlharness.pipeline.index.Embedder`), then adds them to the
+one at a time, each spread over the cores: :class:`~mlharness.kinds.pipeline.index.Embedder`), then adds them to the
 shared index under the database's lock, with the reference's metadata (``source``,
 ``passage_id``, ``original_url``). When the completed documents reach the data set's count (``options.documents``,
 or the item's ``total``), that sample saves the database and answers the MD5 of what it saved (32 hexadecimal
@@ -43,10 +43,10 @@ from typing import Any
 
 from mlharness.errors import DatasetError
 from mlharness.fileguard import open_regular
-from mlharness.pipeline import index
-from mlharness.pipeline.chunking import document_passages
-from mlharness.pipeline.retrieval import asset_path
-from mlharness.pipeline.stage import Item, StageContext, StageError, StageSpec, register_stage
+from mlharness.kinds.pipeline import index
+from mlharness.kinds.pipeline.chunking import document_passages
+from mlharness.kinds.pipeline.retrieval import asset_path
+from mlharness.kinds.pipeline.stage import Item, StageContext, StageError, StageSpec, register_stage
 
 
 def database_md5(folder: str | Path) -> str:
@@ -169,7 +169,7 @@ def db_pages(ctx: dict[str, Any]) -> list[dict[str, Any]]:
     corpus in name order, each with its URL and the data set's count as ``total``): ``--dataset-path`` names the
     ``doc_html`` folder or the folder holding it; without it a manifest with the attribute ``synthetic_e2e_rag``
     uses the synthetic set in the cache (``dataset synth e2e-rag``), written there the first time."""
-    from mlharness.pipeline.retrieval import corpus_documents
+    from mlharness.kinds.pipeline.retrieval import corpus_documents
 
     root = ctx.get("dataset_path")
     if not root and (ctx.get("attributes") or {}).get("synthetic_e2e_rag"):

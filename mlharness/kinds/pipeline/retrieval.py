@@ -2,14 +2,14 @@
 ``VectorDB.lookup_with_scores`` returns them (the query embedded as it is, no prefix; score = minus FAISS's squared L2
 distance, higher is nearer).
 
-Stage options: ``database`` (a folder :class:`~mlharness.pipeline.index.VectorDB` saved) or ``corpus`` (a
+Stage options: ``database`` (a folder :class:`~mlharness.kinds.pipeline.index.VectorDB` saved) or ``corpus`` (a
 ``doc_html`` folder of ``*.html`` pages with ``url_mapping.json``, as ``dataset synth e2e-rag`` and the official
 download leave it: built into the cache at load, timed, and reused while the pages and the embedder's files are
 the same) or
 ``synthetic_corpus: true`` (the synthetic set's pages in the cache), ``top_k`` (default 10).
 The stage's ``model`` is the embedder (``graph_path`` beside the manifest, or made by its ``generator``); its
 workers embed queries side by side only when the stage sets ``threads`` (else one at a time:
-:class:`~mlharness.pipeline.index.Embedder`), FAISS searches always concurrently. The item's
+:class:`~mlharness.kinds.pipeline.index.Embedder`), FAISS searches always concurrently. The item's
 ``query`` is read; ``passages`` is added: ``[{"text", "url", "source", "score"}, ...]``, nearest first. An item
 with ``queries`` (a round of the multi-shot loop, :mod:`mlharness.tasks.e2e_rag.multishot`) gets ``query_passages``
 instead, each sub-query's ``query_top_k`` (else ``top_k``) passages, as the reference looks each one up.
@@ -26,8 +26,8 @@ from typing import Any
 
 from mlharness.errors import DatasetError
 from mlharness.fileguard import read_bytes_bounded, read_json
-from mlharness.pipeline import index
-from mlharness.pipeline.stage import Item, StageContext, StageError, StageSpec, register_stage
+from mlharness.kinds.pipeline import index
+from mlharness.kinds.pipeline.stage import Item, StageContext, StageError, StageSpec, register_stage
 
 
 def asset_path(spec: StageSpec, ctx: StageContext, model: dict[str, Any] | None = None) -> Path:
@@ -83,7 +83,7 @@ def synthetic_corpus() -> Path:
 def open_or_build(spec: StageSpec, ctx: StageContext, embedder: index.Embedder) -> index.VectorDB:
     """The stage's database: ``options.database`` loaded, or ``options.corpus`` built into the cache and saved,
     then reused; keyed by the corpus's pages and the embedder folder's files
-    (:func:`~mlharness.pipeline.index.folder_fingerprint`), so other weights in the same folder build anew."""
+    (:func:`~mlharness.kinds.pipeline.index.folder_fingerprint`), so other weights in the same folder build anew."""
     opts = spec.options
     base = Path(ctx.manifest_dir)
     if opts.get("database"):

@@ -1,7 +1,7 @@
 """Traces users bring, read as sessions: ``load_trace(path, fmt="auto") -> list[Session]``.
 
 :data:`FORMATS` names each format with its reader and a line saying what it is; ``fmt="auto"`` tells them apart by
-the first record's fields. A malformed trace raises :class:`~mlharness.sessions.trace_rows.TraceError` (a
+the first record's fields. A malformed trace raises :class:`~mlharness.kinds.sessions.trace_rows.TraceError` (a
 ``DatasetError``: the CLI exits 2) naming the file, the record's line and the field, so a trace of a thousand
 conversations can be fixed where it is wrong. The formats' readers live beside this module: the MLCommons endpoints
 agentic trace (``trace_agentic``), Mooncake's block-hash traces (``trace_mooncake``); ShareGPT's conversations are
@@ -20,11 +20,10 @@ from typing import Any
 
 from mlharness import numbers
 from mlharness.errors import DatasetError
-from mlharness.numbers import MAX_RECORDED_S, MAX_TURNS
-from mlharness.sessions.model import Session, Turn
-from mlharness.sessions.trace_agentic import read_agentic
-from mlharness.sessions.trace_mooncake import read_mooncake
-from mlharness.sessions.trace_rows import (
+from mlharness.kinds.sessions.model import Session, Turn
+from mlharness.kinds.sessions.trace_agentic import read_agentic
+from mlharness.kinds.sessions.trace_mooncake import read_mooncake
+from mlharness.kinds.sessions.trace_rows import (
     RECORDED_WHY,
     TURNS_WHY,
     Fields,
@@ -34,6 +33,7 @@ from mlharness.sessions.trace_rows import (
     shown,
     tool_calls,
 )
+from mlharness.numbers import MAX_RECORDED_S, MAX_TURNS
 
 log = logging.getLogger(__name__)
 
