@@ -389,6 +389,37 @@ def test_the_table_check_finds_a_missing_package(tmp_path):
         "mlharness/executors/", "mlharness/tasks/imagenet/", "mlharness/tasks/shared_helpers/"]
 
 
+# What a kind does for a run (its SUT, input, calibration and report plots) is its own: the rest of mlharness reaches
+# it through the kind's row (kind.py, which the registry finds by name), never by importing those modules.
+KIND_PRIVATE = ("sut", "input", "calibrate", "plots")
+
+
+def kind_boundary(graph: dict[str, set[str]]) -> list[str]:
+    found = []
+    for mod, targets in graph.items():
+        for target in targets:
+            parts = target.split(".")
+            if len(parts) > 3 and parts[:2] == ["mlharness", "kinds"] and parts[3] in KIND_PRIVATE \
+                    and not within(mod, ".".join(parts[:3])):
+                found.append(f"{mod} -> {target}")
+    return sorted(found)
+
+
+def test_a_kinds_sut_input_calibration_and_plots_are_its_own():
+    found = kind_boundary(import_graph(modules()))
+    assert not found, "imports of a kind's own modules from outside its package:\n" + "\n".join(found)
+
+
+def test_the_kind_boundary_check_finds_an_import_from_outside():
+    graph = {"mlharness.kinds.toy.kind": {"mlharness.kinds.toy.sut", "mlharness.kinds.tensor.kind"},
+             "mlharness.kinds.video.kind": {"mlharness.kinds.toy.calibrate"},
+             "mlharness.run.runner": {"mlharness.kinds.toy.input", "mlharness.kinds.registry"},
+             "mlharness.report.html": {"mlharness.kinds.toy.plots", "mlharness.kinds.toy"}}
+    assert kind_boundary(graph) == ["mlharness.kinds.video.kind -> mlharness.kinds.toy.calibrate",
+                                    "mlharness.report.html -> mlharness.kinds.toy.plots",
+                                    "mlharness.run.runner -> mlharness.kinds.toy.input"]
+
+
 # LoadGen's adapter alone: settings, the QSL, the base SUT and its batch path, completion, Server queueing,
 # interrupts, logs, bounds, pinning. What a data kind adds lives in its package under mlharness/kinds/.
 MAX_LOADGEN_MODULES = 12

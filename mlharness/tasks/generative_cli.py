@@ -1,59 +1,51 @@
-"""The command-line pieces the token-stream task packages share: ``mlharness dataset synth NAME`` (``--out``,
-``--count``, ``--seed``, ``--force``) and ``mlharness accuracy NAME`` (``--log``, the data file, ``--tokenizer``,
-``--dtype``; ``--lcb-tests`` and ``--code-timeout`` where code is run). Light: the standard library only, so ``mlharness --help`` stays fast."""
+"""The command-line pieces the token-stream task packages share, as rows of their command tables
+(:mod:`mlharness.tasks.commands`): ``mlharness dataset synth NAME`` (``--out``, ``--count``, ``--seed``,
+``--tokenizer``, ``--force``) and ``mlharness accuracy NAME`` (``--log``, the data file, ``--tokenizer``, ``--dtype``;
+``--lcb-tests`` and ``--code-timeout`` where code is run), and what their handlers share. Light: the standard
+library only, so ``mlharness --help`` stays fast."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-OUT_HELP = "folder to write (use it as --dataset-path)"
-FORCE_HELP = "write into a folder that already has files"
+from mlharness.tasks.commands import Command, Opt, accuracy, opt, synth
+
 TOKENIZER_HELP = "the model's checkpoint folder (its tokenizer)"
+DTYPE = opt("--dtype", default="int32", choices=("int32", "int64"), help="response dtype (default: int32)")
 
 
-def add_synth(synth: Any, name: str, help: str, description: str, count_help: str, func: Callable[..., int],
-              tokenizer_help: str | None = None) -> argparse.ArgumentParser:
-    """The ``dataset synth NAME`` parser; ``--tokenizer`` (a checkpoint folder to encode with) when
-    ``tokenizer_help`` is given."""
-    p = synth.add_parser(name, help=help, description=description)
-    p.add_argument("--out", type=Path, required=True, help=OUT_HELP)
-    p.add_argument("--count", type=int, default=None, help=count_help)
-    p.add_argument("--seed", type=int, default=0)
-    if tokenizer_help is not None:
-        p.add_argument("--tokenizer", type=Path, default=None, help=tokenizer_help)
-    p.add_argument("--force", action="store_true", help=FORCE_HELP)
-    p.set_defaults(func=func)
-    return p
+def token_synth(name: str, help: str, description: str, run: Callable[..., int], count_help: str,  # noqa: A002
+                tokenizer_help: str | None = None) -> Command:
+    """A token-stream set's ``dataset synth NAME``: ``--out``, ``--count`` (none given: the writer's default),
+    ``--seed``, ``--tokenizer`` (a checkpoint folder to encode with) where ``tokenizer_help`` is given,
+    ``--force``."""
+    tokenizer = [opt("--tokenizer", type=Path, default=None, help=tokenizer_help)] if tokenizer_help else []
+    return synth(name, help, description, run, count=None, count_help=count_help, options=tokenizer)
 
 
-def add_accuracy(accuracy: Any, name: str, help: str, description: str, data_flag: str, data_help: str,
-                 func: Callable[..., int], tokenizer_help: str = TOKENIZER_HELP,
-                 dtype: bool = True) -> argparse.ArgumentParser:
-    """The ``accuracy NAME`` parser: ``--log``, the data file (``data_flag``), ``--tokenizer`` and, with
-    ``dtype``, ``--dtype``."""
-    a = accuracy.add_parser(name, help=help, description=description)
-    a.add_argument("--log", type=Path, required=True, help="mlperf_log_accuracy.json")
-    a.add_argument(data_flag, type=Path, required=True, help=data_help)
-    a.add_argument("--tokenizer", type=Path, required=True, help=tokenizer_help)
-    if dtype:
-        a.add_argument("--dtype", default="int32", choices=("int32", "int64"), help="response dtype (default: int32)")
-    a.set_defaults(func=func)
-    return a
+def token_accuracy(name: str, help: str, description: str, run: Callable[..., int], data: Opt,  # noqa: A002
+                   tokenizer_help: str = TOKENIZER_HELP, dtype: bool = True, options: Sequence[Opt] = ()) -> Command:
+    """A token-stream task's ``accuracy NAME``: ``--log``, the data file (``data``), ``--tokenizer``, ``--dtype``
+    (with ``dtype``), then the task's own ``options``."""
+    return accuracy(name, help, description, run, options=[
+        data, opt("--tokenizer", type=Path, required=True, help=tokenizer_help), *([DTYPE] if dtype else []),
+        *options])
 
 
-def add_code_options(a: argparse.ArgumentParser, what: str) -> None:
-    """``--lcb-tests`` and ``--code-timeout``: where LiveCodeBench's tests are, how long a test may run."""
-    a.add_argument("--lcb-tests", type=Path, default=None,
-                   help=f"JSON question_id -> LiveCodeBench tests, for {what} without an lcb_tests column")
-    a.add_argument("--code-timeout", default="60", metavar="SECONDS",
-                   help="seconds per LiveCodeBench test, a whole number from 1 to 3600 (default: 60)")
-    a.add_argument("--allow-unisolated-code", action="store_true",
-                   help="where no sandbox is available (bubblewrap with user namespaces), run generated code with "
-                        "your own rights under resource limits only, instead of refusing")
+def code_options(what: str) -> list[Opt]:
+    """``--lcb-tests``, ``--code-timeout`` and ``--allow-unisolated-code``: where LiveCodeBench's tests are, how
+    long a test may run, and whether generated code may run without a sandbox."""
+    return [opt("--lcb-tests", type=Path, default=None,
+                help=f"JSON question_id -> LiveCodeBench tests, for {what} without an lcb_tests column"),
+            opt("--code-timeout", default="60", metavar="SECONDS",
+                help="seconds per LiveCodeBench test, a whole number from 1 to 3600 (default: 60)"),
+            opt("--allow-unisolated-code", action="store_true",
+                help="where no sandbox is available (bubblewrap with user namespaces), run generated code with "
+                     "your own rights under resource limits only, instead of refusing")]
 
 
 def code_limits(args: argparse.Namespace) -> Any:

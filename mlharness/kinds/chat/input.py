@@ -8,16 +8,12 @@ from typing import Any
 
 import numpy as np
 
-from mlharness.errors import DatasetError, HookError
+from mlharness.errors import DatasetError
+from mlharness.kinds.chat import BadChatInput
 from mlharness.loadgen.qsl import InputKind
 from mlharness.predictors.chat import CHAT_INPUT, ChatLimits, parse_chat
 
 __all__ = ["CHAT_INPUT", "BadChatInput", "chat_sample", "make_input"]
-
-
-class BadChatInput(HookError):
-    """A sample's chat messages that cannot be a prompt: the user's input (exit status 2), also when LoadGen's
-    load callback meets it mid-run (the token SUT raises it as it is rather than as a failed run)."""
 
 
 def chat_sample(out: Any, index: int, spec: dict[str, Any], manifest: str) -> np.ndarray:

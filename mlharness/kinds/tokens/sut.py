@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from mlharness.errors import ManifestError, RunFailed
-from mlharness.kinds.chat.input import BadChatInput
+from mlharness.kinds.chat import BadChatInput
 from mlharness.loadgen.completion import Completions
 from mlharness.loadgen.qsl import SampleLoader, SampleStore
 from mlharness.loadgen.sut import run_fast_sut

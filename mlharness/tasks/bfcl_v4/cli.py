@@ -8,32 +8,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from mlharness.tasks.generative_cli import add_synth, print_result, write_synth
-
-
-def register(synth: Any, prepare: Any, accuracy: Any) -> None:
-    add_synth(synth, "bfcl-v4", "a synthetic BFCL v4 single-turn set (BFCL_v4_<subset>.json)",
-              "Write BFCL_v4_<subset>.json and possible_answer/BFCL_v4_<subset>.json for the twelve subsets of the "
-              "MLPerf selection, in the layout bfcl-eval ships its data in. The oracle scores 100 on it.",
-              "entries per subset (default: 3)", cmd_synth)
-    a = accuracy.add_parser("bfcl-v4", help="BFCL v4 accuracy of a qwen3.6-27b session accuracy log",
-                            description="Score an mlperf_log_accuracy.json of session answers as the MLCommons "
-                                        "endpoints reference's BFCLv4Scorer does, with bfcl-eval's AST checker "
-                                        "run in its own environment (--bfcl-python, else MLHARNESS_BFCL_PYTHON, "
-                                        "else the one --setup makes in mlharness's cache), and print accuracy.txt. "
-                                        "--setup makes that environment (pinned bfcl-eval, from PyPI).")
-    a.add_argument("--log", type=Path, default=None, help="mlperf_log_accuracy.json")
-    a.add_argument("--setup", action="store_true",
-                   help="make bfcl-eval's environment (a virtual environment with the pinned bfcl-eval and what its "
-                        "AST checker imports; downloads, minutes) where runs find it by themselves")
-    a.add_argument("--venv", type=Path, default=None,
-                   help="with --setup: the folder to make it in (default: <mlharness cache>/bfcl-eval-<version>; "
-                        "elsewhere, point MLHARNESS_BFCL_PYTHON at its bin/python)")
-    a.add_argument("--dataset-path", type=Path, default=None,
-                   help="a folder of BFCL_v4_<subset>.json files (default: bfcl-eval's own data)")
-    a.add_argument("--all", action="store_true", help="score against every entry, not the MLPerf selection")
-    a.add_argument("--bfcl-python", default=None, help="bfcl-eval's Python (default: $MLHARNESS_BFCL_PYTHON)")
-    a.set_defaults(func=cmd_accuracy)
+from mlharness.tasks.commands import Command, TaskCommands, opt, synth
+from mlharness.tasks.generative_cli import print_result, write_synth
 
 
 def cmd_synth(args: argparse.Namespace, console: Any) -> int:
@@ -59,3 +35,29 @@ def cmd_accuracy(args: argparse.Namespace, console: Any) -> int:
     from mlharness.tasks.bfcl_v4.metric import score_log
 
     return print_result(score_log(args.log, args.dataset_path, "all" if args.all else "mlperf", args.bfcl_python))
+
+
+COMMANDS = TaskCommands(
+    synth=[synth("bfcl-v4", "a synthetic BFCL v4 single-turn set (BFCL_v4_<subset>.json)",
+                 "Write BFCL_v4_<subset>.json and possible_answer/BFCL_v4_<subset>.json for the twelve subsets of "
+                 "the MLPerf selection, in the layout bfcl-eval ships its data in. The oracle scores 100 on it.",
+                 cmd_synth, count=None, count_help="entries per subset (default: 3)")],
+    # not accuracy(...): --log is optional here (--setup alone makes the environment)
+    accuracy=[Command("bfcl-v4", "BFCL v4 accuracy of a qwen3.6-27b session accuracy log",
+                      "Score an mlperf_log_accuracy.json of session answers as the MLCommons endpoints reference's "
+                      "BFCLv4Scorer does, with bfcl-eval's AST checker run in its own environment (--bfcl-python, "
+                      "else MLHARNESS_BFCL_PYTHON, else the one --setup makes in mlharness's cache), and print "
+                      "accuracy.txt. --setup makes that environment (pinned bfcl-eval, from PyPI).", cmd_accuracy, (
+        opt("--log", type=Path, default=None, help="mlperf_log_accuracy.json"),
+        opt("--setup", action="store_true",
+            help="make bfcl-eval's environment (a virtual environment with the pinned bfcl-eval and what its AST "
+                 "checker imports; downloads, minutes) where runs find it by themselves"),
+        opt("--venv", type=Path, default=None,
+            help="with --setup: the folder to make it in (default: <mlharness cache>/bfcl-eval-<version>; "
+                 "elsewhere, point MLHARNESS_BFCL_PYTHON at its bin/python)"),
+        opt("--dataset-path", type=Path, default=None,
+            help="a folder of BFCL_v4_<subset>.json files (default: bfcl-eval's own data)"),
+        opt("--all", action="store_true", help="score against every entry, not the MLPerf selection"),
+        opt("--bfcl-python", default=None, help="bfcl-eval's Python (default: $MLHARNESS_BFCL_PYTHON)")))],
+)
+register = COMMANDS.register

@@ -5,13 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from mlharness.tasks.detection.cli_common import add_accuracy, add_synth, run_accuracy
-
-
-def register(synth: Any, prepare: Any, accuracy: Any) -> None:
-    add_synth(synth, "coco", "a synthetic COCO 2017 validation set (val2017 JPEGs + "
-              "annotations/instances_val2017.json)", cmd_synth)
-    add_accuracy(accuracy, "coco", "--coco-dir", "accuracy-coco.py", cmd_accuracy)
+from mlharness.tasks.detection.cli_common import detection_commands, run_accuracy
 
 
 def cmd_synth(args: argparse.Namespace, console: Any) -> int:
@@ -27,3 +21,9 @@ def cmd_accuracy(args: argparse.Namespace, console: Any) -> int:
     from mlharness.tasks.coco.metric import CocoMapMetric
 
     return run_accuracy(args, CocoMapMetric())
+
+
+_SYNTH_HELP = "a synthetic COCO 2017 validation set (val2017 JPEGs + annotations/instances_val2017.json)"
+
+COMMANDS = detection_commands("coco", _SYNTH_HELP, "--coco-dir", "accuracy-coco.py", cmd_synth, cmd_accuracy)
+register = COMMANDS.register

@@ -10,34 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-
-def register(synth: Any, prepare: Any, accuracy: Any) -> None:
-    p = synth.add_parser("coco-captions", help="a synthetic COCO-2014 captions set (stable-diffusion-xl layout)",
-                         description="Write captions/captions.tsv, latents/latents.pt (one float32 (1, 4, 128, "
-                                     "128) latent) and the 1024x1024 reference images/ the stable-diffusion-xl-"
-                                     "oracle model answers with.")
-    p.add_argument("--out", type=Path, required=True, help="folder to write (use it as --dataset-path)")
-    p.add_argument("--count", type=int, default=10, help="number of captions (default: 10)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--stand-in-networks", action="store_true",
-                   help="also write random-weight CLIP and FID Inception networks to OUT/networks and the FID "
-                        "statistics of the reference images under them (OUT/val2014.npz)")
-    p.add_argument("--force", action="store_true", help="write into a folder that already has files")
-    p.set_defaults(func=cmd_synth)
-
-    a = accuracy.add_parser("coco-t2i", help="CLIP score and FID of an image accuracy log (accuracy_coco.py)",
-                            description="Score an mlperf_log_accuracy.json of uint8 RGB images against the "
-                                        "captions and the FID statistics as the MLPerf reference script does and "
-                                        "print its line (1024x1024 images); images of another size are scored "
-                                        "too, as not official.")
-    a.add_argument("--log", type=Path, required=True, help="mlperf_log_accuracy.json")
-    a.add_argument("--caption-path", type=Path, required=True, help="captions.tsv")
-    a.add_argument("--statistics-path", type=Path, required=True, help="FID statistics (val2014.npz)")
-    a.add_argument("--networks", type=Path, default=None,
-                   help="folder with clip.pt and inception.pth to score with instead of the official weights")
-    a.add_argument("--image-shape", type=int, nargs=3, metavar=("HEIGHT", "WIDTH", "3"), default=None,
-                   help="the images' shape (default: the first image's size, 1024x1024 or a square)")
-    a.set_defaults(func=cmd_accuracy)
+from mlharness.tasks.commands import TaskCommands, accuracy, opt, synth
 
 
 def cmd_synth(args: argparse.Namespace, console: Any) -> int:
@@ -70,3 +43,25 @@ def cmd_accuracy(args: argparse.Namespace, console: Any) -> int:
     sys.stdout.write(result.text)  # exactly what accuracy.txt holds, as the official script prints it
     sys.stdout.flush()
     return 0
+
+
+COMMANDS = TaskCommands(
+    synth=[synth("coco-captions", "a synthetic COCO-2014 captions set (stable-diffusion-xl layout)",
+                 "Write captions/captions.tsv, latents/latents.pt (one float32 (1, 4, 128, 128) latent) and the "
+                 "1024x1024 reference images/ the stable-diffusion-xl-oracle model answers with.", cmd_synth,
+                 count=10, count_help="number of captions (default: 10)", options=[
+        opt("--stand-in-networks", action="store_true",
+            help="also write random-weight CLIP and FID Inception networks to OUT/networks and the FID statistics "
+                 "of the reference images under them (OUT/val2014.npz)")])],
+    accuracy=[accuracy("coco-t2i", "CLIP score and FID of an image accuracy log (accuracy_coco.py)",
+                       "Score an mlperf_log_accuracy.json of uint8 RGB images against the captions and the FID "
+                       "statistics as the MLPerf reference script does and print its line (1024x1024 images); "
+                       "images of another size are scored too, as not official.", cmd_accuracy, options=[
+        opt("--caption-path", type=Path, required=True, help="captions.tsv"),
+        opt("--statistics-path", type=Path, required=True, help="FID statistics (val2014.npz)"),
+        opt("--networks", type=Path, default=None,
+            help="folder with clip.pt and inception.pth to score with instead of the official weights"),
+        opt("--image-shape", type=int, nargs=3, metavar=("HEIGHT", "WIDTH", "3"), default=None,
+            help="the images' shape (default: the first image's size, 1024x1024 or a square)")])],
+)
+register = COMMANDS.register

@@ -7,29 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-
-def register(synth: Any, prepare: Any, accuracy: Any) -> None:
-    p = synth.add_parser("dlrm-v3", help="a synthetic time-ordered stream of user histories (the reference's "
-                                         "streaming layout)",
-                         description="Write the file layout of the reference's streaming_synthetic_data.py (0.csv, "
-                                     "offset.csv, ts_0_<ts>.csv, requests_per_ts.csv, users_cumsum_per_ts.csv, "
-                                     "requests_per_ts_offset.csv) and dataset.json: --queries-per-ts users, each "
-                                     "requested at each of --timestamps inference timestamps; checked as a run "
-                                     "checks it.")
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--timestamps", type=int, default=4)
-    p.add_argument("--queries-per-ts", type=int, default=8)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--force", action="store_true", help="write into a folder that already has files")
-    p.set_defaults(func=cmd_synth)
-    a = accuracy.add_parser("dlrm-v3", help="NE, ACC and gAUC of an accuracy log (recommendation/dlrm_v3/accuracy.py)")
-    a.add_argument("--log", type=Path, required=True, help="mlperf_log_accuracy.json")
-    a.set_defaults(func=cmd_accuracy)
-    t = accuracy.add_parser("dlrm-v3-test08", help="TEST08 verification (compliance/TEST08/run_verification.py)")
-    t.add_argument("-r", "--reference-accuracy", type=Path, required=True)
-    t.add_argument("-t", "--test-accuracy", type=Path, required=True)
-    t.add_argument("--tolerance", type=float, default=0.001)
-    t.set_defaults(func=cmd_test08)
+from mlharness.tasks.commands import FORCE, Command, TaskCommands, opt
 
 
 def cmd_synth(args: argparse.Namespace, console: Any) -> int:
@@ -56,3 +34,27 @@ def cmd_test08(args: argparse.Namespace, console: Any) -> int:
     ok, text = verify(args.reference_accuracy, args.test_accuracy, args.tolerance)
     sys.stdout.write("Verifying accuracy. This might take a while...\n" + text + "TEST08 verification complete\n")
     return 0 if ok else 1
+
+
+COMMANDS = TaskCommands(
+    synth=[Command("dlrm-v3", "a synthetic time-ordered stream of user histories (the reference's streaming layout)",
+                   "Write the file layout of the reference's streaming_synthetic_data.py (0.csv, offset.csv, "
+                   "ts_0_<ts>.csv, requests_per_ts.csv, users_cumsum_per_ts.csv, requests_per_ts_offset.csv) and "
+                   "dataset.json: --queries-per-ts users, each requested at each of --timestamps inference "
+                   "timestamps; checked as a run checks it.", cmd_synth, (
+        opt("--out", type=Path, required=True),
+        opt("--timestamps", type=int, default=4),
+        opt("--queries-per-ts", type=int, default=8),
+        opt("--seed", type=int, default=0),
+        FORCE))],
+    # these two had no description: None, as add_parser's default
+    accuracy=[Command("dlrm-v3", "NE, ACC and gAUC of an accuracy log (recommendation/dlrm_v3/accuracy.py)",
+                      None, cmd_accuracy,
+                      (opt("--log", type=Path, required=True, help="mlperf_log_accuracy.json"),)),
+              Command("dlrm-v3-test08", "TEST08 verification (compliance/TEST08/run_verification.py)",
+                      None, cmd_test08, (
+        opt("-r", "--reference-accuracy", type=Path, required=True),
+        opt("-t", "--test-accuracy", type=Path, required=True),
+        opt("--tolerance", type=float, default=0.001)))],
+)
+register = COMMANDS.register

@@ -6,32 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from mlharness.tasks.generative_cli import add_synth, print_result, write_synth
-
-
-def register(synth: Any, prepare: Any, accuracy: Any) -> None:
-    add_synth(synth, "e2e-rag", "a synthetic FRAMES set and its frozen corpus (e2e-rag-qna, e2e-rag-db layout)",
-              "Write frames_dataset.tsv (the FRAMES columns QSL.py and accuracy_eval.py read) and doc_html/ "
-              "(docs.tar.gz, url_mapping.json and the pages extracted beside them, named as download_docs.py "
-              "names them): two-hop questions whose answer is in the corpus only.",
-              "number of questions (default: 8)", cmd_synth)
-    a = accuracy.add_parser("e2e-rag-qna", help="retrieval and LLM-judge accuracy of an e2e-rag-qna run "
-                                                "(accuracy_eval.py)",
-                            description="Rebuild results.json from the run's pipeline_results.jsonl for the samples "
-                                        "of its accuracy log, ask the judge about every answer, and print "
-                                        "accuracy_eval.py's summary and its accuracy.txt line.")
-    a.add_argument("--log", type=Path, required=True, help="mlperf_log_accuracy.json (pipeline_results.jsonl beside it)")
-    a.add_argument("--dataset-path", type=Path, required=True, help="frames_dataset.tsv or its folder")
-    a.add_argument("--records", type=Path, default=None, help="pipeline_results.jsonl, if not beside the log")
-    a.add_argument("--judge-url", default=None, help="an OpenAI-compatible chat completions URL")
-    a.add_argument("--judge-model", default=None)
-    a.add_argument("--judge-timeout", type=float, default=None, metavar="SECONDS", help="per call (default: 60)")
-    a.add_argument("--judge-errors", choices=("raise", "wrong"), default="raise",
-                   help="a judge call that fails: exit 3 naming the sample (default), or count the answer wrong "
-                        "as accuracy_eval.py does (the summary says how many)")
-    a.add_argument("--num-workers", type=int, default=4, help="judge calls at a time (default: 4)")
-    a.add_argument("--results-out", type=Path, default=None, help="write the rebuilt results.json here")
-    a.set_defaults(func=cmd_accuracy)
+from mlharness.tasks.commands import TaskCommands, accuracy, opt, synth
+from mlharness.tasks.generative_cli import print_result, write_synth
 
 
 def cmd_synth(args: argparse.Namespace, console: Any) -> int:
@@ -50,3 +26,28 @@ def cmd_accuracy(args: argparse.Namespace, console: Any) -> int:
         if value is not None:
             options[key] = value
     return print_result(score_log(args.log, args.dataset_path, options, args.records, args.results_out))
+
+
+COMMANDS = TaskCommands(
+    synth=[synth("e2e-rag", "a synthetic FRAMES set and its frozen corpus (e2e-rag-qna, e2e-rag-db layout)",
+                 "Write frames_dataset.tsv (the FRAMES columns QSL.py and accuracy_eval.py read) and doc_html/ "
+                 "(docs.tar.gz, url_mapping.json and the pages extracted beside them, named as download_docs.py "
+                 "names them): two-hop questions whose answer is in the corpus only.", cmd_synth,
+                 count=None, count_help="number of questions (default: 8)")],
+    accuracy=[accuracy("e2e-rag-qna", "retrieval and LLM-judge accuracy of an e2e-rag-qna run (accuracy_eval.py)",
+                       "Rebuild results.json from the run's pipeline_results.jsonl for the samples of its accuracy "
+                       "log, ask the judge about every answer, and print accuracy_eval.py's summary and its "
+                       "accuracy.txt line.", cmd_accuracy,
+                       log_help="mlperf_log_accuracy.json (pipeline_results.jsonl beside it)", options=[
+        opt("--dataset-path", type=Path, required=True, help="frames_dataset.tsv or its folder"),
+        opt("--records", type=Path, default=None, help="pipeline_results.jsonl, if not beside the log"),
+        opt("--judge-url", default=None, help="an OpenAI-compatible chat completions URL"),
+        opt("--judge-model", default=None),
+        opt("--judge-timeout", type=float, default=None, metavar="SECONDS", help="per call (default: 60)"),
+        opt("--judge-errors", choices=("raise", "wrong"), default="raise",
+            help="a judge call that fails: exit 3 naming the sample (default), or count the answer wrong as "
+                 "accuracy_eval.py does (the summary says how many)"),
+        opt("--num-workers", type=int, default=4, help="judge calls at a time (default: 4)"),
+        opt("--results-out", type=Path, default=None, help="write the rebuilt results.json here")])],
+)
+register = COMMANDS.register

@@ -7,24 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mlharness.tasks.commands import Command, TaskCommands, opt
+
 NAMES = ("top1", "top5", "exact_match", "token_f1", "mean_absolute_error", "mean_squared_error", "detection_map")
-
-
-def register(synth: Any, prepare: Any, accuracy: Any) -> None:
-    a = accuracy.add_parser("generic", help="top-1/top-5, exact match/F1, MAE/MSE or mAP against a labels file",
-                            description="Score an mlperf_log_accuracy.json with a generic metric and print its "
-                                        "accuracy.txt line.")
-    a.add_argument("--metric", required=True, choices=NAMES)
-    a.add_argument("--log", type=Path, required=True, help="mlperf_log_accuracy.json")
-    a.add_argument("--labels", type=Path, default=None,
-                   help="labels file (one per line, '<file> <label>' lines or a CSV); detection: the COCO json")
-    a.add_argument("--dataset-path", type=Path, default=None, help="the dataset folder (file names for matching)")
-    a.add_argument("--dtype", default=None, help="response dtype (default: float32)")
-    a.add_argument("--features", default=None, help="class names file (MLModelScope's synset)")
-    a.add_argument("--tokenizer", default=None,
-                   help="exact_match/token_f1 over token ids: the folder of the tokenizer that decodes them")
-    a.add_argument("--label-offset", type=int, default=0, help="added to the position of the best score")
-    a.set_defaults(func=cmd_accuracy)
 
 
 def cmd_accuracy(args: argparse.Namespace, console: Any) -> int:
@@ -45,3 +30,21 @@ def cmd_accuracy(args: argparse.Namespace, console: Any) -> int:
     sys.stdout.write(result.text)
     sys.stdout.flush()
     return 0
+
+
+COMMANDS = TaskCommands(
+    accuracy=[Command("generic", "top-1/top-5, exact match/F1, MAE/MSE or mAP against a labels file",
+                      "Score an mlperf_log_accuracy.json with a generic metric and print its accuracy.txt line.",
+                      cmd_accuracy, (
+        opt("--metric", required=True, choices=NAMES),
+        opt("--log", type=Path, required=True, help="mlperf_log_accuracy.json"),
+        opt("--labels", type=Path, default=None,
+            help="labels file (one per line, '<file> <label>' lines or a CSV); detection: the COCO json"),
+        opt("--dataset-path", type=Path, default=None, help="the dataset folder (file names for matching)"),
+        opt("--dtype", default=None, help="response dtype (default: float32)"),
+        opt("--features", default=None, help="class names file (MLModelScope's synset)"),
+        opt("--tokenizer", default=None,
+            help="exact_match/token_f1 over token ids: the folder of the tokenizer that decodes them"),
+        opt("--label-offset", type=int, default=0, help="added to the position of the best score")))],
+)
+register = COMMANDS.register

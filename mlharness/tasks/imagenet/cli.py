@@ -10,27 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mlharness.tasks.commands import TaskCommands, accuracy, opt, synth
+
 DTYPE_CHOICES = ("float32", "int32", "int64")  # the official accuracy-imagenet.py's --dtype choices
-
-
-def register(synth: Any, prepare: Any, accuracy: Any) -> None:
-    p = synth.add_parser("imagenet", help="a synthetic ImageNet validation set (JPEGs + val_map.txt)",
-                         description="Write ILSVRC2012_val_XXXXXXXX.JPEG images of varied sizes (some grayscale, "
-                                     "some CMYK) and val_map.txt; the resnet50-oracle model scores exactly 100% "
-                                     "top-1 on them with the reference pre-processing.")
-    p.add_argument("--out", type=Path, required=True, help="folder to write (use it as --dataset-path)")
-    p.add_argument("--count", type=int, default=500, help="number of images (default: 500)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--force", action="store_true", help="write into a folder that already has files")
-    p.set_defaults(func=cmd_synth)
-
-    a = accuracy.add_parser("imagenet", help="ImageNet top-1 of an accuracy log (accuracy-imagenet.py)",
-                            description="Score an mlperf_log_accuracy.json against val_map.txt as the MLPerf "
-                                        "reference script does and print its line.")
-    a.add_argument("--log", type=Path, required=True, help="mlperf_log_accuracy.json")
-    a.add_argument("--val-map", type=Path, required=True, help="val_map.txt")
-    a.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES, help="response dtype (default: float32)")
-    a.set_defaults(func=cmd_accuracy)
 
 
 def cmd_synth(args: argparse.Namespace, console: Any) -> int:
@@ -55,3 +37,18 @@ def cmd_accuracy(args: argparse.Namespace, console: Any) -> int:
     sys.stdout.write(result.text)  # exactly what accuracy.txt holds, as the official script prints it
     sys.stdout.flush()
     return 0
+
+
+COMMANDS = TaskCommands(
+    synth=[synth("imagenet", "a synthetic ImageNet validation set (JPEGs + val_map.txt)",
+                 "Write ILSVRC2012_val_XXXXXXXX.JPEG images of varied sizes (some grayscale, some CMYK) and "
+                 "val_map.txt; the resnet50-oracle model scores exactly 100% top-1 on them with the reference "
+                 "pre-processing.", cmd_synth, count=500, count_help="number of images (default: 500)")],
+    accuracy=[accuracy("imagenet", "ImageNet top-1 of an accuracy log (accuracy-imagenet.py)",
+                       "Score an mlperf_log_accuracy.json against val_map.txt as the MLPerf reference script does "
+                       "and print its line.", cmd_accuracy,
+                       options=[opt("--val-map", type=Path, required=True, help="val_map.txt"),
+                                opt("--dtype", default="float32", choices=DTYPE_CHOICES,
+                                    help="response dtype (default: float32)")])],
+)
+register = COMMANDS.register

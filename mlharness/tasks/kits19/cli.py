@@ -12,47 +12,7 @@ from typing import Any
 
 from rich.markup import escape
 
-
-def register(synth: Any, prepare: Any, accuracy: Any) -> None:
-    p = synth.add_parser("kits19", help="write synthetic CT cases in the KiTS19 layout (NIfTI)",
-                         description="Write CT-like cases (case_XXXXX/imaging.nii.gz, segmentation.nii.gz) with "
-                         "kidneys and a tumor; the 3d-unet-oracle model segments them almost perfectly.")
-    p.add_argument("--out", type=Path, required=True, help="folder to write (a KiTS19 'data' folder)")
-    p.add_argument("--count", type=int, default=4, help="number of cases (default 4)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--force", action="store_true", help="write into a folder that already has files")
-    p.set_defaults(func=_synth)
-
-    p = prepare.add_parser("kits19", help="pre-process KiTS19 as the MLPerf 3D U-Net reference does",
-                           description="Resample to 1.6 x 1.2 x 1.2 mm, clip and normalise, pad and crop for the "
-                           "128^3 sliding window; write the volumes, the ground truth and checksums.")
-    p.add_argument("--raw", type=Path, required=True, help="KiTS19 'data' folder with case_XXXXX/ sub-folders")
-    p.add_argument("--out", type=Path, required=True, help="folder for the pre-processed dataset")
-    p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help="processes (default: up to 4)")
-    cases = p.add_mutually_exclusive_group()
-    cases.add_argument("--cases", type=Path, default=None, help="case list: a JSON list (the reference's "
-                       "meta/inference_cases.json) or one id per line; default: every case found")
-    cases.add_argument("--official", action="store_true", help="the 43 MLPerf inference cases (case_00400 is "
-                       "read from case_00185 when absent, as the reference's Makefile copies it)")
-    p.add_argument("--image-nifti", action="store_true", help="also write nifti/<case>/imaging.nii.gz")
-    p.add_argument("--force", action="store_true", help="write into a folder that already has files")
-    p.set_defaults(func=_prepare)
-
-    p = accuracy.add_parser("kits19", help="mean DICE (kidney, tumor) from a 3D U-Net accuracy log",
-                            description="Score mlperf_log_accuracy.json like the reference's accuracy_kits.py and "
-                            "print what accuracy.txt holds: the official line when the log holds every case, a "
-                            "line labelled 'subset of N of M cases, not comparable' otherwise.")
-    p.add_argument("--log", type=Path, required=True, help="mlperf_log_accuracy.json")
-    p.add_argument("--preprocessed-dir", type=Path, required=True, help="the folder 'dataset prepare' or the "
-                   "reference's preprocess.py wrote")
-    p.add_argument("--count", type=int, default=None, help="the log is of a run over the first N cases: each must "
-                   "be there once (default: any cases; fewer than all are scored as a labelled subset)")
-    p.add_argument("--dtype", default="uint8", help="response dtype (default uint8)")
-    p.add_argument("--output-dir", type=Path, default=None, help="where predictions and the CSV go (default: "
-                   "beside the log)")
-    p.add_argument("--no-save-predictions", action="store_true", help="skip writing prediction NIfTI files")
-    p.add_argument("--force", action="store_true", help="replace the CSV in an existing --output-dir")
-    p.set_defaults(func=_accuracy)
+from mlharness.tasks.commands import FORCE, TaskCommands, accuracy, one_of, opt, prepare, synth
 
 
 def _synth(args: argparse.Namespace, console: Any) -> int:
@@ -100,3 +60,37 @@ def _accuracy(args: argparse.Namespace, console: Any) -> int:
     result = score_log(args.log, args.preprocessed_dir, args.count, options)
     console.print(result.text, end="", markup=False, highlight=False, soft_wrap=True)
     return 0
+
+
+COMMANDS = TaskCommands(
+    synth=[synth("kits19", "write synthetic CT cases in the KiTS19 layout (NIfTI)",
+                 "Write CT-like cases (case_XXXXX/imaging.nii.gz, segmentation.nii.gz) with kidneys and a tumor; "
+                 "the 3d-unet-oracle model segments them almost perfectly.", _synth, count=4,
+                 count_help="number of cases (default 4)", out_help="folder to write (a KiTS19 'data' folder)")],
+    prepare=[prepare("kits19", "pre-process KiTS19 as the MLPerf 3D U-Net reference does",
+                     "Resample to 1.6 x 1.2 x 1.2 mm, clip and normalise, pad and crop for the 128^3 sliding "
+                     "window; write the volumes, the ground truth and checksums.", _prepare, options=[
+        opt("--raw", type=Path, required=True, help="KiTS19 'data' folder with case_XXXXX/ sub-folders"),
+        opt("--out", type=Path, required=True, help="folder for the pre-processed dataset"),
+        opt("--workers", type=int, default=min(4, os.cpu_count() or 1), help="processes (default: up to 4)"),
+        one_of(opt("--cases", type=Path, default=None, help="case list: a JSON list (the reference's "
+                   "meta/inference_cases.json) or one id per line; default: every case found"),
+               opt("--official", action="store_true", help="the 43 MLPerf inference cases (case_00400 is read "
+                   "from case_00185 when absent, as the reference's Makefile copies it)")),
+        opt("--image-nifti", action="store_true", help="also write nifti/<case>/imaging.nii.gz"),
+        FORCE])],
+    accuracy=[accuracy("kits19", "mean DICE (kidney, tumor) from a 3D U-Net accuracy log",
+                       "Score mlperf_log_accuracy.json like the reference's accuracy_kits.py and print what "
+                       "accuracy.txt holds: the official line when the log holds every case, a line labelled "
+                       "'subset of N of M cases, not comparable' otherwise.", _accuracy, options=[
+        opt("--preprocessed-dir", type=Path, required=True, help="the folder 'dataset prepare' or the reference's "
+            "preprocess.py wrote"),
+        opt("--count", type=int, default=None, help="the log is of a run over the first N cases: each must be "
+            "there once (default: any cases; fewer than all are scored as a labelled subset)"),
+        opt("--dtype", default="uint8", help="response dtype (default uint8)"),
+        opt("--output-dir", type=Path, default=None, help="where predictions and the CSV go (default: beside the "
+            "log)"),
+        opt("--no-save-predictions", action="store_true", help="skip writing prediction NIfTI files"),
+        opt("--force", action="store_true", help="replace the CSV in an existing --output-dir")])],
+)
+register = COMMANDS.register

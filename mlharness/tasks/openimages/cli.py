@@ -5,13 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from mlharness.tasks.detection.cli_common import add_accuracy, add_synth, run_accuracy
-
-
-def register(synth: Any, prepare: Any, accuracy: Any) -> None:
-    add_synth(synth, "openimages", "a synthetic OpenImages MLPerf set (validation/data JPEGs + "
-              "annotations/openimages-mlperf.json)", cmd_synth)
-    add_accuracy(accuracy, "openimages", "--openimages-dir", "accuracy-openimages.py", cmd_accuracy)
+from mlharness.tasks.detection.cli_common import detection_commands, run_accuracy
 
 
 def cmd_synth(args: argparse.Namespace, console: Any) -> int:
@@ -27,3 +21,9 @@ def cmd_accuracy(args: argparse.Namespace, console: Any) -> int:
     from mlharness.tasks.openimages.metric import OpenImagesMapMetric
 
     return run_accuracy(args, OpenImagesMapMetric())
+
+
+_SYNTH_HELP = "a synthetic OpenImages MLPerf set (validation/data JPEGs + annotations/openimages-mlperf.json)"
+
+COMMANDS = detection_commands("openimages", _SYNTH_HELP, "--openimages-dir", "accuracy-openimages.py", cmd_synth, cmd_accuracy)
+register = COMMANDS.register

@@ -7,17 +7,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from mlharness.tasks.generative_cli import add_synth, write_synth
-
-
-def register(synth: Any, prepare: Any, accuracy: Any) -> None:
-    add_synth(synth, "qwen3.6-27b", "a synthetic qwen3.6-27b folder (BFCL v4 entries and an agentic trace)",
-              "Write the layout --dataset-path takes for qwen3.6-27b: data/BFCL_v4_<subset>.json with "
-              "data/possible_answer/ (synthetic BFCL v4 single-turn entries, the accuracy sessions) and "
-              "agentic_coding_2.5h.jsonl (a small trace in the MLCommons endpoints agentic format, the performance "
-              "sessions). With the default count and seed it is the folder the -oracle and -random manifests make "
-              "in the cache, and qwen3.6-27b-oracle scores 100 on it.",
-              "agentic sessions (default: 4)", cmd_synth)
+from mlharness.tasks.commands import TaskCommands, synth
+from mlharness.tasks.generative_cli import write_synth
 
 
 def cmd_synth(args: argparse.Namespace, console: Any) -> int:
@@ -25,3 +16,15 @@ def cmd_synth(args: argparse.Namespace, console: Any) -> int:
 
     return write_synth(args, console, write_synthetic_qwen36, AGENTIC_SESSIONS,
                        " (agentic sessions; and the synthetic BFCL v4 entries) to {out}")
+
+
+COMMANDS = TaskCommands(
+    synth=[synth("qwen3.6-27b", "a synthetic qwen3.6-27b folder (BFCL v4 entries and an agentic trace)",
+                   "Write the layout --dataset-path takes for qwen3.6-27b: data/BFCL_v4_<subset>.json with "
+                   "data/possible_answer/ (synthetic BFCL v4 single-turn entries, the accuracy sessions) and "
+                   "agentic_coding_2.5h.jsonl (a small trace in the MLCommons endpoints agentic format, the "
+                   "performance sessions). With the default count and seed it is the folder the -oracle and -random "
+                   "manifests make in the cache, and qwen3.6-27b-oracle scores 100 on it.", cmd_synth, count=None,
+                 count_help="agentic sessions (default: 4)")],
+)
+register = COMMANDS.register

@@ -9,32 +9,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from mlharness.tasks.commands import FORCE, Command, TaskCommands, accuracy, opt
 from mlharness.tasks.generative_cli import print_result
-
-
-def register(synth: Any, prepare: Any, accuracy: Any) -> None:
-    p = synth.add_parser("rgat", help="a tiny IGBH heterogeneous graph in the reference's layout (rgat)",
-                         description="Write <out>/tiny/processed/ as graph/R-GAT/igbh.py reads it: six node types "
-                                     "with node_feat.npy, six edge types with edge_index.npy, the paper labels, "
-                                     "train_idx.pt and val_idx.pt split as tools/split_seeds.py does. rgat-oracle "
-                                     "scores exactly 100% on it.")
-    p.add_argument("--out", type=Path, required=True, help="folder to write (use it as --dataset-path)")
-    p.add_argument("--papers", type=int, default=400, help="paper nodes (default: 400; IGBH-tiny has 100,000)")
-    p.add_argument("--dim", type=int, default=1024, help="features per node (default: 1024, as IGBH)")
-    p.add_argument("--classes", type=int, default=19, help="labels, at most 256 (default: 19)")
-    p.add_argument("--validation-frac", type=float, default=0.25, help="share of papers in val_idx (default: 0.25)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--force", action="store_true", help="write into a folder that already has files")
-    p.set_defaults(func=cmd_synth)
-
-    a = accuracy.add_parser("rgat", help="IGBH accuracy of an accuracy log (accuracy_igbh.py)",
-                            description="Score an mlperf_log_accuracy.json as graph/R-GAT/tools/accuracy_igbh.py "
-                                        "does and print its line.")
-    a.add_argument("--log", type=Path, required=True, help="mlperf_log_accuracy.json")
-    a.add_argument("--dataset-path", type=Path, required=True, help="the IGBH root holding <size>/processed")
-    a.add_argument("--dataset-size", default="tiny", choices=("tiny", "small", "medium", "large", "full"))
-    a.add_argument("--dtype", default="uint8", choices=("uint8", "float32", "int32", "int64"))
-    a.set_defaults(func=cmd_accuracy)
 
 
 def cmd_synth(args: argparse.Namespace, console: Any) -> int:
@@ -62,3 +38,26 @@ def cmd_accuracy(args: argparse.Namespace, console: Any) -> int:
     ctx = AccuracyContext(dataset_path=args.dataset_path, count=0,
                           options={"dataset_size": args.dataset_size, "dtype": args.dtype})
     return print_result(IgbhAccuracyMetric().score(args.log, ctx))
+
+
+COMMANDS = TaskCommands(
+    # not synth(...): --seed comes after the set's own options
+    synth=[Command("rgat", "a tiny IGBH heterogeneous graph in the reference's layout (rgat)",
+                   "Write <out>/tiny/processed/ as graph/R-GAT/igbh.py reads it: six node types with node_feat.npy, "
+                   "six edge types with edge_index.npy, the paper labels, train_idx.pt and val_idx.pt split as "
+                   "tools/split_seeds.py does. rgat-oracle scores exactly 100% on it.", cmd_synth, (
+        opt("--out", type=Path, required=True, help="folder to write (use it as --dataset-path)"),
+        opt("--papers", type=int, default=400, help="paper nodes (default: 400; IGBH-tiny has 100,000)"),
+        opt("--dim", type=int, default=1024, help="features per node (default: 1024, as IGBH)"),
+        opt("--classes", type=int, default=19, help="labels, at most 256 (default: 19)"),
+        opt("--validation-frac", type=float, default=0.25, help="share of papers in val_idx (default: 0.25)"),
+        opt("--seed", type=int, default=0),
+        FORCE))],
+    accuracy=[accuracy("rgat", "IGBH accuracy of an accuracy log (accuracy_igbh.py)",
+                       "Score an mlperf_log_accuracy.json as graph/R-GAT/tools/accuracy_igbh.py does and print its "
+                       "line.", cmd_accuracy, options=[
+        opt("--dataset-path", type=Path, required=True, help="the IGBH root holding <size>/processed"),
+        opt("--dataset-size", default="tiny", choices=("tiny", "small", "medium", "large", "full")),
+        opt("--dtype", default="uint8", choices=("uint8", "float32", "int32", "int64"))])],
+)
+register = COMMANDS.register

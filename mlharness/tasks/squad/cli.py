@@ -10,34 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mlharness.tasks.commands import TaskCommands, accuracy, opt, synth
+
 DTYPE_CHOICES = ("int8", "int16", "int32", "int64", "float16", "float32", "float64")
-
-
-def register(synth: Any, prepare: Any, accuracy: Any) -> None:
-    p = synth.add_parser("squad", help="a synthetic SQuAD v1.1 dev set (dev-v1.1.json + vocab.txt)",
-                         description="Write a synthetic dev-v1.1.json and vocab.txt in the official formats; the "
-                                     "bert-oracle model scores exactly EM = F1 = 100 on it.")
-    p.add_argument("--out", type=Path, required=True, help="folder to write (use it as --dataset-path)")
-    p.add_argument("--count", type=int, default=None, help="number of questions (default: 48)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--force", action="store_true", help="write into a folder that already has files")
-    p.set_defaults(func=cmd_synth)
-
-    a = accuracy.add_parser("squad", help="SQuAD v1.1 EM/F1 of a BERT accuracy log (accuracy-squad.py)",
-                            description="Post-process an mlperf_log_accuracy.json of BERT logits as the MLPerf "
-                                        "reference does and print the official v1.1 evaluation's line (every "
-                                        "question scored); a log lacking some features adds a line labelled "
-                                        "'subset of N of M questions, not comparable'.")
-    a.add_argument("--log", type=Path, required=True, help="mlperf_log_accuracy.json")
-    a.add_argument("--val-data", type=Path, required=True, help="dev-v1.1.json")
-    a.add_argument("--vocab", type=Path, required=True, help="the model's vocab.txt")
-    a.add_argument("--dtype", default="float32", choices=DTYPE_CHOICES, help="response dtype (default: float32)")
-    a.add_argument("--output-transposed", action="store_true", help="responses hold all starts, then all ends")
-    a.add_argument("--out-file", type=Path, default=None, help="predictions.json to write (default: beside the "
-                   "log)")
-    a.add_argument("--tokenizer", default="slow", choices=("slow", "fast"))
-    a.add_argument("--force", action="store_true", help="replace an existing --out-file")
-    a.set_defaults(func=cmd_accuracy)
 
 
 def cmd_synth(args: argparse.Namespace, console: Any) -> int:
@@ -66,3 +41,24 @@ def cmd_accuracy(args: argparse.Namespace, console: Any) -> int:
     sys.stdout.write(result.text)  # exactly what accuracy.txt holds, as the official script prints it
     sys.stdout.flush()
     return 0
+
+
+COMMANDS = TaskCommands(
+    synth=[synth("squad", "a synthetic SQuAD v1.1 dev set (dev-v1.1.json + vocab.txt)",
+                 "Write a synthetic dev-v1.1.json and vocab.txt in the official formats; the bert-oracle model "
+                 "scores exactly EM = F1 = 100 on it.", cmd_synth, count=None,
+                 count_help="number of questions (default: 48)")],
+    accuracy=[accuracy("squad", "SQuAD v1.1 EM/F1 of a BERT accuracy log (accuracy-squad.py)",
+                       "Post-process an mlperf_log_accuracy.json of BERT logits as the MLPerf reference does and "
+                       "print the official v1.1 evaluation's line (every question scored); a log lacking some "
+                       "features adds a line labelled 'subset of N of M questions, not comparable'.", cmd_accuracy,
+                       options=[
+        opt("--val-data", type=Path, required=True, help="dev-v1.1.json"),
+        opt("--vocab", type=Path, required=True, help="the model's vocab.txt"),
+        opt("--dtype", default="float32", choices=DTYPE_CHOICES, help="response dtype (default: float32)"),
+        opt("--output-transposed", action="store_true", help="responses hold all starts, then all ends"),
+        opt("--out-file", type=Path, default=None, help="predictions.json to write (default: beside the log)"),
+        opt("--tokenizer", default="slow", choices=("slow", "fast")),
+        opt("--force", action="store_true", help="replace an existing --out-file")])],
+)
+register = COMMANDS.register
