@@ -22,6 +22,7 @@ def test_every_built_in_kind_has_its_row():
         row = registry.get(name)
         assert row.name == name
         assert row.responds is (name in registry.BUILTIN_RESPONSES)
+        assert (row.make_input is not None) is (name in registry.BUILTIN_INPUTS)
         assert row.tokens == row.interactive  # only token streams have TTFT/TPOT to be Interactive about
         assert row.responds or row.make_input is not None
     assert registry.response_names() == sorted(registry.BUILTIN_RESPONSES)

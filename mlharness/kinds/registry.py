@@ -37,6 +37,8 @@ BUILTIN: dict[str, str] = {
 # the built-in kinds a manifest's response.kind may name (the others are inputs alone); a registered kind says
 # by its row (Kind.responds)
 BUILTIN_RESPONSES = ("tensor", "tokens", "video", "session", "pipeline")
+# the built-in kinds an inputs[0].type may name (a tensor input is LoadGen's adapter's own)
+BUILTIN_INPUTS = ("session", "pipeline", "chat", "graph", "jagged")
 
 _lock = threading.Lock()
 _registered: dict[str, Kind] = {}
@@ -129,8 +131,8 @@ def data_kind(model: Any) -> Kind:
 
 def input_of(spec_type: str | None) -> Kind | None:
     """The kind whose input an ``inputs[0].type`` names; None for a tensor (or any type no kind reads itself)."""
-    if not spec_type:
-        return None
+    if not spec_type or (spec_type in BUILTIN and spec_type not in BUILTIN_INPUTS):
+        return None  # known without importing the kind
     kind = find(spec_type)
     return kind if kind is not None and kind.make_input is not None else None
 
