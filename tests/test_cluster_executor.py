@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import threading
 import time
 from pathlib import Path
@@ -19,17 +18,7 @@ import pytest
 from mlharness.cluster.jobs import Constraints, RunJob
 from mlharness.cluster.local import LocalExecutor
 from mlharness.paths import MANIFESTS_DIR
-from tests.helpers.ray_cluster import node_cache
-
-# the fastest real run: the demo model, 16 samples, accuracy mode (about a second)
-FAST = ("run", "--manifest", "demo", "--scenario", "Offline", "--mode", "accuracy", "--count", "16",
-        "--no-progress")
-
-
-def slow_argv(seconds: float) -> tuple[str, ...]:
-    """A performance run LoadGen keeps going for ``seconds`` (a run to cancel or to kill the node under)."""
-    return ("run", "--manifest", "demo", "--scenario", "SingleStream", "--mode", "performance", "--count", "16",
-            "--min-duration-ms", str(int(seconds * 1000)), "--min-query-count", "1", "--no-progress")
+from tests.helpers.cluster_jobs import FAST, children_of_mlharness, node_ids, slow_argv, three_nodes
 
 
 def failing_manifest() -> bytes:
@@ -50,23 +39,6 @@ FAILING = RunJob(key="failing", dest="sys/failing/Offline/accuracy",
 
 def metadata(folder: Path) -> dict:
     return json.loads((folder / "mlharness_run.json").read_text())
-
-
-def children_of_mlharness(marker: str) -> list[int]:
-    """Processes still running an `mlharness.cli` command whose output path contains ``marker``, one per command: a
-    run's supervised child (mlharness.supervise: the same command line, under its parent) is not counted again."""
-    found = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            ppid = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if b"mlharness.cli" in cmd and any(marker.encode() in part for part in cmd):
-            found[int(pid)] = ppid
-    return [pid for pid, ppid in found.items() if ppid not in found]
 
 
 @pytest.fixture(autouse=True)
@@ -150,24 +122,7 @@ ray = pytest.importorskip("ray", reason="the cluster extra is not installed: pip
 
 @pytest.fixture(scope="module")
 def cluster():
-    """Three nodes on this host: A (the head) offers accel_a, B accel_b and spare, C spare."""
-    from ray.cluster_utils import Cluster
-
-    common = {"include_dashboard": False}
-    with node_cache() as cache:
-        c = Cluster(initialize_head=True, head_node_args={**common, "num_cpus": 1, "resources": {"accel_a": 1},
-                                                          "labels": {"zone": "a"}})
-        nodes = {"A": c.head_node,
-                 "B": c.add_node(**common, num_cpus=2, resources={"accel_b": 1, "spare": 1}, labels={"zone": "b"}),
-                 "C": c.add_node(**common, num_cpus=1, resources={"spare": 1})}
-    c.wait_for_nodes(timeout=60)
-    ray.init(address=c.address, include_dashboard=False)
-    try:
-        yield c, nodes
-    finally:
-        ray.shutdown()
-        c.shutdown()
-        shutil.rmtree(cache, ignore_errors=True)
+    yield from three_nodes()
 
 
 @pytest.fixture(scope="module")
@@ -177,15 +132,6 @@ def rex(cluster):
     ex = RayExecutor(cluster[0].address)
     yield ex
     ex.close()
-
-
-def node_ids(rex) -> dict[str, str]:
-    """'A'/'B'/'C' -> node id, by the resources each node offers."""
-    out = {}
-    for n in rex.nodes():
-        key = "A" if "accel_a" in n.resources else "B" if "accel_b" in n.resources else "C"
-        out[key] = n.node_id
-    return out
 
 
 def test_ray_nodes_have_facts_and_jobs_land_where_their_constraints_allow(rex, tmp_path):
@@ -262,49 +208,6 @@ def test_ray_cancel_stops_every_run_within_seconds(cluster, tmp_path):
     assert time.monotonic() - cancelled < 10
     assert all(not o.ok and "cancelled" in o.error for o in result["out"])
     assert not list(tmp_path.glob("sys/long*"))
-
-
-def test_ray_node_death_reruns_elsewhere_or_fails_naming_the_node(cluster, tmp_path):
-    """Node B dies under two runs: the one only B can run (accel_b) fails naming B; the 'spare' run B was
-    running (B and C both offer spare; the other spare run holds C) runs again on C. Finished runs are untouched.
-    Runs last: the cluster loses node B."""
-    from mlharness.cluster.ray_executor import RayExecutor
-
-    c, nodes = cluster
-    rex = RayExecutor(c.address)
-    ids = node_ids(rex)
-    [first] = rex.run_all([RunJob(key="done", argv=FAST, dest="sys/done", constraints=Constraints(accelerator="accel_a"))],
-                          tmp_path)
-    assert first.ok, first.error
-    before = {p: p.stat().st_mtime_ns for p in first.folder.iterdir()}
-    # the three nodes share this host: the runs share it too (share_host), as runs on machines of their own
-    jobs = [RunJob(key="only-b", argv=slow_argv(60), dest="sys/only-b", constraints=Constraints(accelerator="accel_b"),
-                   share_host=True),
-            RunJob(key="spare1", argv=slow_argv(4), dest="sys/spare1", constraints=Constraints(accelerator="spare"),
-                   share_host=True),
-            RunJob(key="spare2", argv=slow_argv(4), dest="sys/spare2", constraints=Constraints(accelerator="spare"),
-                   share_host=True)]
-    result = {}
-    t = threading.Thread(target=lambda: result.update(out=rex.run_all(jobs, tmp_path)), daemon=True)
-    t.start()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(children_of_mlharness("mlharness-job-")) < 3:
-        time.sleep(0.2)
-    assert len(children_of_mlharness("mlharness-job-")) >= 3, "the runs never started"
-    c.remove_node(nodes["B"])
-    t.join(90)
-    assert not t.is_alive()
-    only_b, spare1, spare2 = result["out"]
-    assert not only_b.ok and ids["B"][:12] in only_b.error and "no node meets" in only_b.error
-    assert not (tmp_path / "sys/only-b").exists()
-    assert spare1.ok and spare2.ok, (spare1.error, spare2.error)
-    assert sorted([spare1.attempts, spare2.attempts]) == [1, 2]
-    assert {spare1.node.node_id, spare2.node.node_id} == {ids["C"]}
-    assert {p: p.stat().st_mtime_ns for p in first.folder.iterdir()} == before
-    deadline = time.monotonic() + 10
-    while children_of_mlharness("mlharness-job-") and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not children_of_mlharness("mlharness-job-"), "a run outlived its dead node"
 
 
 def test_sigint_cancels_the_executor_and_raises_after_run_all(tmp_path):
