@@ -42,7 +42,7 @@ def test_a_table_makes_the_parsers_it_states(tmp_path):
     table = TaskCommands(
         synth=[synth("toy", "h", "d", handler, count=None, count_help="items (default: 3)",
                      options=[opt("--big", action="store_true")]),
-               synth("bare", "h", None, handler, count=False, seed=False, force=None)],
+               synth("bare", "h", None, handler, count=8, count_help="items", seed=False, force=None)],
         prepare=[prepare("toy", "h", "d", handler, options=[
             one_of(opt("--cases", type=Path), opt("--official", action="store_true"))])],
         accuracy=[accuracy("toy", "h", "d", handler, aliases=["toy-2"],
@@ -52,7 +52,7 @@ def test_a_table_makes_the_parsers_it_states(tmp_path):
     args = parser.parse_args(["synth", "toy", "--out", str(tmp_path), "--big"])
     assert (args.count, args.seed, args.big, args.force, args.func) == (None, 0, True, False, handler)
     args = parser.parse_args(["synth", "bare", "--out", str(tmp_path)])
-    assert not hasattr(args, "count") and not hasattr(args, "seed") and not hasattr(args, "force")
+    assert args.count == 8 and not hasattr(args, "seed") and not hasattr(args, "force")
     with pytest.raises(SystemExit):  # one of, not both
         parser.parse_args(["prepare", "toy", "--cases", "c.json", "--official"])
     args = parser.parse_args(["accuracy", "toy-2", "--log", "l.json", "--dtype", "int64"])

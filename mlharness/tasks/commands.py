@@ -79,14 +79,13 @@ OUT_HELP = "folder to write (use it as --dataset-path)"
 
 
 def synth(name: str, help: str, description: str, run: Handler, *,  # noqa: A002 - argparse's name
-          count: int | None | bool, count_help: str | None = None, out_help: str = OUT_HELP, seed: bool = True,
+          count: int | None, count_help: str, out_help: str = OUT_HELP, seed: bool = True,
           options: Sequence[Opt | OneOf] = (), force: Opt | None = FORCE) -> Command:
-    """A ``dataset synth`` command: ``--out``, then ``--count`` (default ``count``: None lets the handler pick
-    the writer's default; False: no such option) and ``--seed`` (default 0) where the set has them, then the
-    set's own ``options``, then ``--force`` (None: none)."""
-    head = [opt("--out", type=Path, required=True, help=out_help)]
-    if count is not False:
-        head.append(opt("--count", type=int, default=count, help=count_help or f"number of samples (default {count})"))
+    """A ``dataset synth`` command: ``--out``, ``--count`` (default ``count``; None lets the handler pick the
+    writer's default), ``--seed`` (default 0) where the set has one, then the set's own ``options``, then
+    ``--force`` (None: none)."""
+    head = [opt("--out", type=Path, required=True, help=out_help),
+            opt("--count", type=int, default=count, help=count_help)]
     if seed:
         head.append(opt("--seed", type=int, default=0))
     return Command(name, help, description, run, (*head, *options, *([force] if force is not None else [])))
