@@ -104,8 +104,11 @@ class RunProgress:
 
     def attach(self, sut: Any, total: int | None, settings: Any = None) -> None:
         """Before LoadGen starts: print the estimate (from the effective TestSettings) and start the display.
-        ``total``: the samples an accuracy run issues (None in performance mode: the estimate's count)."""
+        ``total``: the samples an accuracy run issues (None in performance mode: the estimate's count). A run
+        that plays the test a second time attaches again after :meth:`close`."""
         self._sut, self._total = sut, total
+        self._stop.clear()
+        self._mark = None
         if settings is not None:
             self._estimate = estimate_run(settings, total)
             self.console.print(escape(self._estimate.line()), highlight=False, soft_wrap=True)
@@ -199,6 +202,7 @@ class RunProgress:
                 self._refresh()
         if self._started:
             self._progress.stop()
+            self._started = False
 
 
 # spaces that pad a line to the width of the widest row, before any closing style codes

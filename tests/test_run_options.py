@@ -38,7 +38,8 @@ RUN_FLAGS = {
     "--min-query-count", "--max-query-count", "--target-qps", "--target-latency-ms", "--samples-per-query",
     "--performance-sample-count", "--max-batchsize", "--server-max-wait-ms", "--threads", "--workers",
     "--instances", "--threads-per-instance", "--pin-cores", "--load-workers", "--trace", "--loadgen-trace",
-    "--telemetry-interval-ms", "--no-calibrate", "--ignore-framework-version", "--no-progress", "--agent", "--network", "--sut-server",
+    "--telemetry-interval-ms", "--no-calibrate", "--no-second-try", "--ignore-framework-version", "--no-progress",
+    "--agent", "--network", "--sut-server",
     "--token", "--tls-ca", "--tls-cert", "--tls-key", "--tls-server-name", "--endpoint",
 }
 

@@ -52,14 +52,19 @@ def test_first_server_run_is_valid_with_only_a_min_duration(run_cli, tmp_path, m
         assert bound["kind"] == "derived" and bound["ms"] >= 5 * bound["single_sample_p99_ms"]
         assert re.search(rf"p99 {what} <= {bound['ms']:.6g} ms, from 5 x the measured single-request", proc.stderr)
         assert md["settings"][key] == int(bound["ms"] * 1e6)  # what LoadGen was given
-    # LoadGen was asked for what the estimate announced before the run
+    # LoadGen was asked for what the estimate announced before the (first) play: a calibrated rate the host no
+    # longer kept was played once more, lower (second_try.py), and the first play's logs are in first_try/
     est = re.search(r"LoadGen will issue at least ([\d,]+) queries", proc.stderr)
     assert est, proc.stderr
+    if "second_try" in md["calibration"]:
+        print("played a second time:", md["calibration"]["second_try"])
+        detail = detail_values(tmp_path / "out" / "first_try" / "mlperf_log_detail.txt")
     announced = int(est.group(1).replace(",", ""))
     asked = int(detail["effective_min_query_count"])
     qps, min_s = float(detail["effective_target_qps"]), int(detail["effective_min_duration_ms"]) / 1000.0
     assert announced == max(asked, int(-(-qps * min_s // 1)))
-    assert asked <= EARLY_STOPPING_QUERIES and md["samples"]["issued"] >= announced
+    assert asked <= EARLY_STOPPING_QUERIES
+    assert md["samples"]["issued"] >= (md["calibration"].get("second_try") or {}).get("min_query_count", announced)
 
 
 def test_an_explicit_min_query_count_reaches_loadgen_as_given(run_cli, tmp_path, manifest):

@@ -13,6 +13,7 @@ class Asked:
     calibrate: bool = True  # False: --no-calibrate
     user_conf: Path | None = None  # the user.conf given with --user-conf (None: the default one, which states nothing)
     network: str | None = None  # "lon": LoadGen over the network, the agents run the model
+    second_try: bool = True  # False: --no-second-try (a calibrated Server rate found too high is not played again)
     say: Callable[[str], None] | None = None  # one-line notices (the calibrated expected performance)
 
     def tell(self, line: str) -> None:

@@ -20,7 +20,8 @@ err = output_console(stderr=True)
 
 # sweep: every point is a Server (or Interactive) performance run whose rate (or concurrency) the sweep sets
 SWEEP_GROUPS = ("model", "dataset", "sizing", "execution", "output", "remote")
-SWEEP_SKIPS = ("--mode", "--audit-config", "--target-qps", "--samples-per-query", "--results-root", "--system")
+SWEEP_SKIPS = ("--mode", "--audit-config", "--target-qps", "--samples-per-query", "--results-root", "--system",
+               "--no-second-try")  # a sweep judges each point at the rate it asked for
 # tune: trial runs of the shared options; --output and --instances are its own (the user.conf it writes, the
 # instance counts it tries)
 TUNE_GROUPS = ("model", "dataset", "sizing", "remote")

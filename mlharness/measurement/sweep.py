@@ -280,7 +280,7 @@ class Sweep:
                                   f"{'concurrency' if self.axis == 'concurrency' else 'target QPS'} {value:g}"))
         opts = RunOptions(scenario=self.cfg.scenario, mode="performance", manifest=self.cfg.manifest,
                           dataset_path=self.cfg.dataset_path, count=self.cfg.count, output=folder,
-                          overrides=overrides, loadgen_trace=True, audit_config=self._token_log())
+                          overrides=overrides, loadgen_trace=True, audit_config=self._token_log(), second_try=False)
         fixed = {k: v for k, v in self.cfg.run.items() if k not in ("max_batchsize", "overrides")}
         res = run(replace(opts, **fixed, max_batchsize=batch,
                           progress=self.cfg.progress_bar() if self.cfg.progress_bar else None))

@@ -88,7 +88,8 @@ class Tuner:
         res = run(RunOptions(scenario=scenario, mode="performance", manifest=self.cfg.manifest,
                              dataset_path=self.cfg.dataset_path, count=self.cfg.count, user_conf=user_conf,
                              output=self.work / f"trial_{self._n}", max_batchsize=batch, instances=instances,
-                             overrides=lgs.Overrides(**overrides), **self.cfg.run))
+                             overrides=lgs.Overrides(**overrides), second_try=False,  # tune judges each trial
+                             **self.cfg.run))
         settings = {k: v for k, v in overrides.items()}
         if batch:
             settings["max_batchsize"] = batch

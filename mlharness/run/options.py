@@ -50,6 +50,7 @@ class RunOptions:
     abort_grace_s: float = 5.0
     progress: Any = None  # an object with load(done, total) / attach(sut, total, settings) / close(), or None
     calibrate: bool = True  # measure the expected performance when no user.conf or flag states it
+    second_try: bool = True  # a calibrated Server rate LoadGen found too high: play once more, lower (second_try.py)
     say: Callable[[str], None] | None = None  # one-line notices (the calibrated expected performance)
     # Remote agents (host:port): the model runs there (framework 'remote') with this manifest's inputs/outputs
     agents: list[str] = field(default_factory=list)

@@ -55,6 +55,9 @@ _FLAGS: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
     ("sizing", ("--no-calibrate",), dict(action="store_true", help="performance mode: do not measure the expected "
                                          "performance (target_qps / target_latency) when neither a --user-conf nor "
                                          "a flag gives it")),
+    ("sizing", ("--no-second-try",), dict(action="store_true", help="Server performance mode: when the rate "
+                                          "mlharness calibrated proves too high (INVALID for its latency), do not "
+                                          "play the test once more at the lower rate the explanation names")),
     ("execution", ("--max-batchsize",), dict(type=int, default=None, help="override the manifest's batch size")),
     ("execution", ("--server-max-wait-ms",), dict(type=float, default=None, help="Server dynamic batching wait")),
     ("execution", ("--threads",), dict(type=int, default=None, help="framework intra-op threads")),
@@ -198,6 +201,8 @@ def run_options(args: argparse.Namespace, **fixed: Any) -> Any:
             kw[name] = getattr(args, name)
     if hasattr(args, "no_calibrate"):
         kw["calibrate"] = not args.no_calibrate
+    if hasattr(args, "no_second_try"):
+        kw["second_try"] = not args.no_second_try
     if hasattr(args, "agent"):
         from mlharness.agent.cli import connect_options
 

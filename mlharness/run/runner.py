@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from mlharness.calibration import second_try
 from mlharness.errors import HookError, MLHarnessError, RunFailed, SettingsError
 from mlharness.kinds.base import Parts
 from mlharness.loadgen.batch import Pipeline, Strategy
@@ -82,7 +84,11 @@ def _run_locked(plan: RunPlan, conf: LoadgenSettings, predictors: list[Predictor
         plan = replace(plan, report=replace(plan.report,
                                             on_stuck_failure=lambda err, _outdir: stuck(err, staged.abandon())))
     with staged.guarded():  # a failure keeps the partial output as *.failed-<time>
+        before = set(os.listdir(staged.path))
         measured = loadgen_test(plan, conf, predictors, staged.path)
+        again = second_try.plan(conf.plan, conf.settings, measured.calibration, staged.path, plan.asked)
+        if again is not None:  # a calibrated Server rate LoadGen found too high: once more, lower (second_try.py)
+            measured = loadgen_test(plan, conf, predictors, staged.path, again=(again, before))
         accuracy = score_accuracy(plan, staged.path)
         metadata = run_metadata(plan, conf, predictors, measured, accuracy, staged.path)
         write_result(staged.path / METADATA_FILE, json.dumps(metadata, indent=2, default=str) + "\n")
@@ -101,8 +107,11 @@ def close_all(predictors: list[Predictor]) -> None:
             log.error("closing the %s predictor failed: %s: %s", type(p).__name__, type(e).__name__, e)
 
 
-def loadgen_test(plan: RunPlan, conf: LoadgenSettings, predictors: list[Predictor], outdir: Path) -> Measured:
-    """The QSL, the SUT for the scenario and one LoadGen test writing its logs into ``outdir``."""
+def loadgen_test(plan: RunPlan, conf: LoadgenSettings, predictors: list[Predictor], outdir: Path,
+                 again: tuple[second_try.SecondTry, set[str]] | None = None) -> Measured:
+    """The QSL, the SUT for the scenario and one LoadGen test writing its logs into ``outdir``. ``again``: the
+    second play of a calibrated Server rate and the names ``outdir`` held before the first play; the first's
+    files are set aside, and the bound and the calibration are the first's, not measured anew."""
     import mlperf_loadgen as lg
 
     loaded, hooks, ctx, report = plan.loaded, plan.hooks, plan.ctx, plan.report
@@ -143,10 +152,17 @@ def loadgen_test(plan: RunPlan, conf: LoadgenSettings, predictors: list[Predicto
     parts = Parts(run=plan, conf=conf, predictors=predictors, pipelines=pipelines, store=store, loader=loader,
                   strategy=strategy, dtype=dtype, tracer=tracer, on_failure=on_failure, outdir=outdir)
     sut = kind.make_sut(parts)
-    if kind.check_outputs and plan.network != "lon":  # the declared outputs, where the framework told nothing
-        check_outputs_by_running(loaded, pipelines[0], loader)
-    kind.server_bound(parts)  # the Server bound before calibration, which plans the rate against it
-    calibration = kind.calibrate(parts)  # first: the progress estimate reads the expected performance
+    if again is None:
+        if kind.check_outputs and plan.network != "lon":  # the declared outputs, where the framework told nothing
+            check_outputs_by_running(loaded, pipelines[0], loader)
+        kind.server_bound(parts)  # the Server bound before calibration, which plans the rate against it
+        calibration = kind.calibrate(parts)  # first: the progress estimate reads the expected performance
+    else:
+        second, before = again
+        calibration = {**second.calibration, "second_try": second.as_dict()}
+        second_try.set_aside(outdir, before)
+        second_try.apply(second, conf.settings, conf.plan, outdir)
+        plan.asked.tell(second.line())
     if report.progress:
         report.progress.attach(sut, plan.total if plan.mode == "accuracy" else None, conf.settings)
     observers = RunObservers(predictors, tracer, plan.observe.telemetry_interval_ms)
