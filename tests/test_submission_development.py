@@ -15,11 +15,12 @@ import pytest
 import yaml
 from rich.console import Console
 
+from mlharness.submission.audits import report_verdicts
 from mlharness.submission.checker_logs import _check_test_dir, development_finding
 from mlharness.submission.compliance import Verdict
 from mlharness.submission.findings import Findings, Row
 from mlharness.submission.layout import Tree
-from mlharness.submission.orchestrate import Outcome, _report_verdicts
+from mlharness.submission.orchestrate import Outcome
 from tests.helpers.echo_manifest import echo_manifest
 from tests.helpers.loadgen_logs import write_run
 
@@ -114,7 +115,7 @@ def test_run_and_check_classify_a_failed_audit_alike(tmp_path, failed, duration,
         (scen / "TEST01" / name).write_text("TEST PASS\n" if v.passed else "TEST FAIL\n")
 
     outcome, row, printed = Outcome(), {}, io.StringIO()
-    _report_verdicts(tree, ids, verdicts, row, Console(file=printed, width=400), outcome)
+    report_verdicts(tree, ids, verdicts, row, Console(file=printed, width=400), outcome)
     checker = Findings(tmp_path / "results", allow_development=True)
     checker._row = Row("open", "Acme", SYSTEM, "resnet", "Offline")
     label = _check_test_dir(checker, "closed", None, "Offline", "TEST01", scen / "TEST01")

@@ -36,11 +36,12 @@ class SecondTry:
     min_query_count: int
     first: dict[str, Any]  # the first play: its rate, query count, what failed and why
     calibration: dict[str, Any]  # what calibration measured and chose before the first play
+    seconds: float = 0.0  # about how long the second play lasts: min_duration, or its queries at its rate
 
     def line(self) -> str:
         return (f"second try: the calibrated rate {self.first['target_qps']:g} QPS was INVALID "
                 f"({self.first['why']}); playing the test once more at {self.target_qps:g} QPS with at least "
-                f"{self.min_query_count} queries, the first play's logs kept in {FIRST_TRY_DIR}/ "
+                f"{self.min_query_count} queries (about {self.seconds:.3g} s), the first play's logs kept in {FIRST_TRY_DIR}/ "
                 "(--no-second-try turns this off)")
 
     def as_dict(self) -> dict[str, Any]:
@@ -80,7 +81,8 @@ def plan(settings_plan: Any, settings: Any, calibration: dict[str, Any] | None, 
         return None
     first = {"target_qps": qps, "min_query_count": count, "failed": list(exp.failed),
              "why": _why(exp, summary_sections(text)["stats"])}
-    return SecondTry(new_qps, new_count, first, dict(calibration))
+    seconds = max(float(settings.min_duration_ms) / 1000.0, new_count / new_qps)
+    return SecondTry(new_qps, new_count, first, dict(calibration), seconds)
 
 
 def _why(exp: Explanation, stats: dict[str, str]) -> str:

@@ -8,6 +8,9 @@ import contextlib
 import logging
 import os
 from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
 
 from mlharness.errors import MLHarnessError
 from mlharness.fileguard import read_json
@@ -161,3 +164,34 @@ def verify_directory(scenario_dir: Path, test: str, dtype: str | None = None) ->
     return verify_scenario(scenario_dir, [test], dtype or "byte", None, delta_percent(scenario_dir.parent.name),
                            source)
 
+
+def report_verdicts(tree: Tree, ids: tuple[str, str, str], verdicts: list[Verdict], row: dict[str, str],
+                    console: Any, outcome: Any) -> None:
+    """Each audit's verdict on the terminal and in the summary row. A failed audit that `submission check
+    --allow-development` lists as a development finding (a performance comparison of runs shorter than the
+    official duration: :func:`~mlharness.submission.checker_logs.development_finding`, check's own rule) is
+    reported in check's words and recorded beside the audit's verdict, but is no failure of this command; any
+    other failed check is one (exit status 4). ``outcome``: the command's (orchestrate.Outcome)."""
+    by_test: dict[str, list[Verdict]] = {}
+    for verdict in verdicts:
+        by_test.setdefault(verdict.test, []).append(verdict)
+        colour = "green" if verdict.passed else "red"
+        console.print(f"  {verdict.test} {verdict.check}: [{colour}]{verdict.label}[/]"
+                      + ("" if verdict.passed else f": {escape(verdict.reason)}"), highlight=False, soft_wrap=True)
+    scen_dir = tree.scenario_dir(*ids)
+    for test, checks in by_test.items():
+        failed = [v.check for v in checks if not v.passed]
+        finding = development_finding(test, failed, scen_dir / test)  # recorded by scenario_verdicts
+        row[test] = "PASS" if not failed else "FAIL (development)" if finding else "FAIL"
+        if finding:
+            where = f"{'/'.join(ids[1:])} {test}"
+            outcome.development.append(f"{where}: {finding}")
+            console.print(f"  [yellow]development finding[/] ({escape(where)}): {escape(finding)} (tolerated by "
+                          f"`submission check --allow-development`; not submittable)", highlight=False,
+                          soft_wrap=True)
+            continue
+        for verdict in (v for v in checks if not v.passed):
+            outcome.failed_audits.append(f"{ids[1]}/{ids[2]} {verdict.test} {verdict.check}")
+            note = noise_note(scen_dir, verdict)
+            if note:
+                console.print(f"  [yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)

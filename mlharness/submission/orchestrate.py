@@ -29,9 +29,7 @@ from mlharness.paths import AUDIT_DIR
 from mlharness.rounds import DEFAULT_ROUND, check_in_suite, get_round
 from mlharness.run.destination import exclusive
 from mlharness.submission import records, sizing
-from mlharness.submission.audits import noise_note, scenario_verdicts
-from mlharness.submission.checker_logs import development_finding
-from mlharness.submission.compliance import Verdict
+from mlharness.submission.audits import report_verdicts, scenario_verdicts
 from mlharness.submission.layout import Tree, check_system_name
 from mlharness.submission.round_check import record_round
 from mlharness.submission.rules import MIN_DURATION_MS, compliance_tests_for_model
@@ -199,42 +197,10 @@ def _run_submission(req: SubmissionRequest, console: Any, loaded: Any) -> Outcom
                "accuracy": result_line(tree.scenario_dir(*ids), "accuracy", scenario),
                "performance": result_line(tree.scenario_dir(*ids), "performance", scenario,
                                           tree.record_dir(*ids, "performance"))}
-        _report_verdicts(tree, ids, scenario_verdicts(tree, ids, tests, req.dtype), row, console, outcome)
+        report_verdicts(tree, ids, scenario_verdicts(tree, ids, tests, req.dtype), row, console, outcome)
         outcome.rows.append(row)
     tree.sweep_leftovers()
     return outcome
-
-
-def _report_verdicts(tree: Tree, ids: tuple[str, str, str], verdicts: list[Verdict], row: dict[str, str],
-                     console: Any, outcome: Outcome) -> None:
-    """Each audit's verdict on the terminal and in the summary row. A failed audit that `submission check
-    --allow-development` lists as a development finding (a performance comparison of runs shorter than the
-    official duration: :func:`~mlharness.submission.checker_logs.development_finding`, check's own rule) is
-    reported in check's words and recorded beside the audit's verdict, but is no failure of this command; any
-    other failed check is one (exit status 4)."""
-    by_test: dict[str, list[Verdict]] = {}
-    for verdict in verdicts:
-        by_test.setdefault(verdict.test, []).append(verdict)
-        colour = "green" if verdict.passed else "red"
-        console.print(f"  {verdict.test} {verdict.check}: [{colour}]{verdict.label}[/]"
-                      + ("" if verdict.passed else f": {escape(verdict.reason)}"), highlight=False, soft_wrap=True)
-    scen_dir = tree.scenario_dir(*ids)
-    for test, checks in by_test.items():
-        failed = [v.check for v in checks if not v.passed]
-        finding = development_finding(test, failed, scen_dir / test)  # recorded by scenario_verdicts
-        row[test] = "PASS" if not failed else "FAIL (development)" if finding else "FAIL"
-        if finding:
-            where = f"{'/'.join(ids[1:])} {test}"
-            outcome.development.append(f"{where}: {finding}")
-            console.print(f"  [yellow]development finding[/] ({escape(where)}): {escape(finding)} (tolerated by "
-                          f"`submission check --allow-development`; not submittable)", highlight=False,
-                          soft_wrap=True)
-            continue
-        for verdict in (v for v in checks if not v.passed):
-            outcome.failed_audits.append(f"{ids[1]}/{ids[2]} {verdict.test} {verdict.check}")
-            note = noise_note(scen_dir, verdict)
-            if note:
-                console.print(f"  [yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
 
 
 def _run_scenario(tree: Tree, req: SubmissionRequest, ids: tuple[str, str, str], argvs: dict[str, list[str]],
@@ -262,6 +228,9 @@ def _run_scenario(tree: Tree, req: SubmissionRequest, ids: tuple[str, str, str],
             line = result_line(scen_dir, step, ids[2], tree.record_dir(*ids, step))
             console.print(f"[green]✓[/] {label} ({seconds:.1f} s): {line}", highlight=False, soft_wrap=True)
             outcome.ran += 1
+            if used is not None:  # an audit's own performance run INVALID for its size alone: once more, resized
+                sizing.resize_audit(tree, ids, step, conf_model, used, _rerun(tree, req, ids, step, argv, loaded),
+                                    lambda text: console.print(f"[yellow]{escape(text)}[/]", highlight=False))
         if step == "performance":
             used = _sized_performance(tree, ids, argv, loaded, conf_model, console, outcome, files, req)
             if req.dispatch is not None:  # the audits need the performance run's user.conf: now all at once
@@ -298,6 +267,15 @@ def _sized_performance(tree: Tree, ids: tuple[str, str, str], argv: list[str], l
         return None
     files["user.conf"] = lgs.read_conf(conf, "user.conf")
     return sizing.keep(tree, ids, conf)
+
+
+def _rerun(tree: Tree, req: SubmissionRequest, ids: tuple[str, str, str], step: str, argv: list[str],
+           loaded: Any) -> Any:
+    """The step run again with another user.conf (:func:`mlharness.submission.sizing.resize_audit`)."""
+    def rerun(conf: Path) -> None:
+        retry = sizing.set_user_conf(argv, conf)
+        run_step(tree, ids, step, retry, _signature(retry, loaded, conf), _remote(req, ids, step))
+    return rerun
 
 
 def _remote(req: SubmissionRequest, ids: tuple[str, str, str], step: str) -> Any:

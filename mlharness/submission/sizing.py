@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from mlharness.calibration.calibrate import EARLY_STOPPING_QUERIES
@@ -26,6 +27,9 @@ from mlharness.submission.layout import Tree
 from mlharness.userfiles import read_optional_json
 
 RETRIES = 2  # performance reruns with the explained fix, after a calibrated run that was INVALID
+# the audits that make a performance run of their own, sized as the performance run: where its logs land
+AUDIT_PERFORMANCE = {"TEST01": "TEST01/performance/run_1", "TEST04": "TEST04/performance/run_1"}
+RESIZABLE = {"min duration", "min queries", "early stopping"}  # requirements a run's size meets, not its rate
 CONF_NAME = "performance.user.conf"  # beside the step records: what the compliance runs are given
 
 
@@ -69,15 +73,47 @@ def keep(tree: Tree, ids: tuple[str, str, str], conf: Path) -> Path:
     return kept
 
 
-def with_fixes(conf: Path, exp: Explanation, attempt: int) -> Path:
+def with_fixes(conf: Path, exp: Explanation, attempt: int, tag: str = "") -> Path:
     """A copy of ``conf`` with the explanation's user.conf lines appended (later lines win in LoadGen)."""
     lines = [f.conf_line.split("   (")[0] for f in exp.fixes]
     text = lgs.read_conf(conf, "user.conf")
     lines += early_stopping_floor(text, lines)
-    out = conf.with_name(f"{conf.stem}.retry{attempt}.conf")
+    out = conf.with_name(f"{conf.stem}{'.' + tag if tag else ''}.retry{attempt}.conf")
     out.write_text(text + f"\n# INVALID run, retry {attempt}: {', '.join(exp.failed)} not met\n"
                    + "\n".join(lines) + "\n")
     return out
+
+
+def audit_verdict(tree: Tree, ids: tuple[str, str, str], test: str, conf_model: str) -> Explanation:
+    """The verdict on an audit's own performance run (TEST01's and TEST04's ``performance/run_1``)."""
+    return explain_run(tree.scenario_dir(*ids) / AUDIT_PERFORMANCE[test], lgs.loadgen_scenario(ids[2]),
+                       lgs.conf_model_for(conf_model, ids[2]), record=tree.record_dir(*ids, test))
+
+
+def audit_resizable(exp: Explanation, scenario: str) -> bool:
+    """An audit's performance run INVALID for its size alone (an Offline query that ended before min_duration on
+    a host faster than when the performance run was calibrated, too few queries for early stopping), with a fix
+    that sizes the run without changing the rate it is compared at: a Server fix that lowers or raises
+    target_qps would make TEST01 and TEST04 compare the performance run with a run at another rate."""
+    if exp.valid or not exp.fixes or not set(exp.failed) <= RESIZABLE:
+        return False
+    return lgs.loadgen_scenario(scenario) != "Server" or all("--target-qps" not in f.flag for f in exp.fixes)
+
+
+def resize_audit(tree: Tree, ids: tuple[str, str, str], test: str, conf_model: str, conf: Path,
+                 rerun: Callable[[Path], None], say: Callable[[str], None]) -> None:
+    """After an audit with a performance run of its own, sized by the performance run's calibrated user.conf: a
+    run INVALID for its size alone (:func:`audit_resizable`) is repeated with the explained fix added to a copy
+    of that user.conf, a few times at most, as the performance run is."""
+    if test not in AUDIT_PERFORMANCE:
+        return
+    exp, tries = audit_verdict(tree, ids, test, conf_model), 1
+    while audit_resizable(exp, ids[2]) and tries <= RETRIES:
+        conf = with_fixes(conf, exp, tries, tag=test)
+        say(f"{'/'.join(ids[1:])} {test} performance INVALID ({', '.join(exp.failed)} not met): again with "
+            f"{', '.join(f.flag for f in exp.fixes)}")
+        rerun(conf)
+        exp, tries = audit_verdict(tree, ids, test, conf_model), tries + 1
 
 
 def early_stopping_floor(conf_text: str, lines: list[str]) -> list[str]:
@@ -126,5 +162,5 @@ def set_user_conf(argv: list[str], conf: Path) -> list[str]:
     return out
 
 
-__all__ = ["PerformanceInvalid", "early_stopping_floor", "invalid_message", "keep", "set_user_conf", "used_conf",
+__all__ = ["PerformanceInvalid", "audit_resizable", "audit_verdict", "early_stopping_floor", "resize_audit", "invalid_message", "keep", "set_user_conf", "used_conf",
            "verdict", "with_fixes"]
