@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,28 @@ def _share_the_cores_between_workers() -> None:
 
 
 _share_the_cores_between_workers()
+
+TMP_PREFIX = "mlharness-tests-"
+_session_tmp: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The temporary files of the session and of every process it starts (vLLM's ZMQ sockets, Ray's session
+    folders, TensorFlow's and PyTorch Geometric's generated modules, mlharness's own job folders) go into a folder
+    of this session's, TMPDIR, removed when it ends: the tests leave nothing in the system's /tmp. pytest's own
+    tmp_path folders stay where they are (PYTEST_DEBUG_TEMPROOT), kept for a look after a failure. Each process
+    of the session (xdist's controller and workers) has a folder of its own directly under the system's temporary
+    folder: Ray's socket paths under it must stay within the 107 bytes of a Unix socket's name."""
+    root = os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+    folder = tempfile.mkdtemp(prefix=TMP_PREFIX, dir=root)
+    _session_tmp.append(folder)
+    os.environ["TMPDIR"] = folder
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for folder in _session_tmp:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 SLOW_TIMEOUT_S = 300  # a test marked slow without a timeout of its own; the rest get pyproject's 120 s
