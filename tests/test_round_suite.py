@@ -40,7 +40,7 @@ from mlharness.rounds import MLPERF_BENCHMARKS, ROUNDS, check_in_suite, rounds_w
 from mlharness.submission.checker import check
 from mlharness.submission.layout import Tree
 from mlharness.submission.round_check import round_to_package
-from mlharness.submission.rules import ROUND_RULES, conf_minimums
+from mlharness.submission.rules import ROUND_RULES
 from tests.helpers.cli import cli
 
 # MODEL_CONFIG[<round>]["models"] of tools/submission/submission_checker/constants.py (mlcommons/inference b66003e1)
@@ -209,13 +209,9 @@ def test_offline_plus_interactive_checks_with_development_findings_only(llm_tree
     kinds = {re.sub(r"^\S+: ", "", f).split(";")[0].split(" (")[0] for f in tolerated}
     expected = {"the accuracy run covers 64 samples", "performance_sample_count is 64",
                 "Test duration less than 600s in user config. expected=600000, found=1000"}
-    # the Offline query's size follows the calibrated rate, so a slow machine's short run also sends fewer
-    # samples than mlperf.conf's minimum: that finding is expected exactly when the log shows it
-    (offline,) = (llm_tree["results"] / SYSTEM / "llama3.1-8b" / "Offline" / "performance").rglob(
-        "mlperf_log_detail.txt")
-    spq = detail_values(offline)["effective_samples_per_query"]
-    if spq < conf_minimums("llama3_1-8b", "Offline")["min_query_count"]:
-        expected.add(f"{spq} samples in the Offline query")
+    # the Offline query's size follows the calibrated rate: a short run sends fewer samples than mlperf.conf's
+    # min_query_count, which the checker does not hold it to (its min-queries row is 1, held against the stated
+    # count), so neither does mlharness
     assert kinds == expected, kinds
 
 

@@ -101,7 +101,7 @@ class Checker(Findings):
     def check_benchmark(self, division: str, submitter: str, system: dict[str, Any], bench_dir: Path,
                         mapping: dict[str, str]) -> None:
         from mlharness.submission.checker_logs import check_scenario
-        from mlharness.submission.llm_rules import DATACENTER_ONE_OF
+        from mlharness.submission.checker_tables import one_of as one_of_optional
         from mlharness.submission.rules import benchmark_for
 
         name = bench_dir.name
@@ -119,15 +119,18 @@ class Checker(Findings):
         system_type = system.get("system_type")
         if info is not None and system_type in self.rules.required_scenarios:
             required = self.rules.required_scenarios[system_type].get(info.name)
-            if required is None:
+            if required is None:  # the official checker stops on the tree (its lookup returns None)
                 self.by_division(division, bench_dir, f"{info.name} is not a benchmark of the '{system_type}' "
-                                                      f"category in round {self.rules.round.name}")
+                                                      f"category in round {self.rules.round.name}: the checker's "
+                                                      f"required scenarios for {system_type} systems have no row "
+                                                      f"for it, and the official checker fails on the tree")
             else:
-                one_of = DATACENTER_ONE_OF.get(info.name, ()) if "datacenter" in system_type else ()
+                optional = self.rules.optional_scenarios.get(system_type, {}).get(info.name, ())
+                one_of = one_of_optional(optional)
                 missing = [s for s in required if s not in scenarios]
                 if one_of and not set(one_of) & set(scenarios):
                     missing.append(f"at least one of {' / '.join(one_of)}")
-                unknown = [s for s in scenarios if s in SCENARIOS and s not in required and s not in one_of]
+                unknown = [s for s in scenarios if s in SCENARIOS and s not in required and s not in optional]
                 if missing:
                     self.by_division(division, bench_dir, f"missing required scenario(s) for {system_type} "
                                                           f"systems: {', '.join(missing)}")

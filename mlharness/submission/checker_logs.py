@@ -14,6 +14,8 @@ from mlharness.fileguard import describe_kind, read_text_bounded
 from mlharness.loadgen.logs import detail_values
 from mlharness.loadgen.settings import embedded_seeds
 from mlharness.rounds import NO_MIN_DURATION, round_of_seeds, wrong_seeds
+from mlharness.submission import checker_tables
+from mlharness.submission.checker_accuracy import accuracy_value, check_accuracy_value
 from mlharness.submission.checker_endpoints import check_endpoints_scenario, is_endpoints_layout
 from mlharness.submission.compliance import score_of
 from mlharness.submission.endpoints import ACCURACY_FILE, CONFIG_FILE, SUMMARY_FILE, is_endpoints_benchmark
@@ -22,7 +24,6 @@ from mlharness.submission.llm_rules import conf_model_for, is_llm, loadgen_scena
 from mlharness.submission.rules import (
     ACC_PATTERNS,
     ACCURACY_EXTRA_FILES,
-    ACCURACY_WINDOWS,
     CHECKER_PERFORMANCE_SAMPLE_COUNT,
     COMPLIANCE_TESTS,
     EARLY_STOPPING_SCENARIOS,
@@ -167,44 +168,6 @@ def check_extra_files(c: Findings, acc: Path, folder: str, ids: tuple[str, ...])
         c.development(acc, f"expected to have the following extra files ({missing})")
 
 
-def check_accuracy_value(c: Findings, division: str, info: Benchmark | None, acc: Path, lines: list[str]) -> None:
-    kinds = [info.accuracy_kind] if info else list(ACC_PATTERNS)
-    value, kind = accuracy_value(lines, kinds)
-    if value is not None:
-        c.row.accuracy = f"{kind} {value:g}"
-    if division != "open" and info is not None and info.name in ACCURACY_WINDOWS:
-        check_accuracy_windows(c, info, acc, lines)
-    elif division != "open" and info is not None:
-        if value is None:
-            c.error(acc / "accuracy.txt", f"holds no {info.accuracy_kind} figure")
-        elif value < info.accuracy_target:
-            c.error(acc / "accuracy.txt", f"{info.accuracy_kind} {value:g} is below the closed-division target "
-                                          f"{info.accuracy_target:.7g} for {info.name}")
-
-
-def check_accuracy_windows(c: Findings, info: Benchmark, acc: Path, lines: list[str]) -> None:
-    """Benchmarks whose figures must each lie inside a two-sided window (stable-diffusion-xl: CLIP and FID)."""
-    for kind, (low, high) in ACCURACY_WINDOWS[info.name].items():
-        value, _ = accuracy_value(lines, [kind])
-        if value is None:
-            c.error(acc / "accuracy.txt", f"holds no {kind} figure")
-        elif value < low:
-            c.error(acc / "accuracy.txt", f"{kind} {value:g} is below the lower bound {low:.10g} of its window "
-                                          f"[{low:.10g}, {high:.10g}] for {info.name}")
-        elif value > high:
-            c.error(acc / "accuracy.txt", f"{kind} {value:g} is above the upper limit {high:.10g} of its window "
-                                          f"[{low:.10g}, {high:.10g}] for {info.name}")
-
-
-def accuracy_value(lines: list[str], kinds: list[str]) -> tuple[float | None, str | None]:
-    for line in lines:
-        for kind in kinds:
-            m = re.match(ACC_PATTERNS[kind], line.strip())
-            if m:
-                return float(m.group(1)), kind
-    return None, None
-
-
 def loadgen_errors(c: Findings, detail: Path, values: dict[str, Any], audit: bool) -> None:
     errors = [e for e in values["errors"] if not (audit and AUDIT_TOLERATED_ERROR in str(e.get("value")))]
     if errors:
@@ -239,12 +202,12 @@ def check_perf_run(c: Findings, division: str, info: Benchmark | None, scenario:
         c.development(detail, f"Test duration less than 600s in user config. expected={MIN_DURATION_MS}, "
                               f"found={duration} (min_duration is {duration} ms; the official checker rejects "
                               f"runs shorter than {MIN_DURATION_MS} ms in every division, open included)")
-    key = "effective_samples_per_query" if scenario == "Offline" else "effective_min_query_count"
-    if info is not None and is_llm(info.name) and scenario != "Offline":
-        key = ""  # early-stopping scenarios: the checker has no minimum query count for LLMs
-    if key and values.get(key, 0) < mins["min_query_count"]:
-        what = "samples in the Offline query" if scenario == "Offline" else "min_query_count"
-        c.development(detail, f"{values.get(key)} {what}; mlperf.conf requires at least {mins['min_query_count']}")
+    # the checker's min-queries row of the round, held against the stated count only where early stopping does not
+    # judge the run (checker_tables.min_queries: Offline)
+    least_count = checker_tables.min_queries(r.name, info.name, scenario) if info is not None else None
+    if least_count and values.get("effective_min_query_count", 0) < least_count:  # the official checker's words
+        c.development(detail, f"Required minimum Query Count not met by user config, Expected={least_count}, "
+                              f"Found={values.get('effective_min_query_count')}")
     least = OFFLINE_MIN_SPQ.get(info.name) if info is not None and division == "closed" else None
     if least and scenario == "Offline" and test in (None, "TEST01", "TEST04"):
         found = values.get("effective_samples_per_query")

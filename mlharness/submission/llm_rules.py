@@ -48,9 +48,7 @@ RESULT_SCENARIOS = {"Interactive": "Server"}
 INTERACTIVE_MODEL = {"llama3_1-8b": "llama3_1-8b-interactive"}
 INTERACTIVE_MODEL["llama2-70b"] = "llama2-70b-interactive"
 
-# datacenter systems: Offline plus at least one of these
-DATACENTER_ONE_OF = {"llama3.1-8b": ("Server", "Interactive")}
-DATACENTER_ONE_OF["llama2-70b-99.9"] = ("Server", "Interactive")
+# datacenter systems: Offline plus at least one of Server / Interactive (both optional in the checker's tables)
 
 # LoadGen conf model name -> the benchmarks' results directory name (model_mapping)
 LLM_MODELS = {"llama3_1-8b": "llama3.1-8b", "llama3_1-8b-edge": "llama3.1-8b-edge",
@@ -69,7 +67,6 @@ LLM_ACCURACY_UPPER["deepseek-r1"] = {"TOKENS_PER_SAMPLE": 1.1 * 3886.2274}
 LLM_LATENCY_LIMITS["deepseek-r1"] = {"Server": {"ttft": 2000 * 1000000, "tpot": 80 * 1000000},
                                      "Interactive": {"ttft": 1500 * 1000000, "tpot": 15 * 1000000}}
 INTERACTIVE_MODEL["deepseek-r1"] = "deepseek-r1-interactive"
-DATACENTER_ONE_OF["deepseek-r1"] = ("Server", "Interactive")
 LLM_MODELS.update({"deepseek-r1": "deepseek-r1", "deepseek-r1-interactive": "deepseek-r1"})
 TEST06_MODELS |= {"deepseek-r1", "deepseek-r1-interactive"}
 
@@ -83,12 +80,10 @@ LLM_ACCURACY_UPPER["gpt-oss-120b"] = {"TOKENS_PER_SAMPLE": 1.1 * 9999}
 LLM_LATENCY_LIMITS["gpt-oss-120b"] = {"Server": {"ttft": 3000 * 1000000, "tpot": 80 * 1000000},
                                       "Interactive": {"ttft": 2000 * 1000000, "tpot": 15 * 1000000}}
 INTERACTIVE_MODEL["gpt-oss-120b"] = "gpt-oss-120b-interactive"
-DATACENTER_ONE_OF["gpt-oss-120b"] = ("Server", "Interactive")
 LLM_MODELS.update({"gpt-oss-120b": "gpt-oss-120b", "gpt-oss-120b-interactive": "gpt-oss-120b"})
 TEST07_TEST09_MODELS = frozenset({"gpt-oss-120b", "gpt-oss-120b-interactive"})
 
-# qwen3-vl-235b-a22b is no LLM here (end-to-end latency, its rules in rules.py); its datacenter scenarios are
-DATACENTER_ONE_OF["qwen3-vl-235b-a22b"] = ("Server", "Interactive")
+# qwen3-vl-235b-a22b is no LLM here (end-to-end latency, its rules in rules.py)
 
 # whisper (speech2text/accuracy_eval.py prints "Word Error Rate: X%, accuracy=Y%"): accuracy = 100 - WER at 99 % of
 # 100 - 2.0671; Offline only for edge and datacenter; measured with token latencies (mlperf.conf
