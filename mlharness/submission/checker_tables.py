@@ -18,27 +18,30 @@ Each ``checker_tables/<round>.json`` is ``MODEL_CONFIG[<round>]`` of mlcommons/i
 from __future__ import annotations
 
 import functools
-import json
-from importlib import resources
+from pathlib import Path
 from typing import Any
+
+from mlharness.fileguard import read_json
 
 TABLE_KEYS = {"datacenter": "datacenter", "edge": "edge", "datacenter,edge": "datacenter-edge"}
 EARLY_STOPPING = ("Server", "SingleStream", "MultiStream")  # the checker's uses_early_stopping
 ONE_OF = ("Server", "Interactive")  # both optional: one of them is required
 
 
+FOLDER = Path(__file__).resolve().parent / "checker_tables"
+
+
 @functools.cache
 def table(round_name: str) -> dict[str, Any]:
     """The round's tables (KeyError for a round no table was kept of)."""
-    path = resources.files("mlharness.submission") / "checker_tables" / f"{round_name}.json"
+    path = FOLDER / f"{round_name}.json"
     if not path.is_file():
         raise KeyError(round_name)
-    return json.loads(path.read_text())
+    return read_json(path, f"the submission checker's tables of round {round_name}")
 
 
 def rounds() -> list[str]:
-    folder = resources.files("mlharness.submission") / "checker_tables"
-    return sorted(p.name.removesuffix(".json") for p in folder.iterdir() if p.name.endswith(".json"))
+    return sorted(p.name.removesuffix(".json") for p in FOLDER.iterdir() if p.name.endswith(".json"))
 
 
 def scenarios(round_name: str, kind: str) -> dict[str, dict[str, tuple[str, ...]]]:
