@@ -32,7 +32,8 @@ def overshooting(parts):
     if cal.get("calibrated") and cal.get("key") == "target_qps":
         parts.conf.settings.server_target_qps = cal["value"] * OVERSHOOT
         cal = {**cal, "value": cal["value"] * OVERSHOOT}
-        (parts.outdir / "user.conf").open("a").write(f"demo.Server.target_qps = {cal['value']:g}\n")
+        with (parts.outdir / "user.conf").open("a") as conf:
+            conf.write(f"demo.Server.target_qps = {cal['value']:g}\n")
     return cal
 
 
