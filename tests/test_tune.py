@@ -54,7 +54,10 @@ def _fake_tuner(tmp_path, scenario, verdicts):
 
     def fake_run(what, scenario, user_conf=None, **kw):
         calls.append((what, user_conf.read_text() if user_conf else None))
-        return SimpleNamespace(summary=SimpleNamespace(valid=verdicts.pop(0), metric_value=1.0))
+        verdict = verdicts.pop(0)  # VALID or not, or (valid, metric, median latency in ns)
+        valid, metric, p50_ns = verdict if isinstance(verdict, tuple) else (verdict, 1.0, 0)
+        return SimpleNamespace(summary=SimpleNamespace(valid=valid, metric_value=metric,
+                                                       fields={"50.00 percentile latency (ns)": p50_ns}))
 
     tuner._run = fake_run
     return tuner, calls
@@ -79,6 +82,27 @@ def test_server_confirmation_backs_off_until_valid(tmp_path):
                                                       "demo.Server.target_qps = 810.00"]
     assert (tmp_path / "user.conf").read_text().splitlines()[1] == "demo.Server.target_qps = 810.00"
     assert not (tmp_path / "user.conf.unconfirmed").exists()
+
+
+def test_offline_confirmation_that_ran_out_of_queries_follows_the_measured_rate(tmp_path):
+    """A confirmation faster than LoadGen's 10% slack over the expected QPS ends before the minimum duration: it is
+    run again expecting 1.25x what it measured. An INVALID run no faster than expected is not retried."""
+    tuner, calls = _fake_tuner(tmp_path, "Offline", [(False, 1200.0, 0), (True, 1250.0, 0)])
+    result = tuner._confirm(["demo.Offline.target_qps = 1000.00"], {})
+    assert result.confirmed
+    assert [c[1].splitlines()[1] for c in calls] == ["demo.Offline.target_qps = 1000.00",
+                                                      "demo.Offline.target_qps = 1500.00"]
+    assert calls[1][0].endswith("(it ran at 1,200.0 QPS)")
+    (tmp_path / "user.conf").unlink()
+    tuner, calls = _fake_tuner(tmp_path, "Offline", [(False, 1050.0, 0)])
+    assert not tuner._confirm(["demo.Offline.target_qps = 1000.00"], {}).confirmed
+    assert len(calls) == 1
+
+
+def test_stream_confirmation_that_ran_faster_expects_the_measured_latency(tmp_path):
+    tuner, calls = _fake_tuner(tmp_path, "SingleStream", [(False, 0.0, 2_000_000), (True, 0.0, 1_900_000)])
+    assert tuner._confirm(["demo.SingleStream.target_latency = 5.000"], {}).confirmed
+    assert calls[1][1].splitlines()[1] == "demo.SingleStream.target_latency = 1.600"
 
 
 def _tune_leftovers(tmp: Path) -> list[Path]:

@@ -27,7 +27,10 @@ from mlharness.userfiles import read_log_text
 
 SERVER_HALVINGS = 8  # the Server search looks down to 1/256 of the Offline rate
 SERVER_MARGIN = 0.95  # the written Server rate, as a fraction of the best VALID trial
-SERVER_BACKOFFS = 3  # INVALID Server confirmations are retried this often, 10% lower each time
+CONFIRM_RETRIES = 3  # an INVALID confirmation is run again this often, with settings it corrects
+OFFLINE_SLACK = 1.1  # LoadGen's Offline query holds 10% more samples than the expected QPS fills the duration with
+OFFLINE_HEADROOM = 1.25  # the written Offline rate over the measured one (short runs of fast models vary that much)
+STREAM_HEADROOM = 0.8  # the written SingleStream/MultiStream latency, as a fraction of the measured median
 
 
 @dataclass
@@ -119,7 +122,7 @@ class Tuner:
                 # An Offline run is INVALID when the machine outruns the expected QPS by more than LoadGen's 10%
                 # margin (the query ends before the minimum duration): keep 25% of headroom above a rate that
                 # gave a VALID run (short runs of fast models vary that much). Overstating only lengthens runs.
-                sps *= 1.25
+                sps *= OFFLINE_HEADROOM
                 if sps > best_sps:
                     best_sps, best = sps, {"batch": b, "instances": inst}
         if best_sps <= 0:
@@ -163,31 +166,55 @@ class Tuner:
             # LoadGen generates queries for the minimum duration at the expected latency: a run that turns out
             # faster runs out of queries (INVALID), a slower one just lasts longer. Expect 80% of the median.
             p50_ms = float(res.summary.fields.get("50.00 percentile latency (ns)", 0) or 0) / 1e6 or p90_ms
-            lines.append(f"{self.model}.{s}.target_latency = {max(0.8 * p50_ms, 0.001):.3f}")
+            lines.append(f"{self.model}.{s}.target_latency = {max(STREAM_HEADROOM * p50_ms, 0.001):.3f}")
         return self._confirm(lines, best)
 
     def _confirm(self, lines: list[str], best: dict[str, Any]) -> TuneResult:
         """Run with the written settings; the output file is replaced only by a conf that gave a VALID run (an
-        unconfirmed one goes to ``<output>.unconfirmed``). Server backs off 10% per INVALID confirmation."""
+        unconfirmed one goes to ``<output>.unconfirmed``). An INVALID confirmation is tried again with settings
+        it corrects (``_correct``), at most CONFIRM_RETRIES times."""
         s, out = self.cfg.scenario, self.cfg.output
         out.parent.mkdir(parents=True, exist_ok=True)
         staged = out.with_name(out.name + ".unconfirmed")
-        valid = False
-        for attempt in range(1 + (SERVER_BACKOFFS if s == "Server" else 0)):
-            if attempt:
-                best["server_qps"] *= 0.9
-                lines[0] = self._server_line(best["server_qps"])
+        valid, why = False, ""
+        for _ in range(1 + CONFIRM_RETRIES):
             staged.write_text("# written by mlharness tune\n" + "\n".join(lines) + "\n")
             lgs.validate_user_conf(staged, self.model)
-            res = self._run("confirmation with the written user.conf" + (f" (backed off {attempt}x)" if attempt else ""),
+            res = self._run("confirmation with the written user.conf" + (f" ({why})" if why else ""),
                             s, user_conf=staged, batch=best.get("batch"), instances=best.get("instances", 1),
                             min_query_count=64 if s != "Offline" else 1)
             valid = bool(res.summary.valid)
             if valid:
                 break
+            why = self._correct(lines, best, res)
+            if not why:
+                break
         if not valid:
             return TuneResult(lines, self.trials, False, best, staged)
         return self._write(lines, best, staged)
+
+    def _correct(self, lines: list[str], best: dict[str, Any], res: RunResult) -> str:
+        """Settings that answer an INVALID confirmation, put into ``lines[0]``, and what was changed ('' when
+        nothing would help). Server backs off 10%. Offline and the stream scenarios run out of queries when the
+        confirmation ran faster than the settings expect (LoadGen generates the queries for the minimum duration
+        at the expected rate): the expectation follows the measured speed, with the probe's headroom."""
+        s = self.cfg.scenario
+        if s == "Server":
+            best["server_qps"] *= 0.9
+            lines[0] = self._server_line(best["server_qps"])
+            return "backed off 10%"
+        current = float(lines[0].rpartition("=")[2])
+        if s == "Offline":
+            measured = float(res.summary.metric_value or 0)
+            if measured <= current * OFFLINE_SLACK:
+                return ""
+            lines[0] = f"{self.model}.Offline.target_qps = {measured * OFFLINE_HEADROOM:.2f}"
+            return f"it ran at {measured:,.1f} QPS"
+        p50_ms = float(res.summary.fields.get("50.00 percentile latency (ns)", 0) or 0) / 1e6
+        if not 0 < p50_ms < current / STREAM_HEADROOM:
+            return ""
+        lines[0] = f"{self.model}.{s}.target_latency = {max(STREAM_HEADROOM * p50_ms, 0.001):.3f}"
+        return f"its median latency was {p50_ms:.3f} ms"
 
     def _write(self, lines: list[str], best: dict[str, Any], staged: Path) -> TuneResult:
         """Put the confirmed conf in place: the output if it is new (or with force), else ``<output>.new``."""
