@@ -12,5 +12,7 @@ Each module is one question asked of a model or a system:
   OpenAI-compatible server of ``fake_openai``/``fake_openai_server``, driven by ``bare_client``;
 - ``sweep`` (with ``sweep_plan``, ``goodput``, ``sweep_cli``): the operating curve over target QPS or requests in
   flight, with goodput under SLOs;
-- ``compare`` (with ``compare_render``): two result trees or run folders side by side.
+- ``compare`` (with ``compare_render``): two result trees or run folders side by side;
+- ``coldstart`` (with ``coldstart_child``, one process per trial): the first answer of a process that must load
+  its model, step by step.
 """

@@ -1,5 +1,5 @@
-"""Commands of the measurement package: ``parity``, ``bench overhead|generate|client``, ``tune``, ``compare``
-and ``sweep``.
+"""Commands of the measurement package: ``parity``, ``bench overhead|generate|client``, ``tune``, ``compare``,
+``sweep`` and ``coldstart``.
 
 Heavy imports stay inside the handlers; each handler takes (args, console) and returns an exit status."""
 
@@ -29,6 +29,7 @@ TUNE_FLAGS = ("--manifest", "--framework", "--device", "--round", "--dataset", "
               "--scenario", "--min-duration-ms", "--target-latency-ms", "--endpoint", "--agent")
 # bench overhead|generate: the timed runs of the shared options it compares (a synthetic dataset by default)
 BENCH_FLAGS = ("--manifest", "--dataset-path", "--count", "--min-duration-ms", "--threads")
+COLDSTART_FLAGS = ("--manifest", "--dataset-path", "--count", "--device", "--threads")
 BENCH_RUN_MS = 5000  # each timed run's min_duration without --min-duration-ms
 TUNE_RUN_FIELDS = ("framework", "device", "round", "dataset", "endpoints", "agents", "agent_options")
 TUNE_TRIAL_MS = 5000  # each trial's min_duration without --min-duration-ms
@@ -92,6 +93,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "64 requests, no vllm bench serve")
     bc.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     bc.set_defaults(func=cmd_bench_client)
+    cs = sub.add_parser("coldstart", help="the first answer of a fresh process that must load the model "
+                        "(interpreter, harness, framework, model load, first inference) over several trials")
+    add_run_options(cs, only=COLDSTART_FLAGS, override={"--manifest": manifest_default("demo")})
+    cs.add_argument("--trials", type=int, default=5, help="fresh processes, one after another")
+    cs.add_argument("--warm", type=int, default=20, help="answers to the same sample after the first, per trial")
+    cs.add_argument("--drop-caches", action="store_true", help="drop the page cache before each trial (root): "
+                    "truly cold trials")
+    cs.add_argument("--timeout-s", type=float, default=600.0, help="the longest one trial may take")
+    cs.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    cs.set_defaults(func=cmd_coldstart)
     tn = sub.add_parser("tune", help="find the settings a VALID run needs and write them as a user.conf")
     tune_groups = add_run_options(tn, TUNE_GROUPS, only=TUNE_FLAGS)
     deprecated_alias(tune_groups["sizing"], "--seconds", "--min-duration-ms", float, seconds_to_ms)
@@ -194,6 +205,22 @@ def cmd_bench(args: argparse.Namespace, out: Any) -> int:
         print(json.dumps(figures, default=float))
     else:
         out.print(format_figures(figures), highlight=False)
+    return 0
+
+
+def cmd_coldstart(args: argparse.Namespace, out: Any) -> int:
+    import json
+
+    from mlharness.measurement.coldstart import ColdStartConfig, cold_start, format_figures
+
+    cfg = ColdStartConfig(manifest=args.manifest, trials=args.trials, warm=args.warm, dataset_path=args.dataset_path,
+                          count=args.count, device=args.device, threads=args.threads, drop_caches=args.drop_caches,
+                          timeout_s=args.timeout_s, progress=lambda text: err.print(f"[dim]{escape(text)}[/]"))
+    result = cold_start(cfg)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        out.print(format_figures(result))
     return 0
 
 

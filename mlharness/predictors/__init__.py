@@ -48,5 +48,18 @@ FRAMEWORK_PACKAGES = {
     "pipeline": "mlharness",
 }
 
+# The module whose import initialises each framework (the predictors import theirs when they load): the step
+# `mlharness coldstart` times as framework init. The toys and oracles have none.
+FRAMEWORK_MODULES = {
+    "onnxruntime": "onnxruntime",
+    "pytorch": "torch",
+    "tensorflow": "tensorflow",
+    "transformers": "transformers",
+    "transformers-speech": "transformers",
+    "vllm": "vllm",
+    "remote": "grpc",
+    "openai": "aiohttp",
+}
+
 # Frameworks that load a model file named by the manifest's ``model`` section.
 NEEDS_MODEL_FILE = frozenset({"onnxruntime", "pytorch", "tensorflow", "transformers", "transformers-speech"})
