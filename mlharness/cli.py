@@ -173,6 +173,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     # what the run's data kind adds: a session run's sessions and turns, a pipeline's stages
     for label, text in run_rows(result.output):
         table.add_row(label, escape(text))
+    from mlharness.telemetry.energy import energy_line
+
+    energy = energy_line((md.get("telemetry") or {}).get("energy"))  # measured, or why not (RAPL, NVML)
+    if energy:
+        table.add_row("energy", escape(energy.removeprefix("energy: ")))
     table.add_row("output", str(result.output))
     if not md["submittable"]:
         table.add_row("submittable", "no: " + "; ".join(md["not_submittable_reasons"]))

@@ -44,7 +44,9 @@ RUN_SHAPE = {
     "agents": [{"address": STRING, "facts_error": STRING, "host": {}, "framework": {}, "system": {}}],
     "telemetry": {"samples": NUMBER, "interval_ms": NUMBER, "duration_s": NUMBER, "host": _STATS,
                   "gpus": [{k: _GPU_STATS for k in ("utilization_percent", "memory_used_mib", "power_w",
-                                                     "sm_clock_mhz", "temperature_c")}]},
+                                                     "sm_clock_mhz", "temperature_c")}],
+                  "energy": {"available": ANY, "why": STRING, "joules": NUMBER, "seconds": NUMBER, "watts": NUMBER,
+                             "idle_watts": NUMBER, "joules_per_sample": NUMBER}},
 }
 # the telemetry series (mlharness_telemetry.json) the figures draw
 SERIES_SHAPE = {"t_s": [NUMBER], "gpus": [{"utilization_percent": [NUMBER]}], "host": Each([NUMBER])}

@@ -25,6 +25,7 @@ from mlharness.report.treefiles import (
 )
 from mlharness.report.verdicts import Verdict, find_verdicts
 from mlharness.telemetry.breakdown import Breakdown, layer_breakdown
+from mlharness.telemetry.energy import energy_line
 
 log = logging.getLogger(__name__)
 
@@ -282,14 +283,12 @@ def telemetry_lines(r: Run) -> list[str]:
     lines = [f"{t.get('samples', 0)} samples every {t.get('interval_ms', 0):g} ms over "
              f"{units.number(t.get('duration_s', 0))} s"]
     host = t.get("host") or {}
-    for key, label in TELEMETRY_KEYS:
-        if key in host:
-            s = host[key]
-            lines.append(f"{label}: min {s['min']:,.1f}, mean {s['mean']:,.1f}, max {s['max']:,.1f}")
+    lines += [f"{label}: min {host[k]['min']:,.1f}, mean {host[k]['mean']:,.1f}, max {host[k]['max']:,.1f}"
+              for k, label in TELEMETRY_KEYS if k in host]
     for g in t.get("gpus") or []:
         parts = [f"{label} {g[k]['mean']:,.1f} (max {g[k]['max']:,.1f})" for k, label in GPU_KEYS if k in g]
         lines.append(f"gpu{g.get('index')} {g.get('name') or ''}: " + ", ".join(parts))
-    return lines
+    return lines + [x for x in (energy_line(t.get("energy")),) if x]  # joules and watts, or why not measured
 
 
 VERDICT_COLUMNS = ("benchmark", "scenario", "test", "check", "verdict", "numbers", "folder")

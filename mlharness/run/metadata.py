@@ -23,6 +23,7 @@ from mlharness.run.factory import model_file_facts
 from mlharness.run.options import Measured
 from mlharness.run.plan import LoadgenSettings, RunPlan
 from mlharness.tasks.base import AccuracyResult
+from mlharness.telemetry.energy import per_sample
 from mlharness.telemetry.sysinfo import host_facts
 from mlharness.userfiles import read_log_text
 
@@ -117,8 +118,15 @@ def run_metadata(run: RunPlan, conf: LoadgenSettings, predictors: list[Predictor
         "host": host_facts(),  # the harness's host; a remote model's hosts are in "agents"
         "agents": predictors[0].remote_agents(),  # each agent's address, host facts, framework, versions
         "executor": executor_entry(),
-        "telemetry": measured.telemetry,
+        "telemetry": _with_energy_per_sample(measured.telemetry, sut.completed),
     }
+
+
+def _with_energy_per_sample(telemetry: dict[str, Any] | None, completed: int | None) -> dict[str, Any] | None:
+    """The telemetry summary, its energy with the joules per completed sample."""
+    if not telemetry or not telemetry.get("energy"):
+        return telemetry
+    return {**telemetry, "energy": per_sample(telemetry["energy"], completed)}
 
 
 def executor_entry() -> dict[str, str | None] | None:

@@ -2,7 +2,8 @@
 
 Per sample: the process's CPU utilisation (100 = one core busy) and resident memory, the host's CPU
 utilisation, and per GPU through NVML (``pynvml`` from nvidia-ml-py): utilisation, memory used, power, SM and
-memory clocks, temperature. A machine without NVML or without GPUs is a normal case, reported as
+memory clocks, temperature; and the run's energy (:mod:`mlharness.telemetry.energy`: RAPL, NVML), with the
+host's idle power measured before it. A machine without NVML or without GPUs is a normal case, reported as
 ``{"gpus": [], "nvml": "unavailable: <reason>"}``, never an error; a metric a GPU does not support is left
 out.
 
@@ -20,6 +21,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from mlharness.telemetry.energy import EnergyMeter
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +182,8 @@ class TelemetrySampler:
         self._thread: threading.Thread | None = None
         self._host: _Host | None = None
         self._nvml: _Nvml | None = None
+        self._energy: EnergyMeter | None = None
+        self.energy: dict[str, Any] | None = None
         self._t0 = 0.0
         self.nvml_status = "not sampled"
 
@@ -192,6 +197,9 @@ class TelemetrySampler:
         self._host = _Host()
         self._nvml = _Nvml()
         self.nvml_status = self._nvml.status
+        self._energy = EnergyMeter()
+        self._energy.baseline()  # before the run: the host's idle power, the model loaded
+        self._energy.start()
         self._t0 = time.perf_counter()
         self._thread = threading.Thread(target=self._loop, name="mlharness-telemetry", daemon=True)
         self._thread.start()
@@ -209,6 +217,8 @@ class TelemetrySampler:
         at_ns = time.perf_counter_ns()
         host = self._host.sample()
         gpus = self._nvml.sample()
+        if self._energy is not None:
+            self._energy.tick()
         self.times.append(at_ns / 1e9 - self._t0)
         self.host.append(host)
         self.gpu.append(gpus)
@@ -224,8 +234,9 @@ class TelemetrySampler:
             self._thread.join(timeout=5)
             self._thread = None
             self._sample()
-            assert self._nvml is not None
+            assert self._nvml is not None and self._energy is not None
             self._nvml.close()
+            self.energy = self._energy.stop()
         return self.summary()
 
     def summary(self) -> dict[str, Any]:
@@ -244,7 +255,7 @@ class TelemetrySampler:
             gpus.append(entry)
         return {"enabled": True, "interval_ms": self.interval_s * 1000.0, "samples": len(self.times),
                 "duration_s": round(self.times[-1], 3) if self.times else 0.0, "host": host, "gpus": gpus,
-                "nvml": self.nvml_status}
+                "nvml": self.nvml_status, "energy": self.energy}
 
     def write_series(self, path: Path) -> Path | None:
         """Every sample, for plots: ``{"t_s": [...], "host": {metric: [...]}, "gpus": [{metric: [...]}]}``."""
