@@ -103,3 +103,20 @@ def test_a_run_reports_the_power_its_counters_show(run_cli, cli_env, powercap, t
     report = run_cli("report", str(tmp_path / "run"), "--md", str(tmp_path / "report.md"), timeout=120)
     assert report.returncode == 0, report.stderr
     assert f"energy: {e['joules']:,.1f} J over" in (tmp_path / "report.md").read_text()
+    # the evaluation database holds the figures as the run's metrics
+    index = run_cli("results", "index", str(tmp_path / "run"), timeout=120)
+    assert index.returncode == 0, index.stderr
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    from mlharness.results_db.db import open_db, sqlite_url
+    from mlharness.results_db.models import Metric
+
+    engine = open_db(sqlite_url(tmp_path / "run"))
+    with Session(engine) as s:
+        stored = dict(s.execute(select(Metric.name, Metric.value)).all())
+    engine.dispose()
+    history = run_cli("results", "history", "energy.joules", str(tmp_path / "run"), timeout=120)
+    assert history.returncode == 0 and f"{e['joules']:.4g}"[:4] in history.stdout, history.stdout + history.stderr
+    assert {k: stored[f"energy.{k}"] for k in ("joules", "watts", "idle_watts", "joules_per_sample")} == \
+        pytest.approx({k: e[k] for k in ("joules", "watts", "idle_watts", "joules_per_sample")})

@@ -149,11 +149,15 @@ def _flatten(prefix: str, value: Any, out: dict[str, float]) -> None:
 
 
 def metrics_of(run: Run, folder: Path) -> dict[str, float]:
-    """Every number of LoadGen's summary (its line's name, verbatim), the accuracy figure and a session run's
-    figures (``sessions.<key>``: lists such as the per-turn table left out)."""
+    """Every number of LoadGen's summary (its line's name, verbatim), the accuracy figure, the run's energy
+    (``energy.<key>``, where it was measured) and a session run's figures (``sessions.<key>``: lists such as the
+    per-turn table left out)."""
     out = {k: float(v) for k, v in run.fields.items() if _NUMBER.match(v.strip())}
     if run.accuracy_value is not None:
         out["accuracy"] = run.accuracy_value
+    energy = ((run.meta or {}).get("telemetry") or {}).get("energy")
+    if isinstance(energy, dict) and energy.get("available") is True:  # measured: joules, watts, per sample
+        _flatten("energy", energy, out)
     if present(folder / SESSIONS_SUMMARY, "the session figures"):
         doc = read_json(folder / SESSIONS_SUMMARY, "the session figures")
         if isinstance(doc, dict):
