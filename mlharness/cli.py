@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     i = man.add_parser("init", help="write a commented manifest skeleton")
     i.add_argument("name")
     i.add_argument("--output", type=Path, default=None)
+    from mlharness.manifest.publish import register as register_publish
+
+    register_publish(man)  # show, search, cite, pack, unpack
     si = sub.add_parser("sysinfo", help="this host's system description (the fields a submission needs)")
     si.add_argument("--json", action="store_true", help="print the system description as JSON")
     si.add_argument("--overrides", type=Path, default=None, help="YAML of fields to set or correct")

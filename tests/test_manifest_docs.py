@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from mlharness.manifest import schema
+from mlharness.manifest import published, schema
 from mlharness.manifest.hooks import check_hooks
 from mlharness.manifest.loader import load_manifest
 
@@ -33,6 +33,9 @@ DOCUMENTED_MODELS: dict[str, type[BaseModel]] = {
     "HooksSpec": schema.HooksSpec,
     "DatasetManifest": schema.DatasetManifest,
     "HookRef": schema.HookRef,
+    "Published": published.Published,
+    "Person": published.Person,
+    "Citation": published.Citation,
 }
 
 _ROW = re.compile(r"^\|\s*`([^`]+)`\s*\|")
@@ -61,10 +64,10 @@ def documented_fields() -> dict[str, list[str]]:
 
 
 def _schema_models() -> set[str]:
-    """Every pydantic model defined in the schema module (a new one must be documented too)."""
+    """Every pydantic model defined in the schema's modules (a new one must be documented too)."""
     return {
-        name for name, obj in vars(schema).items()
-        if isinstance(obj, type) and issubclass(obj, BaseModel) and obj.__module__ == schema.__name__
+        name for module in (schema, published) for name, obj in vars(module).items()
+        if isinstance(obj, type) and issubclass(obj, BaseModel) and obj.__module__ == module.__name__
         and not name.startswith("_")
     }
 

@@ -14,16 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from mlharness.manifest.hookguard import check_timeout_s
 from mlharness.manifest.names import safe_name
+from mlharness.manifest.published import Published
 
 SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
-HOOK_KEYS = (
-    "before_preprocess",
-    "preprocess",
-    "after_preprocess",
-    "before_postprocess",
-    "postprocess",
-    "after_postprocess",
-)
+HOOK_KEYS = ("before_preprocess", "preprocess", "after_preprocess", "before_postprocess", "postprocess",
+             "after_postprocess")
 DATASET_HOOK_KEYS = ("init", "load", "unload")
 # beside MLHarness's three: ``sample(index)``, what preprocess gets instead of the index (MLModelScope's convention)
 DATASET_ALL_HOOK_KEYS = DATASET_HOOK_KEYS + ("sample",)
@@ -358,7 +353,9 @@ class ModelManifest(_Strict):
     predict: Hook | None = None
     """Optional ``predict(ctx, run, inputs)``: replaces ``run(inputs)`` (the predictor) in the timed path; returns
     the outputs list that ``postprocess`` receives. For inference that calls the model several times per batch."""
-    # MLModelScope manifests carry these; accepted and ignored.
+    published: Published | None = None
+    """Authors, domain, keywords, license, DOI and the work to cite (``manifest show``, ``search``, ``cite``)."""
+    # MLModelScope manifests carry these: license is shown where ``published`` gives none; container is ignored.
     license: str | None = None
     container: dict[str, Any] | None = None
 
