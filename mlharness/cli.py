@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 # with ``set_defaults(func=handler)``; ``handler(args, console) -> int``. Heavy imports stay inside handlers.
 GROUP_CLI_MODULES = ("mlharness.agent.cli", "mlharness.submission.cli", "mlharness.report.cli",
                      "mlharness.measurement.cli", "mlharness.measurement.replay", "mlharness.cluster.campaign_cli",
-                     "mlharness.results_db.cli", "mlharness.cluster.cli")
+                     "mlharness.results_db.cli", "mlharness.cluster.cli", "mlharness.measurement.lowerbound_report")
 
 
 def _add_group_commands(sub: argparse._SubParsersAction) -> None:

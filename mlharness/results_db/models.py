@@ -78,3 +78,21 @@ class Metric(Base):
     value: Mapped[float] = mapped_column(Float)
 
     run: Mapped[Run] = relationship(back_populates="metrics")
+
+
+class LayerTiming(Base):
+    """A layer configuration's standalone kernel time on one host and runtime (``mlharness analyze lower-bound``):
+    measured once, read again by every later analysis of any model with that layer."""
+
+    __tablename__ = "layer_timings"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)  # SHA-256 of the layer's configuration
+    host: Mapped[str] = mapped_column(String(64), primary_key=True)  # SHA-256 of the CPU, runtime and threads
+    op_type: Mapped[str] = mapped_column(String(256))  # the op types of the layer (a chain: joined with +)
+    config: Mapped[str] = mapped_column(Text)  # the configuration as JSON
+    host_text: Mapped[str] = mapped_column(Text)  # what the host hash covers, readable
+    median_s: Mapped[float] = mapped_column(Float)
+    q1_s: Mapped[float] = mapped_column(Float)
+    q3_s: Mapped[float] = mapped_column(Float)
+    runs: Mapped[int] = mapped_column(Integer)
+    measured_at: Mapped[datetime] = mapped_column(DateTime)
