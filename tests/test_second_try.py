@@ -28,12 +28,19 @@ MIN_MS = 1000
 
 
 def overshooting(parts):
+    """Server: twenty times the calibrated rate (the run cannot keep up); Offline: a twentieth of it (the run
+    outruns it and its one query ends before the minimum duration)."""
     cal = tensor.calibration(parts)
     if cal.get("calibrated") and cal.get("key") == "target_qps":
-        parts.conf.settings.server_target_qps = cal["value"] * OVERSHOOT
-        cal = {**cal, "value": cal["value"] * OVERSHOOT}
+        offline = cal.get("scenario") == "Offline"
+        value = cal["value"] / OVERSHOOT if offline else cal["value"] * OVERSHOOT
+        if offline:
+            parts.conf.settings.offline_expected_qps = value
+        else:
+            parts.conf.settings.server_target_qps = value
+        cal = {**cal, "value": value}
         with (parts.outdir / "user.conf").open("a") as conf:
-            conf.write(f"demo.Server.target_qps = {cal['value']:g}\n")
+            conf.write(f"demo.{cal['scenario']}.target_qps = {value:g}\n")
     return cal
 
 
@@ -49,8 +56,8 @@ def manifest(tmp_path_factory) -> Path:
     registry.unregister("overshoot")
 
 
-def _run(manifest: Path, out: Path, said: list[str], **kw):
-    return run(RunOptions(scenario="Server", mode="performance", manifest=manifest, output=out, count=64,
+def _run(manifest: Path, out: Path, said: list[str], scenario: str = "Server", **kw):
+    return run(RunOptions(scenario=scenario, mode="performance", manifest=manifest, output=out, count=64,
                           say=said.append, overrides=lgs.Overrides(min_duration_ms=MIN_MS, **kw.pop("ov", {})), **kw))
 
 
@@ -97,3 +104,23 @@ def test_a_stated_rate_or_no_second_try_is_played_once(manifest, tmp_path, monke
         assert not parse_summary(out / "mlperf_log_summary.txt", "Server").valid
         assert "second_try" not in json.loads((out / "mlharness_run.json").read_text())["calibration"]
     assert not any(s.startswith("second try:") for s in said)
+
+
+def test_an_offline_run_that_outran_its_calibrated_rate_is_played_once_more_expecting_more(manifest, tmp_path,
+                                                                                          monkeypatch):
+    monkeypatch.setenv("MLHARNESS_CACHE", str(tmp_path / "cache"))
+    said: list[str] = []
+    result = _run(manifest, tmp_path / "out", said, scenario="Offline")
+    out = tmp_path / "out"
+    first = parse_summary(out / FIRST_TRY_DIR / "mlperf_log_summary.txt", "Offline")
+    assert not first.valid and "Min duration satisfied : NO" in (out / FIRST_TRY_DIR / "mlperf_log_summary.txt"
+                                                                 ).read_text()
+    md = json.loads((out / "mlharness_run.json").read_text())
+    second = md["calibration"]["second_try"]
+    # the second play expects more than the first play measured, and LoadGen was given it
+    assert second["target_qps"] > first.metric_value > second["first"]["target_qps"]
+    detail = detail_values(out / "mlperf_log_detail.txt")
+    assert float(detail["effective_target_qps"]) == pytest.approx(second["target_qps"], rel=1e-6)
+    assert (out / "user.conf").read_text().splitlines()[-2] == f"demo.Offline.target_qps = {second['target_qps']:g}"
+    assert any(s.startswith("second try:") and "min duration not met" in s for s in said), said
+    assert result.summary.valid and md["result"]["valid"]

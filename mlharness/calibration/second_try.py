@@ -1,4 +1,5 @@
-"""A Server rate that mlharness calibrated, played once more when LoadGen found it too high.
+"""A Server rate that mlharness calibrated, played once more when LoadGen found it too high; an Offline expected
+rate it calibrated, once more when the run outran it.
 
 Calibration times the model for a few seconds before the run; the run itself can meet a slower host (another
 process takes a core, the cache is cold, a collector pauses), and a Server run over its latency bound at the
@@ -8,8 +9,12 @@ query count early stopping needs there), with the model already loaded and no se
 logs are kept in ``first_try/`` beside the second's, the written user.conf gains the lines the second play used,
 and the run record says both (``calibration.second_try``). ``--no-second-try`` turns it off.
 
-Only a Server (or Interactive) performance run whose rate calibration chose is played again, and only for a fix a
-rate or a query count makes: a rate the user stated, an audit run, or a bound no rate can meet (the explanation's
+An Offline run that outran its calibrated expected QPS by more than LoadGen's 10% margin ends its one query
+before the minimum duration (INVALID): it is played once more expecting the rate it measured, with the explanation's
+headroom.
+
+Only a Server (or Interactive) or Offline performance run whose rate calibration chose is played again, and only
+for a fix a rate or a query count makes: a rate the user stated, an audit run, or a bound no rate can meet (the explanation's
 fix is then a larger bound) ends as the first play ended.
 """
 
@@ -37,6 +42,7 @@ class SecondTry:
     first: dict[str, Any]  # the first play: its rate, query count, what failed and why
     calibration: dict[str, Any]  # what calibration measured and chose before the first play
     seconds: float = 0.0  # about how long the second play lasts: min_duration, or its queries at its rate
+    scenario: str = "Server"
 
     def line(self) -> str:
         return (f"second try: the calibrated rate {self.first['target_qps']:g} QPS was INVALID "
@@ -53,7 +59,8 @@ def plan(settings_plan: Any, settings: Any, calibration: dict[str, Any] | None, 
     """The second play a first one in ``outdir`` asks for, or None (VALID, or not one mlharness may replay). A
     min_query_count the user stated stays as stated: a first play short of early stopping for that count alone is
     not played again."""
-    if not asked.second_try or settings_plan.scenario != "Server" or settings_plan.mode != "performance":
+    scenario = settings_plan.scenario
+    if not asked.second_try or scenario not in ("Server", "Offline") or settings_plan.mode != "performance":
         return None
     if settings_plan.audit_config is not None or not calibration or not calibration.get("calibrated"):
         return None
@@ -64,7 +71,7 @@ def plan(settings_plan: Any, settings: Any, calibration: dict[str, Any] | None, 
         return None
     detail = outdir / "mlperf_log_detail.txt"
     text = read_log_text(summary, "LoadGen summary")
-    exp = explain(text, read_detail(detail) if detail.is_file() else [], "Server", settings_plan.model,
+    exp = explain(text, read_detail(detail) if detail.is_file() else [], scenario, settings_plan.model,
                   settings_plan.latency_bound)
     exp = waive(exp, settings_plan.round, settings_plan.model)
     if exp.valid or exp.errors:
@@ -72,17 +79,19 @@ def plan(settings_plan: Any, settings: Any, calibration: dict[str, Any] | None, 
     fixed = _fix_values(exp.fixes)
     if not fixed:  # a larger bound, or nothing a lower rate or more queries would fix
         return None
-    qps = float(settings.server_target_qps)
+    qps = float(settings.server_target_qps if scenario == "Server" else settings.offline_expected_qps)
     count = int(settings.min_query_count)
     new_qps = fixed.get("--target-qps", qps)
     stated = count_given_by(settings_plan, asked.user_conf) is not None
     new_count = count if stated else max(count, int(fixed.get("--min-query-count", 0)))
-    if new_qps > qps or (new_qps == qps and new_count == count):
+    if scenario == "Offline" and new_qps <= qps:  # Offline's fix raises the expected rate, nothing else
+        return None
+    if scenario == "Server" and (new_qps > qps or (new_qps == qps and new_count == count)):
         return None
     first = {"target_qps": qps, "min_query_count": count, "failed": list(exp.failed),
              "why": _why(exp, summary_sections(text)["stats"])}
-    seconds = max(float(settings.min_duration_ms) / 1000.0, new_count / new_qps)
-    return SecondTry(new_qps, new_count, first, dict(calibration), seconds)
+    seconds = max(float(settings.min_duration_ms) / 1000.0, new_count / new_qps if scenario == "Server" else 0.0)
+    return SecondTry(new_qps, new_count, first, dict(calibration), seconds, scenario)
 
 
 def _why(exp: Explanation, stats: dict[str, str]) -> str:
@@ -124,15 +133,18 @@ def set_aside(outdir: Path, before: set[str]) -> Path:
 
 def apply(second: SecondTry, settings: Any, settings_plan: Any, outdir: Path) -> None:
     """The second play's rate and count in LoadGen's settings and, as later lines that win, in the user.conf."""
-    settings.server_target_qps = second.target_qps
+    if second.scenario == "Offline":
+        settings.offline_expected_qps = second.target_qps
+    else:
+        settings.server_target_qps = second.target_qps
     settings.min_query_count = second.min_query_count
     conf = outdir / KEPT
     if conf.is_file():
-        model = settings_plan.model
+        model, s = settings_plan.model, second.scenario
         with conf.open("a") as f:
             f.write(f"\n# Played a second time: the calibrated rate {second.first['target_qps']:g} QPS was INVALID "
-                    f"({second.first['why']})\n{model}.Server.target_qps = {second.target_qps:g}\n"
-                    f"{model}.Server.min_query_count = {second.min_query_count}\n")
+                    f"({second.first['why']})\n{model}.{s}.target_qps = {second.target_qps:g}\n"
+                    f"{model}.{s}.min_query_count = {second.min_query_count}\n")
 
 
 __all__ = ["FIRST_TRY_DIR", "SecondTry", "apply", "plan", "set_aside"]

@@ -55,9 +55,10 @@ _FLAGS: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
     ("sizing", ("--no-calibrate",), dict(action="store_true", help="performance mode: do not measure the expected "
                                          "performance (target_qps / target_latency) when neither a --user-conf nor "
                                          "a flag gives it")),
-    ("sizing", ("--no-second-try",), dict(action="store_true", help="Server performance mode: when the rate "
-                                          "mlharness calibrated proves too high (INVALID for its latency), do not "
-                                          "play the test once more at the lower rate the explanation names")),
+    ("sizing", ("--no-second-try",), dict(action="store_true", help="performance mode: when the rate "
+                                          "mlharness calibrated proves wrong (Server: INVALID for its latency; "
+                                          "Offline: outrun, short of min_duration), do not play the test once more "
+                                          "at the rate the explanation names")),
     ("execution", ("--max-batchsize",), dict(type=int, default=None, help="override the manifest's batch size")),
     ("execution", ("--server-max-wait-ms",), dict(type=float, default=None, help="Server dynamic batching wait")),
     ("execution", ("--threads",), dict(type=int, default=None, help="framework intra-op threads")),

@@ -29,7 +29,8 @@ DTYPES = ("byte", "float32", "int32", "int64")
 
 
 RUN_FLAGS = ("--manifest", "--framework", "--round", "--dataset", "--dataset-path", "--user-conf", "--count",
-             *(f for f, _ in DEV_FLAGS + EXECUTION_FLAGS), "--ignore-framework-version")
+             *(f for f, _ in DEV_FLAGS + EXECUTION_FLAGS), "--ignore-framework-version", "--no-second-try")
+SWITCHES = ("ignore_framework_version", "no_second_try")  # flags without a value, passed to every run as given
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -137,8 +138,7 @@ def _reproduce(args: argparse.Namespace) -> str:
         parts += ["--extra-tests", *args.extra_tests]
     if args.compliance_dtype:
         parts += ["--compliance-dtype", args.compliance_dtype]
-    if args.ignore_framework_version:
-        parts.append("--ignore-framework-version")
+    parts += ["--" + name.replace("_", "-") for name in SWITCHES if getattr(args, name)]
     return shlex.join(parts)
 
 
@@ -169,8 +169,7 @@ def cmd_run(args: argparse.Namespace, console: Any) -> int:
         value = getattr(args, _dest(flag))
         if value is not None:
             execution += [flag, str(value)]
-    if args.ignore_framework_version:
-        execution.append("--ignore-framework-version")
+    execution += ["--" + name.replace("_", "-") for name in SWITCHES if getattr(args, name)]
     req = SubmissionRequest(
         manifest=_manifest_ref(str(manifest)), scenarios=args.scenarios, division=args.division,
         submitter=args.submitter, system=args.system_name, results=args.results, resume=args.resume,
