@@ -106,3 +106,17 @@ def test_fusible_chains_are_disjoint():
         ("mm2", "MatMul", ["d"], ["e"]), ("use1", "Relu", ["e"], ["f"]), ("use2", "Relu", ["e"], ["g"]))]
     chains = fusible_chains(n, graph_outputs={"f", "g"})
     assert [[m.name for m in ch] for ch in chains] == [["mm", "bias", "act"]]  # mm2's output has two readers
+
+
+def test_a_constant_node_costs_nothing_and_counts_as_measured(tmp_path):
+    """ONNX Runtime makes a Constant node an initializer: no kernel runs for it, alone or in the model."""
+    one = helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])
+    graph = helper.make_graph([helper.make_node("Constant", [], ["c"], name="const", value=one),
+                               helper.make_node("Add", ["x", "c"], ["y"], name="add")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = tmp_path / "c.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    r = analyze(LowerBoundConfig(model=model, db=sqlite_url(tmp_path), runs=3, threads=1))
+    rows = {x["node"]: x for x in r["layers"]}
+    assert r["not_measured_alone"] == [] and rows["const"]["alone_s"] == 0.0 and rows["add"]["alone_s"] > 0

@@ -85,8 +85,8 @@ def _measure(model: Any, nodes: list[Any], values: dict, inits: set[str], cfg: L
     if not per_node:
         return None
     per_node.pop(lbo.MODEL_RUN, None)
-    if not per_node:
-        return None
+    if not per_node:  # no kernel ran: ONNX Runtime made the node an initializer (Constant) or folded it away
+        return Timing(0.0, 0.0, 0.0, cfg.runs)
     n = min(len(v) for v in per_node.values())
     return _stats([sum(v[i] for v in per_node.values()) for i in range(n)])
 
