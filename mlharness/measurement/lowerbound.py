@@ -7,7 +7,8 @@ its measured latency goes beyond that (the Benanza method, on ONNX Runtime's CPU
   evaluation database per host and runtime: a configuration measured once, by any model, is not measured again.
 - Sequential lower bound: the sum of every node's standalone time. Parallel lower bound: the critical path of the
   graph with those times. Fused lower bound: the sequential one with each chain ORT could fuse (a Conv, MatMul or
-  Gemm followed by element-wise nodes, each intermediate read by the next alone) timed as one model.
+  Gemm followed by element-wise nodes, each intermediate read by the next alone) timed as one model with ORT's
+  optimisations on (fusion and its faster layouts together).
 - Measured: the model's median latency with ORT's graph optimisations off (the graph the bounds are of) and on,
   and each node's kernel time in the model (optimisations off, so the nodes keep their names).
 - Advice: the layers whose time in the model most exceeds their standalone time, by node and by operator, the
