@@ -119,8 +119,8 @@ def test_an_offline_run_that_outran_its_calibrated_rate_is_played_once_more_expe
     second = md["calibration"]["second_try"]
     # the second play expects more than the first play measured, and LoadGen was given it
     assert second["target_qps"] > first.metric_value > second["first"]["target_qps"]
-    detail = detail_values(out / "mlperf_log_detail.txt")
-    assert float(detail["effective_target_qps"]) == pytest.approx(second["target_qps"], rel=1e-6)
+    detail = detail_values(out / "mlperf_log_detail.txt")  # LoadGen logs the rate to six significant digits
+    assert float(detail["effective_target_qps"]) == pytest.approx(second["target_qps"], rel=1e-5)
     assert (out / "user.conf").read_text().splitlines()[-2] == f"demo.Offline.target_qps = {second['target_qps']:g}"
     assert any(s.startswith("second try:") and "min duration not met" in s for s in said), said
     assert result.summary.valid and md["result"]["valid"]

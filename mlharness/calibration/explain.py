@@ -49,6 +49,11 @@ class Fix:
     def text(self) -> str:
         return f"{self.flag}   (or in the user.conf: {self.conf_line.replace(chr(10), '; ')})"
 
+    def values(self) -> dict[str, str]:
+        """The flags this fix sets and their values, e.g. {"--target-qps": "120.5"}."""
+        words = self.flag.split()
+        return dict(zip(words[::2], words[1::2], strict=False))
+
 
 @dataclass
 class Explanation:
@@ -316,9 +321,9 @@ def next_command(md: dict[str, Any], scenario: str, fixes: list[Fix], stats: dic
     if not flags:
         return None
     given: dict[str, str] = {_FLAG_OF[k]: _plain(v) for k, v in (md.get("overrides") or {}).items() if k in _FLAG_OF}
-    for flag in flags:
-        words = flag.split()
-        given.update(zip(words[::2], words[1::2], strict=False))
+    for fix in fixes:
+        if fix.flag.startswith("--"):
+            given.update(fix.values())
     if "--min-duration-ms" not in given and _num(stats, "min_duration (ms)") is not None:
         given["--min-duration-ms"] = _plain(_num(stats, "min_duration (ms)"))
     stated_rate = "--target-qps" in given

@@ -109,10 +109,7 @@ def _fix_values(fixes: list[Any]) -> dict[str, float]:
     """The rate and query count the explanation's fixes name (a bound fix names neither)."""
     values: dict[str, float] = {}
     for fix in fixes:
-        words = fix.flag.split()
-        for flag, value in zip(words[::2], words[1::2], strict=False):
-            if flag in ("--target-qps", "--min-query-count"):
-                values[flag] = float(value)
+        values.update({flag: float(v) for flag, v in fix.values().items() if flag in ("--target-qps", "--min-query-count")})
     return values
 
 
