@@ -124,3 +124,8 @@ def test_an_offline_run_that_outran_its_calibrated_rate_is_played_once_more_expe
     assert (out / "user.conf").read_text().splitlines()[-2] == f"demo.Offline.target_qps = {second['target_qps']:g}"
     assert any(s.startswith("second try:") and "min duration not met" in s for s in said), said
     assert result.summary.valid and md["result"]["valid"]
+    # readers of a results tree see one run: first_try/ is part of it (the report, compare, the database)
+    from mlharness.report.collect import find_runs
+    from mlharness.results_db.folders import walk
+
+    assert [r.rel for r in find_runs(tmp_path)[0]] == ["out"] and [f.rel for f in walk(tmp_path)] == ["out"]

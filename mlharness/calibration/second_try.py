@@ -28,10 +28,9 @@ from typing import Any
 from mlharness.calibration.asked import Asked
 from mlharness.calibration.explain import Explanation, explain, summary_sections, waive
 from mlharness.calibration.stated import count_given_by
-from mlharness.loadgen.logs import read_detail
+from mlharness.loadgen.logs import FIRST_TRY_DIR, read_detail
 from mlharness.userfiles import read_log_text
 
-FIRST_TRY_DIR = "first_try"
 KEPT = "user.conf"  # the effective user.conf: copied into first_try/ and extended, not moved
 
 

@@ -17,6 +17,9 @@ from mlharness.fileguard import DATA_FILE_LIMIT, open_regular, read_bytes_bounde
 LOG_LIMIT = DATA_FILE_LIMIT
 """Most bytes read of a LoadGen summary or detail log (a long run's detail log is a few MiB)."""
 
+# a run played twice (mlharness.calibration.second_try) keeps its first play's LoadGen logs in this folder of its
+# run folder: part of that run, never a run of its own to readers of results trees
+FIRST_TRY_DIR = "first_try"
 METRIC_LINES = {
     "SingleStream": ("90.0th percentile latency (ns)", "ns"),
     "MultiStream": ("99.0th percentile latency (ns)", "ns"),

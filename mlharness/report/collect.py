@@ -13,7 +13,7 @@ from typing import Any
 
 from mlharness.errors import MLHarnessError
 from mlharness.fileguard import describe_kind
-from mlharness.loadgen.logs import METRIC_LINES, TOKEN_METRIC_LINES
+from mlharness.loadgen.logs import FIRST_TRY_DIR, METRIC_LINES, TOKEN_METRIC_LINES
 from mlharness.report.treefiles import ANY, NUMBER, STRING, Each, present, read_json, read_text, shown
 from mlharness.report.verdicts import Verdict, test_of
 from mlharness.rounds import ROUNDS
@@ -323,6 +323,11 @@ def round_verdict(run: Run) -> None:
             run.result, run.waived = "VALID", exp.waived
 
 
+def first_play(folder: Path) -> bool:
+    """Whether ``folder`` holds the first play of a run its parent folder holds (a second try's first_try/)."""
+    return folder.name == FIRST_TRY_DIR and (folder.parent / SUMMARY).is_file()
+
+
 def find_runs(root: Path, only: list[Path] | None = None) -> tuple[list[Run], list[Path]]:
     """Every run under ``root`` (or ``root`` itself), sorted by path; second: failed or partial run folders,
     left out of the report. ``only``: the run folders to read (a query's, from the evaluation database), the
@@ -347,6 +352,8 @@ def find_runs(root: Path, only: list[Path] | None = None) -> tuple[list[Run], li
         if any(p.startswith(".") or ".failed-" in p for p in rel_parts):
             skipped.append(summary.parent)
             continue
+        if first_play(summary.parent):
+            continue  # the first play of a run played twice: the run is its folder's summary
         runs.append(read_run(summary, root))
     return runs, skipped
 

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from mlharness.report.collect import RUN_SHAPE, SUMMARY, Run, read_run, round_verdict
+from mlharness.report.collect import RUN_SHAPE, SUMMARY, Run, first_play, read_run, round_verdict
 from mlharness.report.sweep import SWEEP_FILE
 from mlharness.report.treefiles import present, read_json, read_text
 
@@ -57,7 +57,7 @@ def walk(root: Path) -> list[Found]:
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and ".failed-" not in d)
-        if SUMMARY in filenames:
+        if SUMMARY in filenames and not first_play(Path(dirpath)):
             d = Path(dirpath)
             rel = d.relative_to(root).as_posix() if d != root else "."
             record, kind = _where(root, d)
