@@ -19,7 +19,6 @@ class Timing:
     q1_s: float
     q3_s: float
     runs: int
-    cached: bool = False
 
 
 def host_key(runtime: str, threads: int | None) -> tuple[str, str]:
@@ -44,7 +43,7 @@ def cached(engine: Any, host: str, keys: list[str]) -> dict[str, Timing]:
             for i in range(0, len(keys), 500):  # bounded IN lists
                 stmt = select(LayerTiming).where(LayerTiming.host == host, LayerTiming.key.in_(keys[i:i + 500]))
                 for row in s.scalars(stmt):
-                    out[row.key] = Timing(row.median_s, row.q1_s, row.q3_s, row.runs, cached=True)
+                    out[row.key] = Timing(row.median_s, row.q1_s, row.q3_s, row.runs)
     except SQLAlchemyError as e:
         raise failed(engine, e, "could not be read") from None
     return out
